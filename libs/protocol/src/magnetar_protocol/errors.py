@@ -1,0 +1,223 @@
+"""The one error hierarchy of Magnetar, keyed by wire error code.
+
+Services raise these; the service runtime turns one into an HTTP status plus a protobuf
+``Error`` (or JSON for the admin API); the client turns the answer back into the same
+class.  So a test can assert ``pytest.raises(ProducerBusy)`` whichever side raised it.
+
+    MagnetarError
+    ├── ConnectError                      client: no answer from a service
+    ├── Timeout                           client: an operation's deadline passed
+    ├── BadRequest                        400  malformed body, invalid field
+    │   ├── InvalidTopicName              400
+    │   └── MessageTooBig                 400
+    ├── AuthenticationError               401
+    ├── AuthorizationError                403
+    ├── NotFound                          404
+    │   ├── TopicNotFound
+    │   ├── TenantNotFound
+    │   ├── NamespaceNotFound
+    │   ├── SubscriptionNotFound
+    │   ├── ProducerNotFound
+    │   ├── ConsumerNotFound
+    │   ├── SessionNotFound               the client re-opens its session
+    │   ├── TransactionNotFound
+    │   └── TransactionCoordinatorNotFoundError
+    ├── Conflict                          409
+    │   ├── ProducerBusy
+    │   ├── ProducerFenced
+    │   ├── ConsumerBusy
+    │   ├── NotOwner                      the client looks the topic up again
+    │   ├── NotAllowedError
+    │   ├── TransactionConflict
+    │   ├── InvalidTxnStatusError
+    │   ├── ExpiredTransactionError
+    │   └── TransactionHasOperationFailed client: commit of a spoiled transaction
+    ├── TooManyRequests                   429
+    ├── ServiceNotReady                   503  retryable
+    │   └── PersistenceError              503  the database refused or vanished
+    └── UnknownError                      500
+
+Retryable errors (the client retries them with the same sequence ids) carry
+``retryable = True``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from magnetar_protocol import magnetar_pb2 as pb
+
+Code = pb.ErrorCode
+
+
+class MagnetarError(Exception):
+    """Base of every Magnetar error; ``code`` is the wire error code."""
+
+    code: ClassVar[int] = Code.UNKNOWN_ERROR
+    http_status: ClassVar[int] = 500
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.__class__.__name__)
+        self.message = message or self.__class__.__name__
+
+    def __reduce__(self):  # picklable, so Spark executors can ship it back
+        return (self.__class__, (self.message,))
+
+
+class ConnectError(MagnetarError):
+    retryable = True
+
+
+class Timeout(MagnetarError):
+    pass
+
+
+class UnknownError(MagnetarError):
+    code = Code.UNKNOWN_ERROR
+
+
+class BadRequest(MagnetarError):
+    code = Code.BAD_REQUEST
+    http_status = 400
+
+
+class InvalidTopicName(BadRequest):
+    code = Code.INVALID_TOPIC_NAME
+
+
+class MessageTooBig(BadRequest):
+    code = Code.MESSAGE_TOO_BIG
+
+
+class AuthenticationError(MagnetarError):
+    code = Code.AUTHENTICATION_ERROR
+    http_status = 401
+
+
+class AuthorizationError(MagnetarError):
+    code = Code.AUTHORIZATION_ERROR
+    http_status = 403
+
+
+class NotFound(MagnetarError):
+    http_status = 404
+
+
+class TopicNotFound(NotFound):
+    code = Code.TOPIC_NOT_FOUND
+
+
+class TenantNotFound(NotFound):
+    code = Code.TENANT_NOT_FOUND
+
+
+class NamespaceNotFound(NotFound):
+    code = Code.NAMESPACE_NOT_FOUND
+
+
+class SubscriptionNotFound(NotFound):
+    code = Code.SUBSCRIPTION_NOT_FOUND
+
+
+class ProducerNotFound(NotFound):
+    code = Code.PRODUCER_NOT_FOUND
+
+
+class ConsumerNotFound(NotFound):
+    code = Code.CONSUMER_NOT_FOUND
+
+
+class SessionNotFound(NotFound):
+    code = Code.SESSION_NOT_FOUND
+
+
+class TransactionNotFound(NotFound):
+    code = Code.TRANSACTION_NOT_FOUND
+
+
+class TransactionCoordinatorNotFoundError(NotFound):
+    code = Code.TRANSACTION_COORDINATOR_NOT_FOUND
+    retryable = True
+
+
+class Conflict(MagnetarError):
+    code = Code.CONFLICT
+    http_status = 409
+
+
+class ProducerBusy(Conflict):
+    code = Code.PRODUCER_BUSY
+
+
+class ProducerFenced(Conflict):
+    code = Code.PRODUCER_FENCED
+
+
+class ConsumerBusy(Conflict):
+    code = Code.CONSUMER_BUSY
+
+
+class NotOwner(Conflict):
+    code = Code.NOT_OWNER
+    retryable = True
+
+
+class NotAllowedError(Conflict):
+    code = Code.NOT_ALLOWED
+
+
+class TransactionConflict(Conflict):
+    code = Code.TRANSACTION_CONFLICT
+
+
+class InvalidTxnStatusError(Conflict):
+    code = Code.INVALID_TXN_STATUS
+
+
+class ExpiredTransactionError(Conflict):
+    code = Code.EXPIRED_TRANSACTION
+
+
+class TransactionHasOperationFailed(Conflict):
+    """Client side: commit() of a transaction one of whose operations failed."""
+
+
+class TooManyRequests(MagnetarError):
+    code = Code.TOO_MANY_REQUESTS
+    http_status = 429
+    retryable = True
+
+
+class ServiceNotReady(MagnetarError):
+    code = Code.SERVICE_NOT_READY
+    http_status = 503
+    retryable = True
+
+
+class PersistenceError(ServiceNotReady):
+    code = Code.PERSISTENCE_ERROR
+
+
+def _leaf_classes() -> dict[int, type[MagnetarError]]:
+    by_code: dict[int, type[MagnetarError]] = {}
+    pending: list[type[MagnetarError]] = [MagnetarError]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        # The most specific class that declares a code wins (subclasses override).
+        if "code" in cls.__dict__:
+            by_code[cls.code] = cls
+    return by_code
+
+
+_BY_CODE = _leaf_classes()
+
+
+def error_for_code(code: int, message: str) -> MagnetarError:
+    """Rebuild the exception a service raised from its wire code and message."""
+    return _BY_CODE.get(code, UnknownError)(message)
+
+
+def to_wire(exc: MagnetarError) -> pb.Error:
+    return pb.Error(code=exc.code, message=exc.message)

@@ -1,0 +1,448 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    UNKNOWN_ERROR: _ClassVar[ErrorCode]
+    BAD_REQUEST: _ClassVar[ErrorCode]
+    SERVICE_NOT_READY: _ClassVar[ErrorCode]
+    PERSISTENCE_ERROR: _ClassVar[ErrorCode]
+    AUTHENTICATION_ERROR: _ClassVar[ErrorCode]
+    AUTHORIZATION_ERROR: _ClassVar[ErrorCode]
+    TOPIC_NOT_FOUND: _ClassVar[ErrorCode]
+    INVALID_TOPIC_NAME: _ClassVar[ErrorCode]
+    MESSAGE_TOO_BIG: _ClassVar[ErrorCode]
+    PRODUCER_BUSY: _ClassVar[ErrorCode]
+    PRODUCER_FENCED: _ClassVar[ErrorCode]
+    CONSUMER_BUSY: _ClassVar[ErrorCode]
+    NOT_OWNER: _ClassVar[ErrorCode]
+    SESSION_NOT_FOUND: _ClassVar[ErrorCode]
+    PRODUCER_NOT_FOUND: _ClassVar[ErrorCode]
+    CONSUMER_NOT_FOUND: _ClassVar[ErrorCode]
+    SUBSCRIPTION_NOT_FOUND: _ClassVar[ErrorCode]
+    NOT_ALLOWED: _ClassVar[ErrorCode]
+    TRANSACTION_COORDINATOR_NOT_FOUND: _ClassVar[ErrorCode]
+    TRANSACTION_NOT_FOUND: _ClassVar[ErrorCode]
+    INVALID_TXN_STATUS: _ClassVar[ErrorCode]
+    TRANSACTION_CONFLICT: _ClassVar[ErrorCode]
+    EXPIRED_TRANSACTION: _ClassVar[ErrorCode]
+    TOO_MANY_REQUESTS: _ClassVar[ErrorCode]
+    TENANT_NOT_FOUND: _ClassVar[ErrorCode]
+    NAMESPACE_NOT_FOUND: _ClassVar[ErrorCode]
+    CONFLICT: _ClassVar[ErrorCode]
+
+class ProducerAccessMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACCESS_SHARED: _ClassVar[ProducerAccessMode]
+    ACCESS_EXCLUSIVE: _ClassVar[ProducerAccessMode]
+    ACCESS_WAIT_FOR_EXCLUSIVE: _ClassVar[ProducerAccessMode]
+    ACCESS_EXCLUSIVE_WITH_FENCING: _ClassVar[ProducerAccessMode]
+
+class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUB_EXCLUSIVE: _ClassVar[SubscriptionType]
+    SUB_SHARED: _ClassVar[SubscriptionType]
+    SUB_FAILOVER: _ClassVar[SubscriptionType]
+    SUB_KEY_SHARED: _ClassVar[SubscriptionType]
+
+class InitialPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INITIAL_LATEST: _ClassVar[InitialPosition]
+    INITIAL_EARLIEST: _ClassVar[InitialPosition]
+
+class AckType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACK_INDIVIDUAL: _ClassVar[AckType]
+    ACK_CUMULATIVE: _ClassVar[AckType]
+UNKNOWN_ERROR: ErrorCode
+BAD_REQUEST: ErrorCode
+SERVICE_NOT_READY: ErrorCode
+PERSISTENCE_ERROR: ErrorCode
+AUTHENTICATION_ERROR: ErrorCode
+AUTHORIZATION_ERROR: ErrorCode
+TOPIC_NOT_FOUND: ErrorCode
+INVALID_TOPIC_NAME: ErrorCode
+MESSAGE_TOO_BIG: ErrorCode
+PRODUCER_BUSY: ErrorCode
+PRODUCER_FENCED: ErrorCode
+CONSUMER_BUSY: ErrorCode
+NOT_OWNER: ErrorCode
+SESSION_NOT_FOUND: ErrorCode
+PRODUCER_NOT_FOUND: ErrorCode
+CONSUMER_NOT_FOUND: ErrorCode
+SUBSCRIPTION_NOT_FOUND: ErrorCode
+NOT_ALLOWED: ErrorCode
+TRANSACTION_COORDINATOR_NOT_FOUND: ErrorCode
+TRANSACTION_NOT_FOUND: ErrorCode
+INVALID_TXN_STATUS: ErrorCode
+TRANSACTION_CONFLICT: ErrorCode
+EXPIRED_TRANSACTION: ErrorCode
+TOO_MANY_REQUESTS: ErrorCode
+TENANT_NOT_FOUND: ErrorCode
+NAMESPACE_NOT_FOUND: ErrorCode
+CONFLICT: ErrorCode
+ACCESS_SHARED: ProducerAccessMode
+ACCESS_EXCLUSIVE: ProducerAccessMode
+ACCESS_WAIT_FOR_EXCLUSIVE: ProducerAccessMode
+ACCESS_EXCLUSIVE_WITH_FENCING: ProducerAccessMode
+SUB_EXCLUSIVE: SubscriptionType
+SUB_SHARED: SubscriptionType
+SUB_FAILOVER: SubscriptionType
+SUB_KEY_SHARED: SubscriptionType
+INITIAL_LATEST: InitialPosition
+INITIAL_EARLIEST: InitialPosition
+ACK_INDIVIDUAL: AckType
+ACK_CUMULATIVE: AckType
+
+class Error(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: ErrorCode
+    message: str
+    def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class SingleMessage(_message.Message):
+    __slots__ = ("payload", "partition_key", "properties", "sequence_id", "event_time")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_KEY_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TIME_FIELD_NUMBER: _ClassVar[int]
+    payload: bytes
+    partition_key: str
+    properties: _containers.ScalarMap[str, str]
+    sequence_id: int
+    event_time: int
+    def __init__(self, payload: _Optional[bytes] = ..., partition_key: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., sequence_id: _Optional[int] = ..., event_time: _Optional[int] = ...) -> None: ...
+
+class MessageBatch(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[SingleMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[SingleMessage, _Mapping]]] = ...) -> None: ...
+
+class MessageIdData(_message.Message):
+    __slots__ = ("partition", "entry_id", "batch_index", "batch_size")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    entry_id: int
+    batch_index: int
+    batch_size: int
+    def __init__(self, partition: _Optional[int] = ..., entry_id: _Optional[int] = ..., batch_index: _Optional[int] = ..., batch_size: _Optional[int] = ...) -> None: ...
+
+class Position(_message.Message):
+    __slots__ = ("entry_id", "batch_index")
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
+    entry_id: int
+    batch_index: int
+    def __init__(self, entry_id: _Optional[int] = ..., batch_index: _Optional[int] = ...) -> None: ...
+
+class TxnId(_message.Message):
+    __slots__ = ("most_bits", "least_bits")
+    MOST_BITS_FIELD_NUMBER: _ClassVar[int]
+    LEAST_BITS_FIELD_NUMBER: _ClassVar[int]
+    most_bits: int
+    least_bits: int
+    def __init__(self, most_bits: _Optional[int] = ..., least_bits: _Optional[int] = ...) -> None: ...
+
+class PartitionMetadataRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class PartitionMetadataResponse(_message.Message):
+    __slots__ = ("topic", "partitions")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: int
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[int] = ...) -> None: ...
+
+class LookupRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class LookupResponse(_message.Message):
+    __slots__ = ("topic", "broker_url", "broker_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BROKER_URL_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    broker_url: str
+    broker_id: str
+    def __init__(self, topic: _Optional[str] = ..., broker_url: _Optional[str] = ..., broker_id: _Optional[str] = ...) -> None: ...
+
+class OpenSessionRequest(_message.Message):
+    __slots__ = ("client_name",)
+    CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    client_name: str
+    def __init__(self, client_name: _Optional[str] = ...) -> None: ...
+
+class OpenSessionResponse(_message.Message):
+    __slots__ = ("session_id", "keepalive_interval_ms", "session_timeout_ms")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    KEEPALIVE_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    keepalive_interval_ms: int
+    session_timeout_ms: int
+    def __init__(self, session_id: _Optional[str] = ..., keepalive_interval_ms: _Optional[int] = ..., session_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class KeepAliveRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class KeepAliveResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CloseSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class CloseSessionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CreateProducerRequest(_message.Message):
+    __slots__ = ("session_id", "topic", "producer_name", "access_mode", "topic_epoch", "user_provided_name")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_MODE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    USER_PROVIDED_NAME_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    topic: str
+    producer_name: str
+    access_mode: ProducerAccessMode
+    topic_epoch: int
+    user_provided_name: bool
+    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., access_mode: _Optional[_Union[ProducerAccessMode, str]] = ..., topic_epoch: _Optional[int] = ..., user_provided_name: _Optional[bool] = ...) -> None: ...
+
+class CreateProducerResponse(_message.Message):
+    __slots__ = ("producer_id", "producer_name", "last_sequence_id", "topic_epoch", "max_message_size")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    producer_name: str
+    last_sequence_id: int
+    topic_epoch: int
+    max_message_size: int
+    def __init__(self, producer_id: _Optional[int] = ..., producer_name: _Optional[str] = ..., last_sequence_id: _Optional[int] = ..., topic_epoch: _Optional[int] = ..., max_message_size: _Optional[int] = ...) -> None: ...
+
+class SendRequest(_message.Message):
+    __slots__ = ("producer_id", "batch", "num_messages", "sequence_id", "highest_sequence_id", "txn")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    NUM_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    HIGHEST_SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    TXN_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    batch: bytes
+    num_messages: int
+    sequence_id: int
+    highest_sequence_id: int
+    txn: TxnId
+    def __init__(self, producer_id: _Optional[int] = ..., batch: _Optional[bytes] = ..., num_messages: _Optional[int] = ..., sequence_id: _Optional[int] = ..., highest_sequence_id: _Optional[int] = ..., txn: _Optional[_Union[TxnId, _Mapping]] = ...) -> None: ...
+
+class SendResponse(_message.Message):
+    __slots__ = ("entry_id", "duplicate", "last_sequence_id", "partition")
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    entry_id: int
+    duplicate: bool
+    last_sequence_id: int
+    partition: int
+    def __init__(self, entry_id: _Optional[int] = ..., duplicate: _Optional[bool] = ..., last_sequence_id: _Optional[int] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class CloseProducerRequest(_message.Message):
+    __slots__ = ("producer_id",)
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    def __init__(self, producer_id: _Optional[int] = ...) -> None: ...
+
+class CloseProducerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("session_id", "topic", "subscription", "sub_type", "initial_position", "consumer_name", "priority_level", "durable", "start_position", "start_inclusive")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    SUB_TYPE_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_FIELD_NUMBER: _ClassVar[int]
+    START_POSITION_FIELD_NUMBER: _ClassVar[int]
+    START_INCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    topic: str
+    subscription: str
+    sub_type: SubscriptionType
+    initial_position: InitialPosition
+    consumer_name: str
+    priority_level: int
+    durable: bool
+    start_position: Position
+    start_inclusive: bool
+    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., subscription: _Optional[str] = ..., sub_type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ..., durable: _Optional[bool] = ..., start_position: _Optional[_Union[Position, _Mapping]] = ..., start_inclusive: _Optional[bool] = ...) -> None: ...
+
+class SubscribeResponse(_message.Message):
+    __slots__ = ("consumer_id",)
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    def __init__(self, consumer_id: _Optional[int] = ...) -> None: ...
+
+class DeliveredEntry(_message.Message):
+    __slots__ = ("entry_id", "batch", "num_messages", "publish_time", "producer_name", "indices", "redelivery_counts")
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    NUM_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    INDICES_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERY_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    entry_id: int
+    batch: bytes
+    num_messages: int
+    publish_time: int
+    producer_name: str
+    indices: _containers.RepeatedScalarFieldContainer[int]
+    redelivery_counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, entry_id: _Optional[int] = ..., batch: _Optional[bytes] = ..., num_messages: _Optional[int] = ..., publish_time: _Optional[int] = ..., producer_name: _Optional[str] = ..., indices: _Optional[_Iterable[int]] = ..., redelivery_counts: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class FetchRequest(_message.Message):
+    __slots__ = ("consumer_id", "max_messages", "wait_ms")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    max_messages: int
+    wait_ms: int
+    def __init__(self, consumer_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class FetchResponse(_message.Message):
+    __slots__ = ("entries", "partition")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[DeliveredEntry]
+    partition: int
+    def __init__(self, entries: _Optional[_Iterable[_Union[DeliveredEntry, _Mapping]]] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class AckRequest(_message.Message):
+    __slots__ = ("consumer_id", "ack_type", "positions", "txn")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    ACK_TYPE_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    TXN_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    ack_type: AckType
+    positions: _containers.RepeatedCompositeFieldContainer[Position]
+    txn: TxnId
+    def __init__(self, consumer_id: _Optional[int] = ..., ack_type: _Optional[_Union[AckType, str]] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., txn: _Optional[_Union[TxnId, _Mapping]] = ...) -> None: ...
+
+class AckResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RedeliverRequest(_message.Message):
+    __slots__ = ("consumer_id", "positions")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    positions: _containers.RepeatedCompositeFieldContainer[Position]
+    def __init__(self, consumer_id: _Optional[int] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...
+
+class RedeliverResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SeekRequest(_message.Message):
+    __slots__ = ("consumer_id", "position", "publish_time")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    position: Position
+    publish_time: int
+    def __init__(self, consumer_id: _Optional[int] = ..., position: _Optional[_Union[Position, _Mapping]] = ..., publish_time: _Optional[int] = ...) -> None: ...
+
+class SeekResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LastMessageIdRequest(_message.Message):
+    __slots__ = ("consumer_id",)
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    def __init__(self, consumer_id: _Optional[int] = ...) -> None: ...
+
+class LastMessageIdResponse(_message.Message):
+    __slots__ = ("has_message", "last", "mark_delete")
+    HAS_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    MARK_DELETE_FIELD_NUMBER: _ClassVar[int]
+    has_message: bool
+    last: MessageIdData
+    mark_delete: Position
+    def __init__(self, has_message: _Optional[bool] = ..., last: _Optional[_Union[MessageIdData, _Mapping]] = ..., mark_delete: _Optional[_Union[Position, _Mapping]] = ...) -> None: ...
+
+class CloseConsumerRequest(_message.Message):
+    __slots__ = ("consumer_id", "unsubscribe")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    UNSUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    unsubscribe: bool
+    def __init__(self, consumer_id: _Optional[int] = ..., unsubscribe: _Optional[bool] = ...) -> None: ...
+
+class CloseConsumerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CursorState(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[EntryAcks]
+    def __init__(self, entries: _Optional[_Iterable[_Union[EntryAcks, _Mapping]]] = ...) -> None: ...
+
+class EntryAcks(_message.Message):
+    __slots__ = ("entry_id", "acked_bitset")
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    ACKED_BITSET_FIELD_NUMBER: _ClassVar[int]
+    entry_id: int
+    acked_bitset: bytes
+    def __init__(self, entry_id: _Optional[int] = ..., acked_bitset: _Optional[bytes] = ...) -> None: ...

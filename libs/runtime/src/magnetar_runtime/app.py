@@ -1,0 +1,116 @@
+"""The app factory every service uses: health, readiness, metrics, error mapping.
+
+Services add protobuf routes with :func:`proto_route` (plain Starlette routes: the hot
+paths skip FastAPI's validation layer, ~60 µs a request) and JSON routes with FastAPI.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import asyncpg
+from fastapi import FastAPI
+from google.protobuf.message import DecodeError, Message
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from magnetar_protocol.errors import (
+    BadRequest,
+    MagnetarError,
+    PersistenceError,
+    UnknownError,
+    to_wire,
+)
+
+PROTOBUF = "application/x-protobuf"
+log = logging.getLogger("magnetar.app")
+
+REQUEST_ERRORS = Counter(
+    "magnetar_request_errors_total", "Requests answered with an error", ["code"]
+)
+
+
+def error_response(exc: MagnetarError, request: Request) -> Response:
+    REQUEST_ERRORS.labels(code=type(exc).__name__).inc()
+    if request.headers.get("content-type", "").startswith(PROTOBUF):
+        return Response(to_wire(exc).SerializeToString(), exc.http_status, media_type=PROTOBUF)
+    return JSONResponse(
+        {"reason": exc.message, "code": type(exc).__name__}, status_code=exc.http_status
+    )
+
+
+def as_magnetar_error(exc: BaseException) -> MagnetarError:
+    if isinstance(exc, MagnetarError):
+        return exc
+    if isinstance(exc, (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)):
+        return PersistenceError(f"database unavailable: {exc}")
+    return UnknownError(f"internal error: {type(exc).__name__}: {exc}")
+
+
+def create_app(
+    name: str,
+    *,
+    lifespan: Callable[[FastAPI], AsyncIterator[None]] | None = None,
+    ready: Callable[[], Awaitable[bool]] | None = None,
+) -> FastAPI:
+    """A FastAPI app with /healthz, /readyz and /metrics and Magnetar error mapping."""
+
+    @asynccontextmanager
+    async def _lifespan(app: FastAPI):
+        if lifespan is None:
+            yield
+        else:
+            async with asynccontextmanager(lifespan)(app):
+                yield
+
+    app = FastAPI(title=f"Magnetar {name}", lifespan=_lifespan)
+
+    @app.exception_handler(MagnetarError)
+    async def _magnetar_error(request: Request, exc: MagnetarError) -> Response:
+        return error_response(exc, request)
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict:
+        return {"status": "ok", "service": name}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> Response:
+        ok = await ready() if ready else True
+        return JSONResponse({"ready": ok, "service": name}, status_code=200 if ok else 503)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def proto_route(
+    app: FastAPI,
+    path: str,
+    request_type: type[Message],
+    handler: Callable[[Message], Awaitable[Message]],
+) -> None:
+    """POST ``path``: parse the body as ``request_type``, answer the handler's message."""
+    type_name = request_type.DESCRIPTOR.full_name
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            body = await request.body()
+            try:
+                msg = request_type.FromString(body)
+            except (DecodeError, RuntimeWarning) as exc:
+                raise BadRequest(f"{path}: body is not a valid {type_name}: {exc}") from None
+            reply = await handler(msg)
+            return Response(reply.SerializeToString(), media_type=PROTOBUF)
+        except Exception as exc:  # every failure becomes a wire error, never a 500 page
+            err = as_magnetar_error(exc)
+            if isinstance(err, UnknownError):
+                log.exception("%s failed", path)
+            return Response(to_wire(err).SerializeToString(), err.http_status, media_type=PROTOBUF)
+
+    app.router.routes.append(Route(path, endpoint, methods=["POST"]))

@@ -1,0 +1,179 @@
+"""A private PostgreSQL server from the machine's binaries.
+
+PostgreSQL refuses to run as root, so when we are root the server (and initdb) run as
+an unprivileged user (``postgres`` by default) through ``setpriv``; the data folder is
+handed to that user.  Clients connect over TCP on 127.0.0.1 with trust auth.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DB_USER = "magnetar"
+DB_NAME = "magnetar"
+
+
+class PostgresNotFound(RuntimeError):
+    pass
+
+
+def find_pg_bin() -> Path:
+    """The folder holding initdb and postgres: $MAGNETAR_PG_BIN, PATH, then Debian's."""
+    if env := os.environ.get("MAGNETAR_PG_BIN"):
+        return Path(env)
+    if initdb := shutil.which("initdb"):
+        folder = Path(initdb).resolve().parent  # follow /usr/local/bin symlinks
+        if all((folder / tool).exists() for tool in ("postgres", "pg_isready", "psql")):
+            return folder
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True)
+    if candidates:
+        return Path(candidates[0]).parent
+    raise PostgresNotFound(
+        "PostgreSQL server binaries not found: install them (Debian: apt-get install "
+        "postgresql-15), set MAGNETAR_PG_BIN to the folder holding initdb and postgres, "
+        "or point MAGNETAR_DATABASE_URL at an existing server"
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _privilege_drop(user: str) -> list[str]:
+    if os.geteuid() != 0:
+        return []
+    return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"]
+
+
+def _chown_tree(path: Path, user: str) -> None:
+    if os.geteuid() != 0:
+        return
+    pw = pwd.getpwnam(user)
+    for root, dirs, files in os.walk(path):
+        os.chown(root, pw.pw_uid, pw.pw_gid)
+        for name in files:
+            os.chown(os.path.join(root, name), pw.pw_uid, pw.pw_gid)
+
+
+@dataclass
+class LocalPostgres:
+    """``start()`` initialises (first time only) and starts the server; ``stop()`` ends it."""
+
+    data_dir: Path
+    port: int = 0
+    durable: bool = True  # False: fsync off, for throwaway test clusters
+    run_as: str = os.environ.get("MAGNETAR_PG_USER", "postgres")
+    process: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://{DB_USER}@127.0.0.1:{self.port}/{DB_NAME}"
+
+    def start(self, timeout: float = 60.0) -> "LocalPostgres":
+        bin_dir = find_pg_bin()
+        self.data_dir = Path(self.data_dir).resolve()
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        pgdata = self.data_dir / "pgdata"
+        sockets = self.data_dir / "sockets"
+        sockets.mkdir(parents=True, exist_ok=True)
+        drop = _privilege_drop(self.run_as)
+        if os.geteuid() == 0:
+            os.chmod(self.data_dir, 0o755)
+        if not (pgdata / "PG_VERSION").exists():
+            pgdata.mkdir(parents=True, exist_ok=True)
+            _chown_tree(self.data_dir, self.run_as)
+            subprocess.run(
+                [*drop, str(bin_dir / "initdb"), "-D", str(pgdata), "-U", DB_USER,
+                 "--auth=trust", "-E", "UTF8", "--no-sync", "--locale=C"],
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            )
+        _chown_tree(sockets, self.run_as)
+        if not self.port:
+            self.port = free_port()
+        settings = {
+            "listen_addresses": "127.0.0.1",
+            "unix_socket_directories": str(sockets),
+            "max_connections": "300",
+            "shared_buffers": "256MB",
+            "wal_level": "minimal",
+            "max_wal_senders": "0",
+            "max_wal_size": "2GB",
+            "log_min_messages": "warning",
+            "logging_collector": "off",
+        }
+        if not self.durable:
+            settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+        args = [*drop, str(bin_dir / "postgres"), "-D", str(pgdata), "-p", str(self.port)]
+        for key, value in settings.items():
+            args += ["-c", f"{key}={value}"]
+        log = open(self.data_dir / "postgres.log", "ab")
+        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        self._wait_ready(bin_dir, timeout)
+        self._ensure_database(bin_dir)
+        return self
+
+    def _wait_ready(self, bin_dir: Path, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"PostgreSQL exited with code {self.process.returncode}; see "
+                    f"{self.data_dir / 'postgres.log'}"
+                )
+            ok = subprocess.run(
+                [str(bin_dir / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-q"],
+                check=False,
+            )
+            if ok.returncode == 0:
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"PostgreSQL did not accept connections within {timeout:.0f}s")
+
+    def _ensure_database(self, bin_dir: Path) -> None:
+        psql = [str(bin_dir / "psql"), "-h", "127.0.0.1", "-p", str(self.port),
+                "-U", DB_USER, "-d", "postgres", "-tAc"]
+        exists = subprocess.run(
+            [*psql, f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}'"],
+            check=True, capture_output=True, text=True,
+        ).stdout.strip()
+        if not exists:
+            subprocess.run([*psql, f"CREATE DATABASE {DB_NAME}"], check=True,
+                           capture_output=True)
+
+    def create_database(self, name: str) -> str:
+        """A fresh, empty database on this server; returns its URL."""
+        psql = [str(find_pg_bin() / "psql"), "-h", "127.0.0.1",
+                "-p", str(self.port), "-U", DB_USER, "-d", "postgres", "-tAc"]
+        subprocess.run([*psql, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'], check=True,
+                       capture_output=True)
+        subprocess.run([*psql, f'CREATE DATABASE "{name}"'], check=True, capture_output=True)
+        return f"postgresql://{DB_USER}@127.0.0.1:{self.port}/{name}"
+
+    def stop(self, timeout: float = 30.0) -> None:
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()  # SIGTERM: smart shutdown
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster (crash tests); its children exit on their own."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None

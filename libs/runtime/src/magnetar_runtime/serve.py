@@ -1,0 +1,26 @@
+"""Run a service app under uvicorn; SIGTERM/SIGINT shut it down gracefully (the
+app's lifespan ``finally`` runs: brokers release leases, loops stop)."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from magnetar_runtime.logs import configure_logging
+from magnetar_runtime.settings import ServiceSettings
+
+
+def serve(app, settings: ServiceSettings, service: str) -> None:
+    configure_logging(settings.log_level, settings.log_format, service)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+        # A broker holds long-poll fetches open; keep idle connections long enough.
+        timeout_keep_alive=75,
+    )
+    uvicorn.Server(config).run()

@@ -1,0 +1,1 @@
+"""Magnetar's PostgreSQL storage: migrations, the schema model, named queries, pools."""

@@ -1,0 +1,93 @@
+"""Forward-only SQL migrations, applied by ``magnetar-migrate``.
+
+Safe to run twice and concurrently: a session advisory lock serializes runners, and
+each file is applied in its own transaction together with its row in
+``magnetar_migrations``, so a crash leaves every file either fully applied or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from importlib import resources
+
+import asyncpg
+
+log = logging.getLogger("magnetar.migrate")
+
+# Any fixed 64-bit number; shared by every magnetar-migrate process.
+_LOCK_KEY = 0x6D61676E6574_01
+
+_BOOKKEEPING = """
+CREATE TABLE IF NOT EXISTS magnetar_migrations (
+    version     text PRIMARY KEY,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+def migration_files() -> list[tuple[str, str]]:
+    """(version, sql) for every migration, in order."""
+    folder = resources.files("magnetar_storage") / "migrations"
+    names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
+    return [(n.removesuffix(".sql"), (folder / n).read_text()) for n in names]
+
+
+async def migrate(database_url: str) -> list[str]:
+    """Apply every pending migration; return the versions applied by this call."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
+        try:
+            await conn.execute(_BOOKKEEPING)
+            done = {r["version"] for r in await conn.fetch("SELECT version FROM magnetar_migrations")}
+            applied = []
+            for version, sql in migration_files():
+                if version in done:
+                    continue
+                async with conn.transaction():
+                    await conn.execute(sql)
+                    await conn.execute(
+                        "INSERT INTO magnetar_migrations (version) VALUES ($1)", version
+                    )
+                log.info("applied migration %s", version)
+                applied.append(version)
+            return applied
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+    finally:
+        await conn.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="magnetar-migrate", description="Apply Magnetar's schema migrations."
+    )
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("MAGNETAR_DATABASE_URL"),
+        help="PostgreSQL URL (default: $MAGNETAR_DATABASE_URL)",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if not args.database_url:
+        print(
+            "magnetar-migrate: no database given; set MAGNETAR_DATABASE_URL or pass "
+            "--database-url postgresql://user@host:port/db",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        applied = asyncio.run(migrate(args.database_url))
+    except (OSError, asyncpg.PostgresError) as exc:
+        print(f"magnetar-migrate: cannot migrate {args.database_url}: {exc}", file=sys.stderr)
+        return 1
+    print(f"magnetar-migrate: {len(applied)} migration(s) applied, schema is current")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

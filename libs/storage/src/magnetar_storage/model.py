@@ -1,0 +1,132 @@
+"""The schema described once with SQLAlchemy Core.
+
+Migrations are the source of truth for the database; this model exists so tooling can
+reason about tables, and tests/integration/test_schema.py proves the two agree (same
+tables, columns, types, nullability, keys and indexes).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKeyConstraint,
+    Identity,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import TIMESTAMP
+
+metadata = MetaData()
+
+
+def _created_at() -> Column:
+    return Column("created_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now())
+
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("admin_roles", ARRAY(Text), nullable=False, server_default=text("'{}'")),
+    _created_at(),
+)
+
+namespaces = Table(
+    "namespaces",
+    metadata,
+    Column("tenant", Text, nullable=False),
+    Column("namespace", Text, nullable=False),
+    Column("deduplication_enabled", Boolean, nullable=True),
+    _created_at(),
+    PrimaryKeyConstraint("tenant", "namespace"),
+    ForeignKeyConstraint(["tenant"], ["tenants.tenant"]),
+)
+
+partitioned_topics = Table(
+    "partitioned_topics",
+    metadata,
+    Column("topic", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("namespace", Text, nullable=False),
+    Column("partitions", Integer, nullable=False),
+    _created_at(),
+    ForeignKeyConstraint(["tenant", "namespace"], ["namespaces.tenant", "namespaces.namespace"]),
+)
+
+topics = Table(
+    "topics",
+    metadata,
+    Column("topic_id", BigInteger, Identity(always=True), primary_key=True),
+    Column("topic", Text, nullable=False, unique=True),
+    Column("tenant", Text, nullable=False),
+    Column("namespace", Text, nullable=False),
+    Column("partition_index", Integer, nullable=False, server_default=text("-1")),
+    _created_at(),
+    ForeignKeyConstraint(["tenant", "namespace"], ["namespaces.tenant", "namespaces.namespace"]),
+)
+
+brokers = Table(
+    "brokers",
+    metadata,
+    Column("broker_id", Text, primary_key=True),
+    Column("url", Text, nullable=False),
+    Column("started_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+    Column("heartbeat_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+)
+
+topic_owners = Table(
+    "topic_owners",
+    metadata,
+    Column("topic_id", BigInteger, primary_key=True),
+    Column("broker_id", Text, nullable=True),
+    Column("epoch", BigInteger, nullable=False, server_default=text("0")),
+    Column("acquired_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+    ForeignKeyConstraint(["topic_id"], ["topics.topic_id"], ondelete="CASCADE"),
+    Index("topic_owners_broker", "broker_id"),
+)
+
+entries = Table(
+    "entries",
+    metadata,
+    Column("topic_id", BigInteger, nullable=False),
+    Column("entry_id", BigInteger, nullable=False),
+    Column("producer_name", Text, nullable=False),
+    Column("sequence_id", BigInteger, nullable=False),
+    Column("highest_sequence_id", BigInteger, nullable=False),
+    Column("num_messages", Integer, nullable=False),
+    Column("publish_time", BigInteger, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("topic_id", "entry_id"),
+)
+
+producer_sequences = Table(
+    "producer_sequences",
+    metadata,
+    Column("topic_id", BigInteger, nullable=False),
+    Column("producer_name", Text, nullable=False),
+    Column("last_sequence_id", BigInteger, nullable=False),
+    Column("updated_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("topic_id", "producer_name"),
+)
+
+subscriptions = Table(
+    "subscriptions",
+    metadata,
+    Column("topic_id", BigInteger, nullable=False),
+    Column("subscription", Text, nullable=False),
+    Column("mark_delete_entry", BigInteger, nullable=False),
+    Column("acked_state", LargeBinary, nullable=False, server_default=text("'\\x'::bytea")),
+    _created_at(),
+    Column("updated_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("topic_id", "subscription"),
+)

@@ -1,0 +1,34 @@
+"""Broker settings (``MAGNETAR_*`` environment variables)."""
+
+from __future__ import annotations
+
+import socket
+
+from pydantic import Field
+
+from magnetar_runtime.settings import ServiceSettings
+
+
+class BrokerSettings(ServiceSettings):
+    # Stable identity (the StatefulSet pod name in Kubernetes); default: the hostname+port.
+    broker_id: str = ""
+    # Broker liveness: heartbeat every interval; a broker whose heartbeat is older than
+    # the lease TTL is dead and its topics may be taken over.
+    heartbeat_interval_ms: int = Field(1000, gt=0)
+    lease_ttl_ms: int = Field(5000, gt=0)
+    # Client sessions (Pulsar connections): lapse when not kept alive this long.
+    session_timeout_ms: int = Field(10000, gt=0)
+    keepalive_interval_ms: int = Field(2000, gt=0)
+    deduplication_enabled: bool = True
+    allow_auto_topic_creation: bool = True
+    max_message_size: int = Field(5 * 1024 * 1024, gt=0)
+    max_batch_messages: int = Field(10000, gt=0)
+    # Group commit: at most this many batches in one PostgreSQL transaction.
+    max_batches_per_commit: int = Field(256, gt=0)
+    # Recently written entries kept in memory for tailing consumers.
+    entry_cache_entries: int = Field(2048, ge=0)
+    max_fetch_wait_ms: int = Field(30000, gt=0)
+
+    @property
+    def resolved_broker_id(self) -> str:
+        return self.broker_id or f"{socket.gethostname()}-{self.port}"
