@@ -1,0 +1,51 @@
+"""The broker's routes: protobuf for clients (docs/protocol.md), JSON for the admin."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import NotOwner
+from magnetar_protocol.topics import TopicName
+from magnetar_runtime.app import proto_route
+
+from magnetar_broker.service import BrokerService
+
+
+def add_routes(app: FastAPI, service: BrokerService) -> None:
+    routes = [
+        ("/v1/topics/metadata", pb.PartitionMetadataRequest, service.metadata),
+        ("/v1/topics/lookup", pb.LookupRequest, service.lookup),
+        ("/v1/sessions/open", pb.OpenSessionRequest, service.open_session),
+        ("/v1/sessions/keepalive", pb.KeepAliveRequest, service.keepalive),
+        ("/v1/sessions/close", pb.CloseSessionRequest, service.close_session),
+        ("/v1/producers/create", pb.CreateProducerRequest, service.create_producer),
+        ("/v1/producers/send", pb.SendRequest, service.send),
+        ("/v1/producers/close", pb.CloseProducerRequest, service.close_producer),
+        ("/v1/consumers/subscribe", pb.SubscribeRequest, service.subscribe),
+        ("/v1/consumers/fetch", pb.FetchRequest, service.fetch),
+        ("/v1/consumers/ack", pb.AckRequest, service.ack),
+        ("/v1/consumers/redeliver", pb.RedeliverRequest, service.redeliver),
+        ("/v1/consumers/seek", pb.SeekRequest, service.seek),
+        ("/v1/consumers/last-message-id", pb.LastMessageIdRequest, service.last_message_id),
+        ("/v1/consumers/close", pb.CloseConsumerRequest, service.close_consumer),
+    ]
+    for path, request_type, handler in routes:
+        proto_route(app, path, request_type, handler)
+
+    @app.get("/internal/v1/topic-stats", summary="Live stats of a topic this broker serves")
+    async def topic_stats(topic: str) -> dict:
+        name = TopicName.parse(topic)
+        plog = service.ownership.logs.get(name.full)
+        if plog is None or plog.closed:
+            raise NotOwner(f"{name.full} is not served by broker {service.broker_id}")
+        return service.topic_stats(plog)
+
+    @app.post("/internal/v1/unload", summary="Give up ownership of a topic now")
+    async def unload(topic: str) -> dict:
+        return {"unloaded": await service.ownership.unload(TopicName.parse(topic))}
+
+    @app.get("/internal/v1/owned-topics", summary="Topics this broker serves")
+    async def owned_topics() -> dict:
+        return {"brokerId": service.broker_id,
+                "topics": sorted(service.ownership.logs)}

@@ -1,0 +1,135 @@
+-- Broker SQL.  Loaded by store.py with magnetar_storage.queries.load_queries.
+-- Every write for a topic compares the owner epoch in the same statement (the `owner`
+-- CTE takes a FOR SHARE lock on the lease row, so a takeover's compare-and-set waits
+-- for in-flight writes and every later write of the old owner finds no row).
+
+-- name: register_broker
+INSERT INTO brokers (broker_id, url) VALUES ($1, $2)
+ON CONFLICT (broker_id) DO UPDATE SET url = excluded.url, started_at = now(), heartbeat_at = now();
+
+-- name: deregister_broker
+DELETE FROM brokers WHERE broker_id = $1;
+
+-- name: heartbeat
+UPDATE brokers SET heartbeat_at = now() WHERE broker_id = $1 RETURNING broker_id;
+
+-- name: release_all_topics
+UPDATE topic_owners SET broker_id = NULL, epoch = epoch + 1, acquired_at = now()
+WHERE broker_id = $1;
+
+-- name: release_topic
+UPDATE topic_owners SET broker_id = NULL, epoch = epoch + 1, acquired_at = now()
+WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3;
+
+-- name: owned_topics
+SELECT topic_id, epoch FROM topic_owners WHERE broker_id = $1;
+
+-- name: live_brokers
+SELECT broker_id, url FROM brokers
+WHERE heartbeat_at > now() - make_interval(secs => $1::float8)
+ORDER BY broker_id;
+
+-- name: get_topic
+SELECT topic_id, partition_index FROM topics WHERE topic = $1;
+
+-- name: get_partitioned_topic
+SELECT partitions FROM partitioned_topics WHERE topic = $1;
+
+-- name: get_namespace
+SELECT deduplication_enabled FROM namespaces WHERE tenant = $1 AND namespace = $2;
+
+-- name: insert_topic
+INSERT INTO topics (topic, tenant, namespace, partition_index) VALUES ($1, $2, $3, $4)
+ON CONFLICT (topic) DO NOTHING;
+
+-- name: insert_topic_owner
+INSERT INTO topic_owners (topic_id) SELECT topic_id FROM topics WHERE topic = $1
+ON CONFLICT (topic_id) DO NOTHING;
+
+-- name: lookup_owner
+SELECT o.broker_id, o.epoch, b.url,
+       coalesce(b.heartbeat_at > now() - make_interval(secs => $2::float8), false) AS alive
+FROM topic_owners o LEFT JOIN brokers b ON b.broker_id = o.broker_id
+WHERE o.topic_id = $1;
+
+-- name: assign_owner
+UPDATE topic_owners SET broker_id = $2, epoch = epoch + 1, acquired_at = now()
+WHERE topic_id = $1 AND epoch = $3
+RETURNING epoch;
+
+-- name: my_epoch
+SELECT epoch FROM topic_owners WHERE topic_id = $1 AND broker_id = $2;
+
+-- name: next_entry_id
+SELECT coalesce(max(entry_id) + 1, 0) FROM entries WHERE topic_id = $1;
+
+-- name: last_sequence_id
+SELECT last_sequence_id FROM producer_sequences WHERE topic_id = $1 AND producer_name = $2;
+
+-- name: append_entries
+WITH owner AS (
+    SELECT 1 FROM topic_owners
+    WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
+    FOR SHARE
+), appended AS (
+    INSERT INTO entries (topic_id, entry_id, producer_name, sequence_id, highest_sequence_id,
+                         num_messages, publish_time, payload)
+    SELECT $1, e.* FROM unnest($4::bigint[], $5::text[], $6::bigint[], $7::bigint[],
+                               $8::integer[], $9::bigint[], $10::bytea[]) AS e
+    WHERE EXISTS (SELECT 1 FROM owner)
+    RETURNING 1
+), sequences AS (
+    INSERT INTO producer_sequences (topic_id, producer_name, last_sequence_id)
+    SELECT $1, s.name, s.seq FROM unnest($11::text[], $12::bigint[]) AS s (name, seq)
+    WHERE EXISTS (SELECT 1 FROM owner)
+    ON CONFLICT (topic_id, producer_name) DO UPDATE
+        SET last_sequence_id = greatest(producer_sequences.last_sequence_id,
+                                        excluded.last_sequence_id),
+            updated_at = now()
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM appended) AS appended;
+
+-- name: read_entries
+SELECT entry_id, producer_name, num_messages, publish_time, payload
+FROM entries
+WHERE topic_id = $1 AND entry_id >= $2 AND entry_id < $3
+ORDER BY entry_id
+LIMIT $4;
+
+-- name: first_entry_since
+SELECT min(entry_id) FROM entries WHERE topic_id = $1 AND publish_time >= $2;
+
+-- name: create_subscription
+WITH owner AS (
+    SELECT 1 FROM topic_owners
+    WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
+    FOR SHARE
+)
+INSERT INTO subscriptions (topic_id, subscription, mark_delete_entry)
+SELECT $1, $4, $5 WHERE EXISTS (SELECT 1 FROM owner)
+ON CONFLICT (topic_id, subscription) DO NOTHING;
+
+-- name: get_subscription
+SELECT mark_delete_entry, acked_state FROM subscriptions
+WHERE topic_id = $1 AND subscription = $2;
+
+-- name: save_cursor
+WITH owner AS (
+    SELECT 1 FROM topic_owners
+    WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
+    FOR SHARE
+)
+UPDATE subscriptions SET mark_delete_entry = $5, acked_state = $6, updated_at = now()
+WHERE topic_id = $1 AND subscription = $4 AND EXISTS (SELECT 1 FROM owner)
+RETURNING 1;
+
+-- name: delete_subscription
+WITH owner AS (
+    SELECT 1 FROM topic_owners
+    WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
+    FOR SHARE
+)
+DELETE FROM subscriptions
+WHERE topic_id = $1 AND subscription = $4 AND EXISTS (SELECT 1 FROM owner)
+RETURNING 1;

@@ -1,0 +1,337 @@
+"""The broker's request handling: sessions, producers, consumers, on top of Ownership."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+import uuid
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import (
+    BadRequest,
+    ConsumerNotFound,
+    NotAllowedError,
+    ProducerBusy,
+    ProducerNotFound,
+)
+from magnetar_protocol.topics import TopicName, validate_name_part
+from magnetar_runtime.loops import BackgroundLoop
+
+from magnetar_broker import metrics
+from magnetar_broker.cursor import Cursor
+from magnetar_broker.ownership import Ownership
+from magnetar_broker.sessions import SessionRegistry
+from magnetar_broker.settings import BrokerSettings
+from magnetar_broker.store import BrokerStore
+from magnetar_broker.subscription import Consumer, Subscription
+from magnetar_broker.topic import PartitionLog, Producer
+
+log = logging.getLogger("magnetar.broker")
+
+LATEST = (1 << 63) - 1
+ACCESS_MODES = {pb.ACCESS_SHARED: "Shared", pb.ACCESS_EXCLUSIVE: "Exclusive",
+                pb.ACCESS_WAIT_FOR_EXCLUSIVE: "WaitForExclusive",
+                pb.ACCESS_EXCLUSIVE_WITH_FENCING: "ExclusiveWithFencing"}
+
+
+class BrokerService:
+    def __init__(self, store: BrokerStore, settings: BrokerSettings):
+        self.store = store
+        self.settings = settings
+        self.broker_id = store.broker_id
+        self.ownership = Ownership(store, settings, self._topic_lost)
+        self.sessions = SessionRegistry(settings.session_timeout_ms / 1000)
+        self.producers: dict[int, Producer] = {}
+        self.consumers: dict[int, Consumer] = {}
+        self._ids = itertools.count(1)
+        self.heartbeat_loop = BackgroundLoop(
+            "broker-heartbeat", settings.heartbeat_interval_ms / 1000, self.ownership.heartbeat_once)
+        self.session_loop = BackgroundLoop("session-expiry", 0.5, self.expire_sessions)
+        self.ready = False
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        await self.store.register(self.settings.url)
+        self.heartbeat_loop.start()
+        self.session_loop.start()
+        self.ready = True
+        log.info("broker %s serving at %s", self.broker_id, self.settings.url)
+
+    async def stop(self) -> None:
+        """Graceful stop: give every lease back so other brokers take over at once."""
+        self.ready = False
+        await self.heartbeat_loop.stop()
+        await self.session_loop.stop()
+        for plog in list(self.ownership.logs.values()):
+            plog.lose("broker shutting down")
+        await self.store.deregister()
+        log.info("broker %s released its topics and stopped", self.broker_id)
+
+    def _topic_lost(self, plog: PartitionLog) -> None:
+        for producer in list(plog.producers.values()):
+            self._drop_producer(producer)
+        for sub in list(plog.subscriptions.values()):
+            for consumer in list(sub.consumers.values()):
+                consumer.closed = True
+                self.consumers.pop(consumer.consumer_id, None)
+        plog.subscriptions.clear()
+
+    async def expire_sessions(self) -> None:
+        for session in self.sessions.expired(time.monotonic()):
+            log.info("session %s (%s) expired", session.session_id, session.client_name)
+            self._close_session_objects(session)
+        metrics.SESSIONS.set(len(self.sessions.sessions))
+
+    def _close_session_objects(self, session) -> None:
+        for pid in list(session.producers):
+            if producer := self.producers.get(pid):
+                self._drop_producer(producer)
+        for cid in list(session.consumers):
+            if consumer := self.consumers.get(cid):
+                self._drop_consumer(consumer)
+
+    # ---------------------------------------------------------------- discovery
+
+    async def metadata(self, req: pb.PartitionMetadataRequest) -> pb.PartitionMetadataResponse:
+        name = TopicName.parse(req.topic)
+        return pb.PartitionMetadataResponse(topic=name.full, partitions=await self.ownership.partitions(name))
+
+    async def lookup(self, req: pb.LookupRequest) -> pb.LookupResponse:
+        name = TopicName.parse(req.topic)
+        broker_id, url = await self.ownership.lookup(name)
+        return pb.LookupResponse(topic=name.full, broker_url=url, broker_id=broker_id)
+
+    # ---------------------------------------------------------------- sessions
+
+    async def open_session(self, req: pb.OpenSessionRequest) -> pb.OpenSessionResponse:
+        session = self.sessions.open(req.client_name, time.monotonic())
+        metrics.SESSIONS.set(len(self.sessions.sessions))
+        return pb.OpenSessionResponse(
+            session_id=session.session_id,
+            keepalive_interval_ms=self.settings.keepalive_interval_ms,
+            session_timeout_ms=self.settings.session_timeout_ms,
+        )
+
+    async def keepalive(self, req: pb.KeepAliveRequest) -> pb.KeepAliveResponse:
+        self.sessions.get(req.session_id, time.monotonic())
+        return pb.KeepAliveResponse()
+
+    async def close_session(self, req: pb.CloseSessionRequest) -> pb.CloseSessionResponse:
+        if session := self.sessions.close(req.session_id):
+            self._close_session_objects(session)
+        return pb.CloseSessionResponse()
+
+    # ---------------------------------------------------------------- producers
+
+    async def create_producer(self, req: pb.CreateProducerRequest) -> pb.CreateProducerResponse:
+        session = self.sessions.get(req.session_id, time.monotonic())
+        if req.access_mode != pb.ACCESS_SHARED:
+            raise NotAllowedError(
+                f"access mode {ACCESS_MODES.get(req.access_mode, req.access_mode)} is not supported yet"
+            )
+        plog = await self.ownership.get_log(TopicName.parse(req.topic))
+        name = req.producer_name
+        if name:
+            validate_name_part("producer", name)
+            for other in plog.producers.values():
+                if other.name == name:
+                    if other.session_id == req.session_id:
+                        return self._producer_reply(other, await plog.last_sequence_id(name))
+                    raise ProducerBusy(f"producer {name!r} is already connected to {plog.name.full}")
+        else:
+            name = f"{self.broker_id}-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
+        last = await plog.last_sequence_id(name)
+        plog.check_open()
+        producer = Producer(next(self._ids), name, req.session_id, req.access_mode, plog)
+        plog.producers[producer.producer_id] = producer
+        self.producers[producer.producer_id] = producer
+        session.producers.add(producer.producer_id)
+        return self._producer_reply(producer, last)
+
+    def _producer_reply(self, producer: Producer, last: int) -> pb.CreateProducerResponse:
+        return pb.CreateProducerResponse(
+            producer_id=producer.producer_id, producer_name=producer.name,
+            last_sequence_id=last, max_message_size=self.settings.max_message_size,
+        )
+
+    def _producer(self, producer_id: int) -> Producer:
+        producer = self.producers.get(producer_id)
+        if producer is None or producer.closed:
+            raise ProducerNotFound(f"producer {producer_id} is not connected to this broker; create it again")
+        return producer
+
+    async def send(self, req: pb.SendRequest) -> pb.SendResponse:
+        producer = self._producer(req.producer_id)
+        self.sessions.get(producer.session_id, time.monotonic())
+        if req.HasField("txn"):
+            raise NotAllowedError("transactional sends are not supported by this broker yet")
+        return await producer.log.publish(producer, req)
+
+    async def close_producer(self, req: pb.CloseProducerRequest) -> pb.CloseProducerResponse:
+        if producer := self.producers.get(req.producer_id):
+            self._drop_producer(producer)
+        return pb.CloseProducerResponse()
+
+    def _drop_producer(self, producer: Producer) -> None:
+        producer.closed = True
+        self.producers.pop(producer.producer_id, None)
+        producer.log.producers.pop(producer.producer_id, None)
+        if session := self.sessions.sessions.get(producer.session_id):
+            session.producers.discard(producer.producer_id)
+
+    # ---------------------------------------------------------------- consumers
+
+    async def subscribe(self, req: pb.SubscribeRequest) -> pb.SubscribeResponse:
+        session = self.sessions.get(req.session_id, time.monotonic())
+        if req.sub_type not in (pb.SUB_EXCLUSIVE, pb.SUB_SHARED, pb.SUB_FAILOVER, pb.SUB_KEY_SHARED):
+            raise BadRequest(f"unknown subscription type {req.sub_type}")
+        sub_name = req.subscription or (f"reader-{uuid.uuid4().hex[:10]}" if not req.durable else "")
+        validate_name_part("subscription", sub_name)
+        plog = await self.ownership.get_log(TopicName.parse(req.topic))
+        async with plog._sub_lock:
+            sub = plog.subscriptions.get(sub_name)
+            if sub is None:
+                sub = await self._open_subscription(plog, sub_name, req)
+            consumer = Consumer(next(self._ids), req.consumer_name or f"consumer-{uuid.uuid4().hex[:6]}",
+                                req.session_id, req.priority_level, sub)
+            sub.add_consumer(consumer, req.sub_type)
+        self.consumers[consumer.consumer_id] = consumer
+        session.consumers.add(consumer.consumer_id)
+        return pb.SubscribeResponse(consumer_id=consumer.consumer_id)
+
+    async def _open_subscription(self, plog: PartitionLog, name: str, req: pb.SubscribeRequest) -> Subscription:
+        if req.durable:
+            initial = -1 if req.initial_position == pb.INITIAL_EARLIEST else plog.next_entry_id - 1
+            row = await self.store.open_subscription(plog.topic_id, plog.epoch, name, initial)
+            plog.check_open()
+            if row is None:
+                plog.lose("fenced while opening a subscription")
+                plog.check_open()
+            cursor = Cursor.decode(*row)
+        else:
+            cursor = Cursor(plog.next_entry_id - 1)
+            if req.HasField("start_position") and req.start_position.entry_id != LATEST:
+                pos = req.start_position
+                cursor = Cursor(pos.entry_id - 1)
+                upto = pos.batch_index if req.start_inclusive else pos.batch_index + 1
+                if pos.batch_index < 0 and not req.start_inclusive:
+                    cursor = Cursor(pos.entry_id)
+                for i in range(max(upto, 0)):
+                    cursor.ack(pos.entry_id, i)
+        sub = Subscription(plog, name, cursor, durable=req.durable)
+        plog.subscriptions[name] = sub
+        return sub
+
+    def _consumer(self, consumer_id: int) -> Consumer:
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None or consumer.closed:
+            raise ConsumerNotFound(f"consumer {consumer_id} is not connected to this broker; subscribe again")
+        return consumer
+
+    async def fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
+        consumer = self._consumer(req.consumer_id)
+        session = self.sessions.get(consumer.session_id, time.monotonic())
+        sub = consumer.subscription
+        deadline = time.monotonic() + min(req.wait_ms, self.settings.max_fetch_wait_ms) / 1000
+        session.inflight += 1
+        try:
+            while True:
+                sub.log.check_open()
+                changed = sub.log.changed()
+                entries = await sub.fetch(consumer, req.max_messages)
+                left = deadline - time.monotonic()
+                if entries or left <= 0 or consumer.closed:
+                    return pb.FetchResponse(entries=entries, partition=sub.log.partition_index)
+                try:
+                    await asyncio.wait_for(asyncio.shield(changed), left)
+                except TimeoutError:
+                    pass
+        finally:
+            session.inflight -= 1
+            session.last_seen = time.monotonic()
+
+    async def ack(self, req: pb.AckRequest) -> pb.AckResponse:
+        consumer = self._consumer(req.consumer_id)
+        if req.HasField("txn"):
+            raise NotAllowedError("transactional acks are not supported by this broker yet")
+        consumer.subscription.log.check_open()
+        await consumer.subscription.ack(consumer, req.positions, req.ack_type == pb.ACK_CUMULATIVE)
+        return pb.AckResponse()
+
+    async def redeliver(self, req: pb.RedeliverRequest) -> pb.RedeliverResponse:
+        consumer = self._consumer(req.consumer_id)
+        consumer.subscription.redeliver(consumer, req.positions)
+        return pb.RedeliverResponse()
+
+    async def seek(self, req: pb.SeekRequest) -> pb.SeekResponse:
+        consumer = self._consumer(req.consumer_id)
+        sub = consumer.subscription
+        if req.HasField("position"):
+            await sub.seek(min(req.position.entry_id, sub.log.next_entry_id), req.position.batch_index)
+        elif req.HasField("publish_time"):
+            first = await self.store.first_entry_since(sub.log.topic_id, req.publish_time)
+            await sub.seek(sub.log.next_entry_id if first is None else first)
+        else:
+            raise BadRequest("seek needs a position or a publish_time")
+        # Pulsar disconnects consumers on seek; we instead drop what they hold.
+        return pb.SeekResponse()
+
+    async def last_message_id(self, req: pb.LastMessageIdRequest) -> pb.LastMessageIdResponse:
+        consumer = self._consumer(req.consumer_id)
+        plog = consumer.subscription.log
+        last = await plog.last_entry()
+        reply = pb.LastMessageIdResponse(
+            mark_delete=pb.Position(entry_id=max(consumer.subscription.cursor.mark_delete, 0), batch_index=-1))
+        if last is not None:
+            reply.has_message = True
+            reply.last.CopyFrom(pb.MessageIdData(
+                partition=plog.partition_index, entry_id=last.entry_id,
+                batch_index=last.num_messages - 1, batch_size=last.num_messages))
+        return reply
+
+    async def close_consumer(self, req: pb.CloseConsumerRequest) -> pb.CloseConsumerResponse:
+        consumer = self.consumers.get(req.consumer_id)
+        if consumer is None:
+            return pb.CloseConsumerResponse()
+        sub = consumer.subscription
+        if req.unsubscribe and len(sub.consumers) > 1:
+            raise NotAllowedError(f"subscription {sub.name!r} has other consumers; close them first")
+        self._drop_consumer(consumer)
+        if req.unsubscribe and sub.durable:
+            await self.store.delete_subscription(sub.log.topic_id, sub.log.epoch, sub.name)
+            sub.log.subscriptions.pop(sub.name, None)
+        return pb.CloseConsumerResponse()
+
+    def _drop_consumer(self, consumer: Consumer) -> None:
+        consumer.closed = True
+        self.consumers.pop(consumer.consumer_id, None)
+        sub = consumer.subscription
+        sub.remove_consumer(consumer)
+        if not sub.durable and not sub.consumers:
+            sub.log.subscriptions.pop(sub.name, None)
+        if session := self.sessions.sessions.get(consumer.session_id):
+            session.consumers.discard(consumer.consumer_id)
+
+    # ---------------------------------------------------------------- admin views
+
+    def topic_stats(self, plog: PartitionLog) -> dict:
+        return {
+            "topic": plog.name.full,
+            "ownerBroker": self.broker_id,
+            "ownerEpoch": plog.epoch,
+            "msgInCounter": plog.msg_in,
+            "bytesInCounter": plog.bytes_in,
+            "msgOutCounter": sum(c.msg_out for s in plog.subscriptions.values() for c in s.consumers.values()),
+            "lastEntryId": plog.next_entry_id - 1,
+            "deduplicationEnabled": plog.dedup,
+            "publishers": [
+                {"producerName": p.name, "producerId": p.producer_id,
+                 "accessMode": ACCESS_MODES.get(p.access_mode, "Shared"),
+                 "msgInCounter": p.msg_in, "bytesInCounter": p.bytes_in, "connectedSince": p.created_at}
+                for p in plog.producers.values()
+            ],
+            "subscriptions": {name: sub.stats() for name, sub in plog.subscriptions.items()},
+        }

@@ -1,0 +1,53 @@
+"""Client sessions: the part a Pulsar connection plays.  Pure: the caller passes time.
+
+A session not kept alive for the timeout expires; its producers and consumers are
+closed with it.  A session with a request in flight (a long-poll fetch) is alive.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from magnetar_protocol.errors import SessionNotFound
+
+
+@dataclass(eq=False)
+class Session:
+    session_id: str
+    client_name: str
+    last_seen: float
+    inflight: int = 0
+    producers: set[int] = field(default_factory=set)
+    consumers: set[int] = field(default_factory=set)
+
+
+class SessionRegistry:
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self.sessions: dict[str, Session] = {}
+
+    def open(self, client_name: str, now: float) -> Session:
+        session = Session(uuid.uuid4().hex, client_name, now)
+        self.sessions[session.session_id] = session
+        return session
+
+    def get(self, session_id: str, now: float) -> Session:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise SessionNotFound(
+                f"session {session_id or '(none)'} is unknown or expired; open a new session"
+            )
+        session.last_seen = now
+        return session
+
+    def close(self, session_id: str) -> Session | None:
+        return self.sessions.pop(session_id, None)
+
+    def expired(self, now: float) -> list[Session]:
+        """Remove and return every session idle for longer than the timeout."""
+        gone = [s for s in self.sessions.values()
+                if s.inflight == 0 and now - s.last_seen > self.timeout_s]
+        for s in gone:
+            del self.sessions[s.session_id]
+        return gone

@@ -1,0 +1,136 @@
+"""The broker's database access.  SQL text lives in queries.sql."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+
+from magnetar_storage.queries import load_queries
+
+Q = load_queries("magnetar_broker")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    entry_id: int
+    producer_name: str
+    num_messages: int
+    publish_time: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    broker_id: str | None
+    epoch: int
+    url: str | None
+    alive: bool
+
+
+class BrokerStore:
+    def __init__(self, pool: asyncpg.Pool, broker_id: str):
+        self.pool = pool
+        self.broker_id = broker_id
+
+    # ---------------------------------------------------------------- brokers
+
+    async def register(self, url: str) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(Q["register_broker"], self.broker_id, url)
+            # A restarted broker fences any zombie of its former self.
+            await conn.execute(Q["release_all_topics"], self.broker_id)
+
+    async def deregister(self) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(Q["release_all_topics"], self.broker_id)
+            await conn.execute(Q["deregister_broker"], self.broker_id)
+
+    async def heartbeat(self) -> bool:
+        return await self.pool.fetchval(Q["heartbeat"], self.broker_id) is not None
+
+    async def owned_topics(self) -> dict[int, int]:
+        rows = await self.pool.fetch(Q["owned_topics"], self.broker_id)
+        return {r["topic_id"]: r["epoch"] for r in rows}
+
+    async def live_brokers(self, ttl_s: float) -> list[tuple[str, str]]:
+        return [(r["broker_id"], r["url"]) for r in await self.pool.fetch(Q["live_brokers"], ttl_s)]
+
+    # ---------------------------------------------------------------- topics
+
+    async def get_topic(self, topic: str) -> tuple[int, int] | None:
+        row = await self.pool.fetchrow(Q["get_topic"], topic)
+        return (row["topic_id"], row["partition_index"]) if row else None
+
+    async def partitions(self, topic: str) -> int | None:
+        return await self.pool.fetchval(Q["get_partitioned_topic"], topic)
+
+    async def namespace(self, tenant: str, namespace: str) -> tuple[bool, bool | None]:
+        """(exists, deduplication_enabled policy or None)."""
+        row = await self.pool.fetchrow(Q["get_namespace"], tenant, namespace)
+        return (row is not None, row["deduplication_enabled"] if row else None)
+
+    async def create_topic(self, topic: str, tenant: str, namespace: str, partition: int) -> int:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(Q["insert_topic"], topic, tenant, namespace, partition)
+            await conn.execute(Q["insert_topic_owner"], topic)
+            return await conn.fetchval("SELECT topic_id FROM topics WHERE topic = $1", topic)
+
+    async def lookup_owner(self, topic_id: int, ttl_s: float) -> Owner | None:
+        row = await self.pool.fetchrow(Q["lookup_owner"], topic_id, ttl_s)
+        return Owner(row["broker_id"], row["epoch"], row["url"], row["alive"]) if row else None
+
+    async def assign_owner(self, topic_id: int, broker_id: str, expected_epoch: int) -> int | None:
+        return await self.pool.fetchval(Q["assign_owner"], topic_id, broker_id, expected_epoch)
+
+    async def my_epoch(self, topic_id: int) -> int | None:
+        return await self.pool.fetchval(Q["my_epoch"], topic_id, self.broker_id)
+
+    async def release_topic(self, topic_id: int, epoch: int) -> None:
+        await self.pool.execute(Q["release_topic"], topic_id, self.broker_id, epoch)
+
+    # ---------------------------------------------------------------- log
+
+    async def next_entry_id(self, topic_id: int) -> int:
+        return await self.pool.fetchval(Q["next_entry_id"], topic_id)
+
+    async def last_sequence_id(self, topic_id: int, producer_name: str) -> int:
+        value = await self.pool.fetchval(Q["last_sequence_id"], topic_id, producer_name)
+        return -1 if value is None else value
+
+    async def append_entries(self, topic_id: int, epoch: int, columns: tuple, sequences: tuple) -> bool:
+        """Write entries and dedup state in one statement; False if fenced."""
+        row = await self.pool.fetchrow(
+            Q["append_entries"], topic_id, self.broker_id, epoch, *columns, *sequences
+        )
+        return row["owned"] == 1
+
+    async def read_entries(self, topic_id: int, start: int, end: int, limit: int) -> list[Entry]:
+        rows = await self.pool.fetch(Q["read_entries"], topic_id, start, end, limit)
+        return [Entry(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+
+    async def first_entry_since(self, topic_id: int, publish_time: int) -> int | None:
+        return await self.pool.fetchval(Q["first_entry_since"], topic_id, publish_time)
+
+    # ---------------------------------------------------------------- cursors
+
+    async def open_subscription(
+        self, topic_id: int, epoch: int, name: str, initial_mark_delete: int
+    ) -> tuple[int, bytes] | None:
+        async with self.pool.acquire() as conn:
+            await conn.execute(
+                Q["create_subscription"], topic_id, self.broker_id, epoch, name, initial_mark_delete
+            )
+            row = await conn.fetchrow(Q["get_subscription"], topic_id, name)
+        return (row["mark_delete_entry"], bytes(row["acked_state"])) if row else None
+
+    async def save_cursor(self, topic_id: int, epoch: int, name: str, mark_delete: int,
+                          state: bytes) -> bool:
+        return await self.pool.fetchval(
+            Q["save_cursor"], topic_id, self.broker_id, epoch, name, mark_delete, state
+        ) is not None
+
+    async def delete_subscription(self, topic_id: int, epoch: int, name: str) -> bool:
+        return await self.pool.fetchval(
+            Q["delete_subscription"], topic_id, self.broker_id, epoch, name
+        ) is not None

@@ -1,0 +1,260 @@
+"""A subscription on one partition: consumers, dispatch, acks and the durable cursor.
+
+Dispatch is entry by entry: a consumer gets whole stored batches, or the listed batch
+indices of one when only some of its messages are due (redeliveries, KeyShared routing,
+partly acknowledged entries).  Bookkeeping is in dispatch.Deliveries and cursor.Cursor
+(pure); this module adds the reads, the locking and persistence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import BadRequest, ConsumerBusy, NotAllowedError, NotOwner
+from magnetar_runtime.groupcommit import GroupCommit
+
+from magnetar_broker import metrics
+from magnetar_broker.cursor import WHOLE, Cursor, full_mask
+from magnetar_broker.dispatch import Deliveries, HashRing, failover_active, key_hash, mask_indices
+from magnetar_broker.store import Entry
+from magnetar_broker.topic import PartitionLog
+
+SUB_NAMES = {pb.SUB_EXCLUSIVE: "Exclusive", pb.SUB_SHARED: "Shared",
+             pb.SUB_FAILOVER: "Failover", pb.SUB_KEY_SHARED: "Key_Shared"}
+MAX_UNACKED_PER_CONSUMER = 50_000
+# KeyShared: messages read for other consumers wait in the redelivery queue; past this
+# many, stop reading new entries until the slow consumer catches up (as Pulsar does).
+MAX_PARKED_MESSAGES = 20_000
+READ_AHEAD_ENTRIES = 64
+
+
+@dataclass(eq=False)
+class Consumer:
+    consumer_id: int
+    name: str
+    session_id: str
+    priority: int
+    subscription: "Subscription"
+    msg_out: int = 0
+    connected_since: float = field(default_factory=time.time)
+    closed: bool = False
+
+
+class Subscription:
+    def __init__(self, log: PartitionLog, name: str, cursor: Cursor, durable: bool):
+        self.log = log
+        self.name = name
+        self.cursor = cursor
+        self.durable = durable
+        self.sub_type: int | None = None
+        self.consumers: dict[int, Consumer] = {}
+        self.deliveries = Deliveries()
+        self.read_position = cursor.mark_delete + 1
+        self._active: int | None = None
+        self._ring = HashRing()
+        self._keys: dict[int, list[int]] = {}   # entry -> key hash per index (KeyShared)
+        self._lock = asyncio.Lock()
+        self._saver: GroupCommit[None, None] = GroupCommit(self._save, 1024)
+
+    # ---------------------------------------------------------------- consumers
+
+    def add_consumer(self, consumer: Consumer, sub_type: int) -> None:
+        if self.consumers and sub_type != self.sub_type:
+            raise ConsumerBusy(
+                f"subscription {self.name!r} is {SUB_NAMES[self.sub_type]}, not {SUB_NAMES[sub_type]}"
+            )
+        if sub_type == pb.SUB_EXCLUSIVE and self.consumers:
+            raise ConsumerBusy(f"exclusive subscription {self.name!r} already has a consumer")
+        self.sub_type = sub_type
+        self.consumers[consumer.consumer_id] = consumer
+        self._membership_changed()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if self.consumers.pop(consumer.consumer_id, None) is None:
+            return
+        moved = self.deliveries.forget_consumer(consumer.consumer_id)
+        metrics.REDELIVERIES.inc(moved)
+        self._membership_changed()
+
+    def _membership_changed(self) -> None:
+        if self.sub_type == pb.SUB_FAILOVER:
+            active = failover_active(
+                [(c.priority, c.name, c.consumer_id) for c in self.consumers.values()],
+                self.log.partition_index,
+            )
+            if self._active is not None and active != self._active and self._active in self.consumers:
+                # The new active consumer must see what the old one had not acknowledged.
+                self.deliveries.release(self._active, None, count=True)
+            self._active = active
+        elif self.sub_type == pb.SUB_KEY_SHARED:
+            self._ring = HashRing((c.consumer_id, c.name) for c in self.consumers.values())
+        self.log.wake()
+
+    def _may_receive(self, consumer: Consumer) -> bool:
+        if self.sub_type == pb.SUB_FAILOVER and consumer.consumer_id != self._active:
+            return False
+        return self.deliveries.unacked.get(consumer.consumer_id, 0) < MAX_UNACKED_PER_CONSUMER
+
+    # ---------------------------------------------------------------- dispatch
+
+    async def fetch(self, consumer: Consumer, max_messages: int) -> list[pb.DeliveredEntry]:
+        async with self._lock:
+            if consumer.closed or not self._may_receive(consumer):
+                return []
+            out: list[pb.DeliveredEntry] = []
+            budget = max(max_messages, 1)
+            budget = await self._take_redeliveries(consumer, budget, out)
+            if budget > 0 and len(self.deliveries.redeliver) < MAX_PARKED_MESSAGES:
+                await self._take_new(consumer, budget, out)
+            delivered = sum(len(e.indices) or e.num_messages for e in out)
+            consumer.msg_out += delivered
+            metrics.MESSAGES_OUT.inc(delivered)
+            return out
+
+    async def _take_redeliveries(self, consumer: Consumer, budget: int, out: list) -> int:
+        for entry_id in self.deliveries.redelivery_entries():
+            if budget <= 0:
+                break
+            entry = await self.log.read_one(entry_id)
+            if entry is None:
+                self.deliveries.acked(entry_id, WHOLE)
+                continue
+            mask = self.deliveries.redeliver[entry_id] & self.cursor.unacked_mask(entry_id, entry.num_messages)
+            mask &= self._routed_to(consumer, entry)
+            if mask:
+                budget -= self._deliver(consumer, entry, mask, out, redelivered=True)
+            elif not self.deliveries.redeliver[entry_id] & self.cursor.unacked_mask(entry_id, entry.num_messages):
+                self.deliveries.acked(entry_id, WHOLE)
+        return budget
+
+    async def _take_new(self, consumer: Consumer, budget: int, out: list) -> None:
+        while budget > 0:
+            entries = await self.log.read(self.read_position, min(READ_AHEAD_ENTRIES, budget))
+            if not entries:
+                return
+            for entry in entries:
+                self.read_position = entry.entry_id + 1
+                self.cursor.note_size(entry.entry_id, entry.num_messages)
+                due = self.cursor.unacked_mask(entry.entry_id, entry.num_messages)
+                due &= ~self.deliveries.pending_mask(entry.entry_id)
+                if not due:
+                    continue
+                mine = due & self._routed_to(consumer, entry)
+                if due & ~mine:
+                    # KeyShared: park other consumers' messages (not a redelivery).
+                    self.deliveries.redeliver[entry.entry_id] = (
+                        self.deliveries.redeliver.get(entry.entry_id, 0) | (due & ~mine))
+                if mine:
+                    budget -= self._deliver(consumer, entry, mine, out, redelivered=False)
+                if budget <= 0:
+                    return
+
+    def _routed_to(self, consumer: Consumer, entry: Entry) -> int:
+        """Mask of the entry's messages this consumer may take (all but for KeyShared)."""
+        if self.sub_type != pb.SUB_KEY_SHARED:
+            return full_mask(entry.num_messages)
+        hashes = self._keys.get(entry.entry_id)
+        if hashes is None:
+            batch = pb.MessageBatch.FromString(entry.payload)
+            hashes = [key_hash(m.partition_key if m.HasField("partition_key") else None)
+                      for m in batch.messages]
+            if len(self._keys) > 4096:
+                self._keys.clear()
+            self._keys[entry.entry_id] = hashes
+        mask = 0
+        for i, h in enumerate(hashes):
+            if self._ring.owner(h) == consumer.consumer_id:
+                mask |= 1 << i
+        return mask
+
+    def _deliver(self, consumer: Consumer, entry: Entry, mask: int, out: list, redelivered: bool) -> int:
+        whole = mask == full_mask(entry.num_messages)
+        indices = [] if whole and not redelivered else mask_indices(mask)
+        counts = self.deliveries.counts_for(entry.entry_id, indices) if indices else []
+        if indices and not any(counts) and whole:
+            indices, counts = [], []
+        self.deliveries.delivered(consumer.consumer_id, entry.entry_id, mask)
+        out.append(pb.DeliveredEntry(
+            entry_id=entry.entry_id, batch=entry.payload, num_messages=entry.num_messages,
+            publish_time=entry.publish_time, producer_name=entry.producer_name,
+            indices=indices, redelivery_counts=counts,
+        ))
+        return mask.bit_count()
+
+    # ---------------------------------------------------------------- acks
+
+    async def ack(self, consumer: Consumer, positions, cumulative: bool) -> None:
+        if cumulative and self.sub_type in (pb.SUB_SHARED, pb.SUB_KEY_SHARED):
+            raise NotAllowedError(
+                f"cumulative ack is not allowed on {SUB_NAMES[self.sub_type]} subscription {self.name!r}"
+            )
+        end = self.log.next_entry_id
+        for p in positions:
+            if p.entry_id >= end:
+                raise BadRequest(
+                    f"ack of entry {p.entry_id} on {self.log.name.full}: the topic ends at entry {end - 1}"
+                )
+        for p in positions:
+            # Entry sizes are noted when entries are read for dispatch, which lets a
+            # fully acknowledged batch collapse into its entry.
+            if cumulative:
+                self.cursor.ack_cumulative(p.entry_id, p.batch_index)
+                self.deliveries.acked_cumulative(p.entry_id, p.batch_index)
+            else:
+                self.cursor.ack(p.entry_id, p.batch_index)
+                self.deliveries.acked(p.entry_id, p.batch_index)
+        self.log.wake()
+        if self.durable:
+            await self._saver.submit(None)
+
+    def redeliver(self, consumer: Consumer, positions) -> int:
+        chosen = None if not positions else [(p.entry_id, p.batch_index) for p in positions]
+        moved = self.deliveries.release(consumer.consumer_id, chosen, count=True)
+        metrics.REDELIVERIES.inc(moved)
+        self.log.wake()
+        return moved
+
+    async def seek(self, entry_id: int, batch_index: int = WHOLE) -> None:
+        """Reset the cursor so the next message delivered is (entry_id, batch_index)."""
+        async with self._lock:
+            self.cursor.reset(entry_id - 1)
+            if batch_index > 0:
+                for i in range(batch_index):
+                    self.cursor.ack(entry_id, i)
+            self.deliveries.clear()
+            self.read_position = self.cursor.mark_delete + 1
+        self.log.wake()
+        if self.durable:
+            await self._saver.submit(None)
+
+    async def _save(self, items: list[None]) -> list[None]:
+        ok = await self.log.store.save_cursor(
+            self.log.topic_id, self.log.epoch, self.name, self.cursor.mark_delete, self.cursor.encode()
+        )
+        if not ok:
+            self.log.lose("fenced while saving a cursor")
+            raise NotOwner(f"{self.log.name.full} moved to another broker; look it up again")
+        return [None] * len(items)
+
+    def backlog(self) -> int:
+        return max(self.log.next_entry_id - 1 - self.cursor.mark_delete, 0)
+
+    def stats(self) -> dict:
+        return {
+            "type": SUB_NAMES.get(self.sub_type, "None"),
+            "durable": self.durable,
+            "markDeletePosition": self.cursor.mark_delete,
+            "backlogEntries": self.backlog(),
+            "unackedMessages": sum(self.deliveries.unacked.values()),
+            "msgRedeliverPending": sum(m.bit_count() for m in self.deliveries.redeliver.values()),
+            "consumers": [
+                {"consumerName": c.name, "consumerId": c.consumer_id, "priorityLevel": c.priority,
+                 "unackedMessages": self.deliveries.unacked.get(c.consumer_id, 0),
+                 "msgOutCounter": c.msg_out, "connectedSince": c.connected_since,
+                 "isActive": self.sub_type != pb.SUB_FAILOVER or c.consumer_id == self._active}
+                for c in self.consumers.values()
+            ],
+        }

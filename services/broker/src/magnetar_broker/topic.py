@@ -1,0 +1,232 @@
+"""An owned partition: its log head, dedup state, entry cache, producers and
+subscriptions.  Writes go through one group-commit pipeline per partition; every
+statement compares the ownership epoch, so a fenced broker stores nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import (
+    BadRequest,
+    MagnetarError,
+    MessageTooBig,
+    NotOwner,
+    PersistenceError,
+)
+from magnetar_protocol.topics import TopicName
+from magnetar_runtime.groupcommit import GroupCommit
+
+from magnetar_broker import metrics
+from magnetar_broker.dedup import Verdict, drop_persisted, judge
+from magnetar_broker.store import BrokerStore, Entry
+
+if TYPE_CHECKING:
+    from magnetar_broker.subscription import Subscription
+
+log = logging.getLogger("magnetar.broker.topic")
+
+# Room for batch framing and per-message metadata on top of the payload limit.
+BATCH_OVERHEAD = 64 * 1024
+
+
+@dataclass(eq=False)
+class Producer:
+    producer_id: int
+    name: str
+    session_id: str
+    access_mode: int
+    log: "PartitionLog"
+    msg_in: int = 0
+    bytes_in: int = 0
+    created_at: float = field(default_factory=time.time)
+    closed: bool = False
+
+
+@dataclass(slots=True)
+class _Append:
+    producer_name: str
+    lowest: int
+    highest: int
+    num_messages: int
+    batch: bytes
+
+
+class PartitionLog:
+    def __init__(self, name: TopicName, topic_id: int, epoch: int, store: BrokerStore, *,
+                 dedup: bool, max_message_size: int, max_batch_messages: int,
+                 cache_entries: int, max_batches_per_commit: int, on_lost):
+        self.name = name
+        self.topic_id = topic_id
+        self.epoch = epoch
+        self.store = store
+        self.dedup = dedup
+        self.max_message_size = max_message_size
+        self.max_batch_messages = max_batch_messages
+        self.partition_index = name.partition_index
+        self.next_entry_id = 0
+        self.persisted_seq: dict[str, int] = {}  # producer name -> last persisted sequence id
+        self.pushed_seq: dict[str, int] = {}     # ... including batches not yet committed
+        self.producers: dict[int, Producer] = {}
+        self.subscriptions: dict[str, "Subscription"] = {}
+        self.cache: deque[Entry] = deque(maxlen=max(cache_entries, 1))
+        self.closed = False
+        self.msg_in = 0
+        self.bytes_in = 0
+        self._on_lost = on_lost
+        self._writer: GroupCommit[_Append, int] = GroupCommit(self._commit, max_batches_per_commit)
+        self._wake: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._sub_lock = asyncio.Lock()
+
+    async def load(self) -> "PartitionLog":
+        self.next_entry_id = await self.store.next_entry_id(self.topic_id)
+        return self
+
+    # ---------------------------------------------------------------- notifications
+
+    def wake(self) -> None:
+        """Tell long-polling fetches that something changed (data, acks, consumers)."""
+        fut, self._wake = self._wake, asyncio.get_running_loop().create_future()
+        if not fut.done():
+            fut.set_result(None)
+
+    def changed(self) -> asyncio.Future:
+        return self._wake
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise NotOwner(f"{self.name.full} is no longer served by this broker; look it up again")
+
+    # ---------------------------------------------------------------- producing
+
+    async def last_sequence_id(self, producer_name: str) -> int:
+        if producer_name not in self.persisted_seq:
+            last = await self.store.last_sequence_id(self.topic_id, producer_name)
+            # Another load may have raced us; the larger value is the truth.
+            self.persisted_seq[producer_name] = max(last, self.persisted_seq.get(producer_name, -1))
+            self.pushed_seq.setdefault(producer_name, self.persisted_seq[producer_name])
+        return self.persisted_seq[producer_name]
+
+    async def publish(self, producer: Producer, req: pb.SendRequest) -> pb.SendResponse:
+        self.check_open()
+        batch, n = req.batch, req.num_messages
+        lowest, highest = req.sequence_id, req.highest_sequence_id
+        if not batch or n == 0:
+            raise BadRequest("send: empty batch (num_messages must be at least 1)")
+        if n > self.max_batch_messages:
+            raise BadRequest(f"send: batch of {n} messages exceeds the limit of {self.max_batch_messages}")
+        if len(batch) > self.max_message_size + BATCH_OVERHEAD:
+            raise MessageTooBig(
+                f"send: batch of {len(batch)} bytes exceeds the maximum message size of "
+                f"{self.max_message_size} bytes on {self.name.full}"
+            )
+        if highest < lowest:
+            raise BadRequest("send: highest_sequence_id is below sequence_id")
+        name = producer.name
+        if self.dedup:
+            while True:
+                self.check_open()
+                last = await self.last_sequence_id(name)
+                verdict = judge(last, lowest, highest)
+                if verdict is Verdict.DUPLICATE:
+                    metrics.DUPLICATES.inc(n)
+                    return pb.SendResponse(duplicate=True, last_sequence_id=last,
+                                           partition=self.partition_index)
+                if lowest <= self.pushed_seq.get(name, -1):
+                    # Overlaps a batch still being committed: judge again once it is.
+                    await self._writer.idle()
+                    continue
+                if verdict is Verdict.PARTIAL:
+                    batch, n, lowest, highest = drop_persisted(batch, last)
+                break
+            self.pushed_seq[name] = highest
+        started = time.perf_counter()
+        entry_id = await self._writer.submit(_Append(name, lowest, highest, n, batch))
+        metrics.PUBLISH_LATENCY.observe(time.perf_counter() - started)
+        producer.msg_in += n
+        producer.bytes_in += len(batch)
+        return pb.SendResponse(entry_id=entry_id, last_sequence_id=highest,
+                               partition=self.partition_index)
+
+    async def _commit(self, items: list[_Append]) -> list[int]:
+        self.check_open()
+        first = self.next_entry_id
+        ids = list(range(first, first + len(items)))
+        now_ms = int(time.time() * 1000)
+        columns = (
+            ids,
+            [i.producer_name for i in items],
+            [i.lowest for i in items],
+            [i.highest for i in items],
+            [i.num_messages for i in items],
+            [now_ms] * len(items),
+            [i.batch for i in items],
+        )
+        latest: dict[str, int] = {}
+        if self.dedup:
+            for i in items:
+                latest[i.producer_name] = max(latest.get(i.producer_name, -1), i.highest)
+        try:
+            owned = await self.store.append_entries(
+                self.topic_id, self.epoch, columns, (list(latest), list(latest.values()))
+            )
+        except MagnetarError:
+            raise
+        except Exception as exc:
+            # The commit's outcome is unknown: drop every in-memory assumption and let
+            # the next request reload the partition from the database.
+            self.lose(f"write failed: {exc}")
+            raise PersistenceError(f"could not store batch on {self.name.full}: {exc}") from exc
+        if not owned:
+            self.lose("fenced: another broker took the topic over")
+            raise NotOwner(f"{self.name.full} moved to another broker; look it up again")
+        self.next_entry_id = first + len(items)
+        for name, seq in latest.items():
+            self.persisted_seq[name] = max(seq, self.persisted_seq.get(name, -1))
+        total = 0
+        for entry_id, item in zip(ids, items):
+            self.cache.append(Entry(entry_id, item.producer_name, item.num_messages, now_ms, item.batch))
+            total += item.num_messages
+            self.bytes_in += len(item.batch)
+        self.msg_in += total
+        metrics.MESSAGES_IN.inc(total)
+        metrics.COMMIT_BATCHES.observe(len(items))
+        self.wake()
+        return ids
+
+    # ---------------------------------------------------------------- reading
+
+    async def read(self, start: int, max_entries: int) -> list[Entry]:
+        """Entries from ``start`` on (at most ``max_entries``), from cache or database."""
+        end = self.next_entry_id
+        if start >= end or max_entries <= 0:
+            return []
+        if self.cache and start >= self.cache[0].entry_id:
+            offset = start - self.cache[0].entry_id
+            return list(itertools.islice(self.cache, offset, offset + max_entries))
+        return await self.store.read_entries(self.topic_id, start, end, max_entries)
+
+    async def read_one(self, entry_id: int) -> Entry | None:
+        got = await self.read(entry_id, 1)
+        return got[0] if got and got[0].entry_id == entry_id else None
+
+    async def last_entry(self) -> Entry | None:
+        return await self.read_one(self.next_entry_id - 1) if self.next_entry_id else None
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def lose(self, reason: str) -> None:
+        """Stop serving at once: fail queued writes, drop producers and consumers."""
+        if self.closed:
+            return
+        self.closed = True
+        log.warning("stopped serving %s: %s", self.name.full, reason)
+        self._writer.fail_pending(NotOwner(f"{self.name.full} is no longer served here"))
+        self.wake()
+        self._on_lost(self)
