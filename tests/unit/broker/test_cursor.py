@@ -1,0 +1,58 @@
+from magnetar_broker.cursor import WHOLE, Cursor
+
+
+def test_in_order_acks_move_mark_delete():
+    c = Cursor(-1)
+    c.note_size(0, 2)
+    c.ack(0, 0)
+    assert c.mark_delete == -1 and c.is_acked(0, 0) and not c.is_acked(0, 1)
+    c.ack(0, 1)
+    assert c.mark_delete == 0 and c.acked == {}
+
+
+def test_out_of_order_acks_are_kept_until_the_gap_closes():
+    c = Cursor(-1)
+    c.ack(2, WHOLE)
+    c.ack(1, WHOLE)
+    assert c.mark_delete == -1 and set(c.acked) == {1, 2}
+    c.ack(0, WHOLE)
+    assert c.mark_delete == 2 and c.acked == {}
+
+
+def test_unacked_mask():
+    c = Cursor(-1)
+    c.ack(5, 1)
+    assert c.unacked_mask(5, 3) == 0b101
+    assert c.unacked_mask(4, 3) == 0b111
+    c.ack(5, WHOLE)
+    assert c.unacked_mask(5, 3) == 0
+
+
+def test_cumulative_inside_a_batch():
+    c = Cursor(-1)
+    c.ack(3, WHOLE)
+    c.note_size(1, 4)
+    c.ack_cumulative(1, 2)
+    assert c.mark_delete == 0
+    assert c.unacked_mask(1, 4) == 0b1000
+    c.ack_cumulative(1, 3)
+    assert c.mark_delete == 1  # entry 1 completes; 2 still open, 3 acked beyond it
+    assert set(c.acked) == {3}
+
+
+def test_encode_decode_round_trip():
+    c = Cursor(10)
+    c.ack(12, 0)
+    c.ack(12, 9)
+    c.ack(14, WHOLE)
+    back = Cursor.decode(c.mark_delete, c.encode())
+    assert back.mark_delete == 10
+    assert back.acked == {12: (1 << 9) | 1, 14: -1}
+
+
+def test_decode_advances_over_complete_entries():
+    c = Cursor(3)
+    c.ack(5, WHOLE)
+    data = c.encode()
+    back = Cursor.decode(4, data)  # entry 4 was completed too
+    assert back.mark_delete == 5 and back.acked == {}

@@ -1,0 +1,63 @@
+from magnetar_broker.dispatch import (
+    WHOLE, Deliveries, HashRing, failover_active, key_hash, mask_indices)
+
+
+def test_delivery_and_individual_ack():
+    d = Deliveries()
+    d.delivered(1, 0, 0b111)
+    assert d.unacked[1] == 3 and d.holder(0, 2) == 1
+    d.acked(0, 1)
+    assert d.pending[0] == {1: 0b101} and d.unacked[1] == 2
+    d.acked(0, WHOLE)
+    assert d.pending == {} and d.unacked[1] == 0
+
+
+def test_nack_counts_and_redelivers_only_chosen_messages():
+    d = Deliveries()
+    d.delivered(1, 7, 0b11)
+    assert d.release(1, [(7, 1)]) == 1
+    assert d.redeliver == {7: 0b10}
+    assert d.counts_for(7, [0, 1]) == [0, 1]
+    d.delivered(2, 7, 0b10)
+    assert d.redeliver == {} and d.holder(7, 1) == 2
+
+
+def test_consumer_loss_redelivers_everything_it_held():
+    d = Deliveries()
+    d.delivered(1, 0, 0b1)
+    d.delivered(1, 1, 0b11)
+    d.delivered(2, 2, 0b1)
+    assert d.forget_consumer(1) == 3
+    assert d.redeliver == {0: 1, 1: 3}
+    assert d.pending == {2: {2: 1}}
+
+
+def test_cumulative_ack_drops_everything_before():
+    d = Deliveries()
+    for e in range(3):
+        d.delivered(1, e, 0b11)
+    d.release(1, [(0, WHOLE)])
+    d.acked_cumulative(2, 0)
+    assert d.redeliver == {} and d.pending == {2: {1: 0b10}} and d.unacked[1] == 1
+
+
+def test_failover_active_is_pulsars_rule():
+    consumers = [(0, "b", 11), (0, "a", 10), (1, "c", 12)]
+    assert failover_active(consumers, -1) == 10
+    assert failover_active(consumers, 1) == 11
+    assert failover_active(consumers, 5) == 12
+    assert failover_active([], 0) is None
+
+
+def test_hash_ring_moves_only_a_share_of_keys():
+    before = HashRing([(1, "a"), (2, "b")])
+    after = HashRing([(1, "a"), (2, "b"), (3, "c")])
+    keys = [key_hash(f"k{i}") for i in range(2000)]
+    moved = sum(before.owner(k) != after.owner(k) for k in keys)
+    assert all(after.owner(k) == 3 for k in keys if before.owner(k) != after.owner(k))
+    assert 300 < moved < 1100
+    assert HashRing().owner(5) is None
+
+
+def test_mask_indices():
+    assert mask_indices(0b10110) == [1, 2, 4]

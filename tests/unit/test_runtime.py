@@ -1,0 +1,57 @@
+import asyncio
+
+import pytest
+
+from magnetar_runtime.groupcommit import GroupCommit
+from magnetar_runtime.loops import BackgroundLoop
+from magnetar_storage.queries import parse_queries
+
+
+async def test_group_commit_batches_concurrent_callers():
+    groups = []
+
+    async def commit(items):
+        groups.append(list(items))
+        await asyncio.sleep(0)
+        return [i * 10 for i in items]
+
+    gc = GroupCommit(commit, max_items=100)
+    results = await asyncio.gather(*(gc.submit(i) for i in range(5)))
+    assert results == [0, 10, 20, 30, 40]
+    assert groups == [[0, 1, 2, 3, 4]]
+
+
+async def test_group_commit_failure_reaches_every_caller():
+    async def commit(items):
+        raise RuntimeError("db down")
+
+    gc = GroupCommit(commit)
+    futs = [gc.submit(i) for i in range(3)]
+    for fut in futs:
+        with pytest.raises(RuntimeError):
+            await fut
+    await asyncio.wait_for(gc.idle(), 1)
+
+
+async def test_loop_survives_a_failing_iteration():
+    calls = []
+    done = asyncio.Event()
+
+    async def once():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("passing error")
+        done.set()
+
+    loop = BackgroundLoop("t", 0.01, once)
+    loop.start()
+    await asyncio.wait_for(done.wait(), 5)
+    await loop.stop()
+    assert len(calls) >= 2
+
+
+def test_named_queries():
+    q = parse_queries("-- name: a\nSELECT 1;\n\n-- name: b\nSELECT 2\n")
+    assert q == {"a": "SELECT 1", "b": "SELECT 2"}
+    with pytest.raises(ValueError):
+        parse_queries("-- name: a\nx\n-- name: a\ny")
