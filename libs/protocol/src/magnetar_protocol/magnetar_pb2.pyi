@@ -230,34 +230,38 @@ class CloseSessionResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class CreateProducerRequest(_message.Message):
-    __slots__ = ("session_id", "topic", "producer_name", "access_mode", "topic_epoch", "user_provided_name")
+    __slots__ = ("session_id", "topic", "producer_name", "access_mode", "topic_epoch", "user_provided_name", "wait_ms")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
     ACCESS_MODE_FIELD_NUMBER: _ClassVar[int]
     TOPIC_EPOCH_FIELD_NUMBER: _ClassVar[int]
     USER_PROVIDED_NAME_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     topic: str
     producer_name: str
     access_mode: ProducerAccessMode
     topic_epoch: int
     user_provided_name: bool
-    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., access_mode: _Optional[_Union[ProducerAccessMode, str]] = ..., topic_epoch: _Optional[int] = ..., user_provided_name: _Optional[bool] = ...) -> None: ...
+    wait_ms: int
+    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., access_mode: _Optional[_Union[ProducerAccessMode, str]] = ..., topic_epoch: _Optional[int] = ..., user_provided_name: _Optional[bool] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class CreateProducerResponse(_message.Message):
-    __slots__ = ("producer_id", "producer_name", "last_sequence_id", "topic_epoch", "max_message_size")
+    __slots__ = ("producer_id", "producer_name", "last_sequence_id", "topic_epoch", "max_message_size", "waiting")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_EPOCH_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     producer_name: str
     last_sequence_id: int
     topic_epoch: int
     max_message_size: int
-    def __init__(self, producer_id: _Optional[int] = ..., producer_name: _Optional[str] = ..., last_sequence_id: _Optional[int] = ..., topic_epoch: _Optional[int] = ..., max_message_size: _Optional[int] = ...) -> None: ...
+    waiting: bool
+    def __init__(self, producer_id: _Optional[int] = ..., producer_name: _Optional[str] = ..., last_sequence_id: _Optional[int] = ..., topic_epoch: _Optional[int] = ..., max_message_size: _Optional[int] = ..., waiting: _Optional[bool] = ...) -> None: ...
 
 class SendRequest(_message.Message):
     __slots__ = ("producer_id", "batch", "num_messages", "sequence_id", "highest_sequence_id", "txn")

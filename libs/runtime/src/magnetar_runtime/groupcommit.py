@@ -1,7 +1,8 @@
 """Group commit: many concurrent callers, one database transaction at a time.
 
 Callers ``await submit(item)``; a single drain task takes everything queued so far (up
-to ``max_items``), passes it to ``commit`` in one call, and hands each caller its result.
+to ``max_items``), passes it to ``commit`` in one call, and hands each caller its result (an exception
+instance as a result fails that caller alone).
 While one commit is in flight the next group accumulates, so throughput grows with load
 and an idle system commits each item at once.
 """
@@ -52,7 +53,11 @@ class GroupCommit(Generic[T, R]):
                         raise
                     continue
                 for (_, fut), result in zip(group, results):
-                    if not fut.done():
+                    if fut.done():
+                        continue
+                    if isinstance(result, BaseException):  # this item alone failed
+                        fut.set_exception(result)
+                    else:
                         fut.set_result(result)
         finally:
             self._task = None

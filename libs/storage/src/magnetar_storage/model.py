@@ -91,6 +91,7 @@ topic_owners = Table(
     Column("broker_id", Text, nullable=True),
     Column("epoch", BigInteger, nullable=False, server_default=text("0")),
     Column("acquired_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+    Column("topic_epoch", BigInteger, nullable=False, server_default=text("0")),
     ForeignKeyConstraint(["topic_id"], ["topics.topic_id"], ondelete="CASCADE"),
     Index("topic_owners_broker", "broker_id"),
 )

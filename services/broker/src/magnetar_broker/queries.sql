@@ -67,28 +67,39 @@ SELECT coalesce(max(entry_id) + 1, 0) FROM entries WHERE topic_id = $1;
 SELECT last_sequence_id FROM producer_sequences WHERE topic_id = $1 AND producer_name = $2;
 
 -- name: append_entries
+-- $13: the topic epoch the writing exclusive producer holds (NULL for shared producers).
 WITH owner AS (
-    SELECT 1 FROM topic_owners
+    SELECT topic_epoch FROM topic_owners
     WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
     FOR SHARE
+), allowed AS (
+    SELECT 1 FROM owner WHERE $13::bigint IS NULL OR topic_epoch = $13::bigint
 ), appended AS (
     INSERT INTO entries (topic_id, entry_id, producer_name, sequence_id, highest_sequence_id,
                          num_messages, publish_time, payload)
     SELECT $1, e.* FROM unnest($4::bigint[], $5::text[], $6::bigint[], $7::bigint[],
                                $8::integer[], $9::bigint[], $10::bytea[]) AS e
-    WHERE EXISTS (SELECT 1 FROM owner)
+    WHERE EXISTS (SELECT 1 FROM allowed)
     RETURNING 1
 ), sequences AS (
     INSERT INTO producer_sequences (topic_id, producer_name, last_sequence_id)
     SELECT $1, s.name, s.seq FROM unnest($11::text[], $12::bigint[]) AS s (name, seq)
-    WHERE EXISTS (SELECT 1 FROM owner)
+    WHERE EXISTS (SELECT 1 FROM allowed)
     ON CONFLICT (topic_id, producer_name) DO UPDATE
         SET last_sequence_id = greatest(producer_sequences.last_sequence_id,
                                         excluded.last_sequence_id),
             updated_at = now()
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM appended) AS appended;
+SELECT (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM allowed) AS allowed;
+
+-- name: get_topic_epoch
+SELECT topic_epoch FROM topic_owners WHERE topic_id = $1;
+
+-- name: set_topic_epoch
+UPDATE topic_owners SET topic_epoch = $4
+WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3 AND topic_epoch < $4
+RETURNING topic_epoch;
 
 -- name: read_entries
 SELECT entry_id, producer_name, num_messages, publish_time, payload

@@ -14,12 +14,15 @@ from magnetar_protocol.errors import (
     ConsumerNotFound,
     NotAllowedError,
     ProducerBusy,
+    ProducerFenced,
     ProducerNotFound,
 )
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_runtime.loops import BackgroundLoop
 
 from magnetar_broker import metrics
+from magnetar_broker.access import MODE_NAMES as ACCESS_MODES
+from magnetar_broker.access import Outcome
 from magnetar_broker.cursor import Cursor
 from magnetar_broker.ownership import Ownership
 from magnetar_broker.sessions import SessionRegistry
@@ -31,9 +34,6 @@ from magnetar_broker.topic import PartitionLog, Producer
 log = logging.getLogger("magnetar.broker")
 
 LATEST = (1 << 63) - 1
-ACCESS_MODES = {pb.ACCESS_SHARED: "Shared", pb.ACCESS_EXCLUSIVE: "Exclusive",
-                pb.ACCESS_WAIT_FOR_EXCLUSIVE: "WaitForExclusive",
-                pb.ACCESS_EXCLUSIVE_WITH_FENCING: "ExclusiveWithFencing"}
 
 
 class BrokerService:
@@ -86,6 +86,10 @@ class BrokerService:
         metrics.SESSIONS.set(len(self.sessions.sessions))
 
     def _close_session_objects(self, session) -> None:
+        for topic, name in session.waiting:
+            if plog := self.ownership.logs.get(topic):
+                plog.access.leave_queue(name)
+                plog.wake()
         for pid in list(session.producers):
             if producer := self.producers.get(pid):
                 self._drop_producer(producer)
@@ -128,37 +132,94 @@ class BrokerService:
 
     async def create_producer(self, req: pb.CreateProducerRequest) -> pb.CreateProducerResponse:
         session = self.sessions.get(req.session_id, time.monotonic())
-        if req.access_mode != pb.ACCESS_SHARED:
-            raise NotAllowedError(
-                f"access mode {ACCESS_MODES.get(req.access_mode, req.access_mode)} is not supported yet"
-            )
         plog = await self.ownership.get_log(TopicName.parse(req.topic))
         name = req.producer_name
         if name:
             validate_name_part("producer", name)
-            for other in plog.producers.values():
-                if other.name == name:
-                    if other.session_id == req.session_id:
-                        return self._producer_reply(other, await plog.last_sequence_id(name))
-                    raise ProducerBusy(f"producer {name!r} is already connected to {plog.name.full}")
         else:
             name = f"{self.broker_id}-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
+        requested = req.topic_epoch if req.HasField("topic_epoch") else None
+        deadline = time.monotonic() + min(req.wait_ms, self.settings.max_fetch_wait_ms) / 1000
+        session.inflight += 1
+        try:
+            while True:
+                plog.check_open()
+                changed = plog.changed()
+                async with plog.producer_lock:
+                    reply = await self._try_create(plog, session, name, req.access_mode, requested)
+                if reply is not None:
+                    return reply
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return pb.CreateProducerResponse(producer_name=name, waiting=True)
+                try:
+                    await asyncio.wait_for(asyncio.shield(changed), left)
+                except TimeoutError:
+                    pass
+        finally:
+            session.inflight -= 1
+            session.last_seen = time.monotonic()
+
+    async def _try_create(self, plog: PartitionLog, session, name: str, mode: int,
+                          requested: int | None) -> pb.CreateProducerResponse | None:
+        """Create the producer now, or None when a WaitForExclusive one must keep waiting."""
+        for other in plog.producers.values():
+            if other.name == name:
+                if other.session_id == session.session_id:
+                    return self._producer_reply(other, await plog.last_sequence_id(name))
+                raise ProducerBusy(f"producer {name!r} is already connected to {plog.name.full}")
+        if name in plog.fenced_waiters:
+            plog.fenced_waiters.discard(name)
+            session.waiting.discard((plog.name.full, name))
+            raise ProducerFenced(f"producer {name!r} was fenced while waiting for exclusive access")
+        decision = plog.access.admit(mode, name, requested)
+        if decision.outcome is Outcome.WAIT:
+            plog.access.enqueue(name)
+            session.waiting.add((plog.name.full, name))
+            return None
+        for producer_id in decision.fence:
+            if producer := self.producers.get(producer_id):
+                self._fence_producer(producer)
+        if decision.fence_waiters:
+            plog.fenced_waiters.update(w for w in plog.access.waiters if w != name)
+            plog.access.waiters.clear()
+        if decision.epoch is not None and decision.epoch != plog.access.topic_epoch:
+            await plog.persist_topic_epoch(decision.epoch)
         last = await plog.last_sequence_id(name)
         plog.check_open()
-        producer = Producer(next(self._ids), name, req.session_id, req.access_mode, plog)
+        producer = Producer(next(self._ids), name, session.session_id, mode, plog,
+                            topic_epoch=decision.epoch)
         plog.producers[producer.producer_id] = producer
+        plog.access.attach(producer.producer_id, mode, name, decision.epoch)
+        session.waiting.discard((plog.name.full, name))
         self.producers[producer.producer_id] = producer
         session.producers.add(producer.producer_id)
+        if decision.fence or decision.epoch is not None:
+            log.info("%s: producer %r is exclusive (%s) at topic epoch %s", plog.name.full, name,
+                     ACCESS_MODES[mode], decision.epoch)
+        plog.wake()
         return self._producer_reply(producer, last)
 
+    def _fence_producer(self, producer: Producer) -> None:
+        """Lost exclusivity: detach, but keep answering its sends with ProducerFenced."""
+        producer.fenced = True
+        producer.log.producers.pop(producer.producer_id, None)
+        producer.log.access.detach(producer.producer_id)
+        log.info("%s: fenced producer %r", producer.log.name.full, producer.name)
+
     def _producer_reply(self, producer: Producer, last: int) -> pb.CreateProducerResponse:
-        return pb.CreateProducerResponse(
+        reply = pb.CreateProducerResponse(
             producer_id=producer.producer_id, producer_name=producer.name,
             last_sequence_id=last, max_message_size=self.settings.max_message_size,
         )
+        if producer.topic_epoch is not None:
+            reply.topic_epoch = producer.topic_epoch
+        return reply
 
     def _producer(self, producer_id: int) -> Producer:
         producer = self.producers.get(producer_id)
+        if producer is not None:
+            producer.check_not_fenced()
         if producer is None or producer.closed:
             raise ProducerNotFound(f"producer {producer_id} is not connected to this broker; create it again")
         return producer
@@ -179,6 +240,8 @@ class BrokerService:
         producer.closed = True
         self.producers.pop(producer.producer_id, None)
         producer.log.producers.pop(producer.producer_id, None)
+        producer.log.access.detach(producer.producer_id)
+        producer.log.wake()  # a WaitForExclusive producer may be next
         if session := self.sessions.sessions.get(producer.session_id):
             session.producers.discard(producer.producer_id)
 
@@ -327,6 +390,11 @@ class BrokerService:
             "msgOutCounter": sum(c.msg_out for s in plog.subscriptions.values() for c in s.consumers.values()),
             "lastEntryId": plog.next_entry_id - 1,
             "deduplicationEnabled": plog.dedup,
+            "accessMode": plog.access.access_mode,
+            "exclusiveProducer": (plog.access.producers[plog.access.exclusive][1]
+                                  if plog.access.exclusive is not None else None),
+            "topicEpoch": plog.access.topic_epoch,
+            "waitingProducers": list(plog.access.waiters),
             "publishers": [
                 {"producerName": p.name, "producerId": p.producer_id,
                  "accessMode": ACCESS_MODES.get(p.access_mode, "Shared"),

@@ -20,6 +20,7 @@ class Session:
     inflight: int = 0
     producers: set[int] = field(default_factory=set)
     consumers: set[int] = field(default_factory=set)
+    waiting: set[tuple[str, str]] = field(default_factory=set)  # (topic, producer name) queued
 
 
 class SessionRegistry:

@@ -98,12 +98,23 @@ class BrokerStore:
         value = await self.pool.fetchval(Q["last_sequence_id"], topic_id, producer_name)
         return -1 if value is None else value
 
-    async def append_entries(self, topic_id: int, epoch: int, columns: tuple, sequences: tuple) -> bool:
-        """Write entries and dedup state in one statement; False if fenced."""
+    async def append_entries(self, topic_id: int, epoch: int, columns: tuple, sequences: tuple,
+                             topic_epoch: int | None = None) -> tuple[bool, bool]:
+        """Write entries and dedup state in one statement.
+
+        Returns (still owner, topic epoch matched); nothing is written unless both.
+        """
         row = await self.pool.fetchrow(
-            Q["append_entries"], topic_id, self.broker_id, epoch, *columns, *sequences
+            Q["append_entries"], topic_id, self.broker_id, epoch, *columns, *sequences, topic_epoch
         )
-        return row["owned"] == 1
+        return row["owned"] == 1, row["allowed"] == 1
+
+    async def topic_epoch(self, topic_id: int) -> int:
+        return await self.pool.fetchval(Q["get_topic_epoch"], topic_id) or 0
+
+    async def set_topic_epoch(self, topic_id: int, epoch: int, topic_epoch: int) -> bool:
+        return await self.pool.fetchval(
+            Q["set_topic_epoch"], topic_id, self.broker_id, epoch, topic_epoch) is not None
 
     async def read_entries(self, topic_id: int, start: int, end: int, limit: int) -> list[Entry]:
         rows = await self.pool.fetch(Q["read_entries"], topic_id, start, end, limit)

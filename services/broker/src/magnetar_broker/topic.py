@@ -19,11 +19,13 @@ from magnetar_protocol.errors import (
     MessageTooBig,
     NotOwner,
     PersistenceError,
+    ProducerFenced,
 )
 from magnetar_protocol.topics import TopicName
 from magnetar_runtime.groupcommit import GroupCommit
 
 from magnetar_broker import metrics
+from magnetar_broker.access import AccessState
 from magnetar_broker.dedup import Verdict, drop_persisted, judge
 from magnetar_broker.store import BrokerStore, Entry
 
@@ -43,14 +45,24 @@ class Producer:
     session_id: str
     access_mode: int
     log: "PartitionLog"
+    topic_epoch: int | None = None
     msg_in: int = 0
     bytes_in: int = 0
     created_at: float = field(default_factory=time.time)
     closed: bool = False
+    fenced: bool = False  # lost exclusivity: every later send fails with ProducerFenced
+
+    def check_not_fenced(self) -> None:
+        if self.fenced:
+            raise ProducerFenced(
+                f"producer {self.name!r} was fenced on {self.log.name.full}: another exclusive "
+                "producer took over"
+            )
 
 
 @dataclass(slots=True)
 class _Append:
+    producer: Producer
     producer_name: str
     lowest: int
     highest: int
@@ -74,6 +86,9 @@ class PartitionLog:
         self.persisted_seq: dict[str, int] = {}  # producer name -> last persisted sequence id
         self.pushed_seq: dict[str, int] = {}     # ... including batches not yet committed
         self.producers: dict[int, Producer] = {}
+        self.access = AccessState()
+        self.fenced_waiters: set[str] = set()
+        self.producer_lock = asyncio.Lock()
         self.subscriptions: dict[str, "Subscription"] = {}
         self.cache: deque[Entry] = deque(maxlen=max(cache_entries, 1))
         self.closed = False
@@ -86,7 +101,15 @@ class PartitionLog:
 
     async def load(self) -> "PartitionLog":
         self.next_entry_id = await self.store.next_entry_id(self.topic_id)
+        self.access.topic_epoch = await self.store.topic_epoch(self.topic_id)
         return self
+
+    async def persist_topic_epoch(self, topic_epoch: int) -> None:
+        """Record a new exclusive producer's epoch (lease-checked) before it is used."""
+        if not await self.store.set_topic_epoch(self.topic_id, self.epoch, topic_epoch):
+            self.lose("fenced while changing the topic epoch")
+            self.check_open()
+        self.access.topic_epoch = topic_epoch
 
     # ---------------------------------------------------------------- notifications
 
@@ -115,6 +138,7 @@ class PartitionLog:
 
     async def publish(self, producer: Producer, req: pb.SendRequest) -> pb.SendResponse:
         self.check_open()
+        producer.check_not_fenced()
         batch, n = req.batch, req.num_messages
         lowest, highest = req.sequence_id, req.highest_sequence_id
         if not batch or n == 0:
@@ -147,15 +171,19 @@ class PartitionLog:
                 break
             self.pushed_seq[name] = highest
         started = time.perf_counter()
-        entry_id = await self._writer.submit(_Append(name, lowest, highest, n, batch))
+        entry_id = await self._writer.submit(_Append(producer, name, lowest, highest, n, batch))
         metrics.PUBLISH_LATENCY.observe(time.perf_counter() - started)
         producer.msg_in += n
         producer.bytes_in += len(batch)
         return pb.SendResponse(entry_id=entry_id, last_sequence_id=highest,
                                partition=self.partition_index)
 
-    async def _commit(self, items: list[_Append]) -> list[int]:
+    async def _commit(self, queued: list[_Append]) -> list:
         self.check_open()
+        # Batches of a producer fenced while they waited here are never stored.
+        items = [i for i in queued if not i.producer.fenced]
+        if not items:
+            return [_fenced(i.producer) for i in queued]
         first = self.next_entry_id
         ids = list(range(first, first + len(items)))
         now_ms = int(time.time() * 1000)
@@ -173,8 +201,10 @@ class PartitionLog:
             for i in items:
                 latest[i.producer_name] = max(latest.get(i.producer_name, -1), i.highest)
         try:
-            owned = await self.store.append_entries(
-                self.topic_id, self.epoch, columns, (list(latest), list(latest.values()))
+            exclusive_epoch = self.access.topic_epoch if self.access.exclusive is not None else None
+            owned, allowed = await self.store.append_entries(
+                self.topic_id, self.epoch, columns, (list(latest), list(latest.values())),
+                exclusive_epoch,
             )
         except MagnetarError:
             raise
@@ -186,6 +216,9 @@ class PartitionLog:
         if not owned:
             self.lose("fenced: another broker took the topic over")
             raise NotOwner(f"{self.name.full} moved to another broker; look it up again")
+        if not allowed:
+            self.lose("topic epoch changed under this broker")
+            raise ProducerFenced(f"the topic epoch of {self.name.full} moved on; batch refused")
         self.next_entry_id = first + len(items)
         for name, seq in latest.items():
             self.persisted_seq[name] = max(seq, self.persisted_seq.get(name, -1))
@@ -198,7 +231,8 @@ class PartitionLog:
         metrics.MESSAGES_IN.inc(total)
         metrics.COMMIT_BATCHES.observe(len(items))
         self.wake()
-        return ids
+        by_item = dict(zip(map(id, items), ids))
+        return [by_item[id(i)] if id(i) in by_item else _fenced(i.producer) for i in queued]
 
     # ---------------------------------------------------------------- reading
 
@@ -230,3 +264,7 @@ class PartitionLog:
         self._writer.fail_pending(NotOwner(f"{self.name.full} is no longer served here"))
         self.wake()
         self._on_lost(self)
+
+
+def _fenced(producer: Producer) -> ProducerFenced:
+    return ProducerFenced(f"producer {producer.name!r} was fenced before its batch was stored")
