@@ -1,0 +1,65 @@
+"""Shared pieces of the benchmarks: a durable PostgreSQL (fsync on, as in production),
+the COPY ceiling, and figure printing.  Benchmarks print figures; they never assert."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import asyncpg
+
+from magnetar_runtime.local.postgres import LocalPostgres
+
+
+@contextmanager
+def durable_postgres():
+    """MAGNETAR_DATABASE_URL if set, else a private fsync-on server for this run."""
+    if url := os.environ.get("MAGNETAR_DATABASE_URL"):
+        yield url
+        return
+    folder = Path(tempfile.mkdtemp(prefix="magnetar-bench-pg-"))
+    pg = LocalPostgres(folder, durable=True).start()
+    try:
+        yield pg.url
+    finally:
+        pg.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def copy_ceiling(url: str, messages: int, size: int, rows_per_txn: int = 1000) -> dict:
+    """Write `messages` rows of `size` bytes with bare COPY, one connection,
+    `rows_per_txn` rows per transaction: the most PostgreSQL does for this shape."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("DROP TABLE IF EXISTS bench_ceiling")
+        await conn.execute(
+            "CREATE TABLE bench_ceiling (topic_id bigint, entry_id bigint, payload bytea, "
+            "PRIMARY KEY (topic_id, entry_id))")
+        await conn.execute("ALTER TABLE bench_ceiling ALTER COLUMN payload SET STORAGE EXTERNAL")
+        payload = os.urandom(size)
+        started = time.perf_counter()
+        for start in range(0, messages, rows_per_txn):
+            rows = [(1, i, payload) for i in range(start, min(start + rows_per_txn, messages))]
+            async with conn.transaction():
+                await conn.copy_records_to_table(
+                    "bench_ceiling", records=rows, columns=["topic_id", "entry_id", "payload"])
+        elapsed = time.perf_counter() - started
+        await conn.execute("DROP TABLE bench_ceiling")
+    finally:
+        await conn.close()
+    return {"messages": messages, "seconds": round(elapsed, 3),
+            "msgs_per_s": round(messages / elapsed), "mb_per_s": round(messages * size / elapsed / 1e6, 1)}
+
+
+def report(title: str, figures: dict) -> None:
+    print(f"\n== {title}")
+    for key, value in figures.items():
+        print(f"  {key:<28} {value}")
+    if out := os.environ.get("MAGNETAR_BENCH_JSON"):
+        with open(out, "a") as f:
+            f.write(json.dumps({"bench": title, **figures}) + "\n")
