@@ -25,11 +25,11 @@ async def _setup(database_url):
 async def test_stale_epoch_writes_nothing(database_url):
     pool, a, b, topic_id = await _setup(database_url)
     epoch_a = await a.assign_owner(topic_id, "a", 0)
-    assert await a.append_entries(topic_id, epoch_a, *_one_entry(0))
+    assert await a.append_entries(topic_id, epoch_a, *_one_entry(0)) == (True, True)
     epoch_b = await b.assign_owner(topic_id, "b", epoch_a)
     assert epoch_b == epoch_a + 1
     # The old owner's write is refused and leaves no trace, dedup state included.
-    assert not await a.append_entries(topic_id, epoch_a, *_one_entry(1, seq=1))
+    assert await a.append_entries(topic_id, epoch_a, *_one_entry(1, seq=1)) == (False, False)
     assert await pool.fetchval("SELECT count(*) FROM entries") == 1
     assert await b.last_sequence_id(topic_id, "p") == 0
     # A compare-and-set with a stale expected epoch loses.
@@ -62,6 +62,7 @@ async def test_takeover_waits_for_an_in_flight_write(database_url):
     await tx.commit()
     assert await asyncio.wait_for(takeover, 5) == epoch_a + 1
     assert await b.next_entry_id(topic_id) == 1
+
     await conn.close()
     await pool.close()
 
@@ -71,5 +72,15 @@ async def test_restart_releases_former_leases(database_url):
     epoch = await a.assign_owner(topic_id, "a", 0)
     await a.register("http://a")  # a restarted broker fences its former self
     assert await a.my_epoch(topic_id) is None
-    assert not await a.append_entries(topic_id, epoch, *_one_entry(0))
+    assert await a.append_entries(topic_id, epoch, *_one_entry(0)) == (False, False)
+    await pool.close()
+
+async def test_exclusive_write_with_stale_topic_epoch_is_refused(database_url):
+    pool, a, b, topic_id = await _setup(database_url)
+    epoch = await a.assign_owner(topic_id, "a", 0)
+    assert await a.set_topic_epoch(topic_id, epoch, 1)
+    assert await a.set_topic_epoch(topic_id, epoch, 2)
+    assert await a.append_entries(topic_id, epoch, *_one_entry(0), topic_epoch=1) == (True, False)
+    assert await pool.fetchval("SELECT count(*) FROM entries") == 0
+    assert await a.append_entries(topic_id, epoch, *_one_entry(0), topic_epoch=2) == (True, True)
     await pool.close()

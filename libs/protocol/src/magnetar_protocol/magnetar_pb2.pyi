@@ -60,6 +60,19 @@ class AckType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ACK_INDIVIDUAL: _ClassVar[AckType]
     ACK_CUMULATIVE: _ClassVar[AckType]
+
+class TxnAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TXN_COMMIT: _ClassVar[TxnAction]
+    TXN_ABORT: _ClassVar[TxnAction]
+
+class TxnStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TXN_OPEN: _ClassVar[TxnStatus]
+    TXN_COMMITTING: _ClassVar[TxnStatus]
+    TXN_COMMITTED: _ClassVar[TxnStatus]
+    TXN_ABORTING: _ClassVar[TxnStatus]
+    TXN_ABORTED: _ClassVar[TxnStatus]
 UNKNOWN_ERROR: ErrorCode
 BAD_REQUEST: ErrorCode
 SERVICE_NOT_READY: ErrorCode
@@ -99,6 +112,13 @@ INITIAL_LATEST: InitialPosition
 INITIAL_EARLIEST: InitialPosition
 ACK_INDIVIDUAL: AckType
 ACK_CUMULATIVE: AckType
+TXN_COMMIT: TxnAction
+TXN_ABORT: TxnAction
+TXN_OPEN: TxnStatus
+TXN_COMMITTING: TxnStatus
+TXN_COMMITTED: TxnStatus
+TXN_ABORTING: TxnStatus
+TXN_ABORTED: TxnStatus
 
 class Error(_message.Message):
     __slots__ = ("code", "message")
@@ -450,3 +470,125 @@ class EntryAcks(_message.Message):
     entry_id: int
     acked_bitset: bytes
     def __init__(self, entry_id: _Optional[int] = ..., acked_bitset: _Optional[bytes] = ...) -> None: ...
+
+class CoordinatorInfo(_message.Message):
+    __slots__ = ("coordinator_id", "url")
+    COORDINATOR_ID_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    coordinator_id: int
+    url: str
+    def __init__(self, coordinator_id: _Optional[int] = ..., url: _Optional[str] = ...) -> None: ...
+
+class LookupCoordinatorsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LookupCoordinatorsResponse(_message.Message):
+    __slots__ = ("coordinators",)
+    COORDINATORS_FIELD_NUMBER: _ClassVar[int]
+    coordinators: _containers.RepeatedCompositeFieldContainer[CoordinatorInfo]
+    def __init__(self, coordinators: _Optional[_Iterable[_Union[CoordinatorInfo, _Mapping]]] = ...) -> None: ...
+
+class NewTxnRequest(_message.Message):
+    __slots__ = ("timeout_ms", "client_name")
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    timeout_ms: int
+    client_name: str
+    def __init__(self, timeout_ms: _Optional[int] = ..., client_name: _Optional[str] = ...) -> None: ...
+
+class NewTxnResponse(_message.Message):
+    __slots__ = ("txn", "timeout_ms")
+    TXN_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    txn: TxnId
+    timeout_ms: int
+    def __init__(self, txn: _Optional[_Union[TxnId, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class AddPartitionToTxnRequest(_message.Message):
+    __slots__ = ("txn", "topics")
+    TXN_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    txn: TxnId
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, txn: _Optional[_Union[TxnId, _Mapping]] = ..., topics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AddPartitionToTxnResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TxnSubscription(_message.Message):
+    __slots__ = ("topic", "subscription")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
+
+class AddSubscriptionToTxnRequest(_message.Message):
+    __slots__ = ("txn", "subscriptions")
+    TXN_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    txn: TxnId
+    subscriptions: _containers.RepeatedCompositeFieldContainer[TxnSubscription]
+    def __init__(self, txn: _Optional[_Union[TxnId, _Mapping]] = ..., subscriptions: _Optional[_Iterable[_Union[TxnSubscription, _Mapping]]] = ...) -> None: ...
+
+class AddSubscriptionToTxnResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class EndTxnRequest(_message.Message):
+    __slots__ = ("txn", "action")
+    TXN_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    txn: TxnId
+    action: TxnAction
+    def __init__(self, txn: _Optional[_Union[TxnId, _Mapping]] = ..., action: _Optional[_Union[TxnAction, str]] = ...) -> None: ...
+
+class EndTxnResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: TxnStatus
+    def __init__(self, status: _Optional[_Union[TxnStatus, str]] = ...) -> None: ...
+
+class TxnStatusRequest(_message.Message):
+    __slots__ = ("txn",)
+    TXN_FIELD_NUMBER: _ClassVar[int]
+    txn: TxnId
+    def __init__(self, txn: _Optional[_Union[TxnId, _Mapping]] = ...) -> None: ...
+
+class TxnStatusResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: TxnStatus
+    def __init__(self, status: _Optional[_Union[TxnStatus, str]] = ...) -> None: ...
+
+class EndTxnOnPartitionRequest(_message.Message):
+    __slots__ = ("topic", "txn", "action")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TXN_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    txn: TxnId
+    action: TxnAction
+    def __init__(self, topic: _Optional[str] = ..., txn: _Optional[_Union[TxnId, _Mapping]] = ..., action: _Optional[_Union[TxnAction, str]] = ...) -> None: ...
+
+class EndTxnOnPartitionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class EndTxnOnSubscriptionRequest(_message.Message):
+    __slots__ = ("topic", "subscription", "txn", "action")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    TXN_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    txn: TxnId
+    action: TxnAction
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., txn: _Optional[_Union[TxnId, _Mapping]] = ..., action: _Optional[_Union[TxnAction, str]] = ...) -> None: ...
+
+class EndTxnOnSubscriptionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

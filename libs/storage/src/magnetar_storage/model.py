@@ -19,6 +19,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
+    SmallInteger,
     Table,
     Text,
     func,
@@ -107,7 +108,11 @@ entries = Table(
     Column("num_messages", Integer, nullable=False),
     Column("publish_time", BigInteger, nullable=False),
     Column("payload", LargeBinary, nullable=False),
+    Column("txn_most", BigInteger, nullable=True),
+    Column("txn_least", BigInteger, nullable=True),
     PrimaryKeyConstraint("topic_id", "entry_id"),
+    Index("entries_txn_marker", "topic_id", "txn_most", "txn_least", unique=True,
+          postgresql_where=text("txn_most IS NOT NULL")),
 )
 
 producer_sequences = Table(
@@ -130,4 +135,99 @@ subscriptions = Table(
     _created_at(),
     Column("updated_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("topic_id", "subscription"),
+)
+
+
+# ---------------------------------------------------------------- transactions (0003)
+
+coordinators = Table(
+    "coordinators",
+    metadata,
+    Column("coordinator_id", Integer, primary_key=True, autoincrement=False),
+    Column("instance", Text, nullable=False),
+    Column("fence_epoch", BigInteger, nullable=False),
+    Column("url", Text, nullable=False),
+    Column("heartbeat_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+    Column("next_txn_id", BigInteger, nullable=False, server_default=text("0")),
+)
+
+transactions = Table(
+    "transactions",
+    metadata,
+    Column("coordinator_id", Integer, nullable=False),
+    Column("txn_id", BigInteger, nullable=False),
+    Column("status", SmallInteger, nullable=False),
+    Column("timeout_ms", BigInteger, nullable=False),
+    Column("opened_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+    Column("deadline_at", TIMESTAMP(timezone=True), nullable=False),
+    Column("ended_at", TIMESTAMP(timezone=True), nullable=True),
+    Column("owner", Text, nullable=True),
+    Column("timed_out", Boolean, nullable=False, server_default=text("false")),
+    PrimaryKeyConstraint("coordinator_id", "txn_id"),
+    Index("transactions_unfinished", "coordinator_id", "status",
+          postgresql_where=text("status = ANY (ARRAY[0, 1, 3])")),
+)
+
+txn_partitions = Table(
+    "txn_partitions",
+    metadata,
+    Column("coordinator_id", Integer, nullable=False),
+    Column("txn_id", BigInteger, nullable=False),
+    Column("topic", Text, nullable=False),
+    PrimaryKeyConstraint("coordinator_id", "txn_id", "topic"),
+    ForeignKeyConstraint(["coordinator_id", "txn_id"],
+                         ["transactions.coordinator_id", "transactions.txn_id"], ondelete="CASCADE"),
+)
+
+txn_subscriptions = Table(
+    "txn_subscriptions",
+    metadata,
+    Column("coordinator_id", Integer, nullable=False),
+    Column("txn_id", BigInteger, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("subscription", Text, nullable=False),
+    PrimaryKeyConstraint("coordinator_id", "txn_id", "topic", "subscription"),
+    ForeignKeyConstraint(["coordinator_id", "txn_id"],
+                         ["transactions.coordinator_id", "transactions.txn_id"], ondelete="CASCADE"),
+)
+
+txn_entries = Table(
+    "txn_entries",
+    metadata,
+    Column("topic_id", BigInteger, nullable=False),
+    Column("txn_most", BigInteger, nullable=False),
+    Column("txn_least", BigInteger, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("producer_name", Text, nullable=False),
+    Column("sequence_id", BigInteger, nullable=False),
+    Column("highest_sequence_id", BigInteger, nullable=False),
+    Column("num_messages", Integer, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("topic_id", "txn_most", "txn_least", "seq"),
+)
+
+txn_outcomes = Table(
+    "txn_outcomes",
+    metadata,
+    Column("topic_id", BigInteger, nullable=False),
+    Column("subscription", Text, nullable=False),
+    Column("txn_most", BigInteger, nullable=False),
+    Column("txn_least", BigInteger, nullable=False),
+    Column("committed", Boolean, nullable=False),
+    Column("ended_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("topic_id", "subscription", "txn_most", "txn_least"),
+)
+
+pending_acks = Table(
+    "pending_acks",
+    metadata,
+    Column("topic_id", BigInteger, nullable=False),
+    Column("subscription", Text, nullable=False),
+    Column("entry_id", BigInteger, nullable=False),
+    Column("batch_index", Integer, nullable=False),
+    Column("txn_most", BigInteger, nullable=False),
+    Column("txn_least", BigInteger, nullable=False),
+    Column("cumulative", Boolean, nullable=False),
+    PrimaryKeyConstraint("topic_id", "subscription", "entry_id", "batch_index"),
+    Index("pending_acks_txn", "topic_id", "subscription", "txn_most", "txn_least"),
 )

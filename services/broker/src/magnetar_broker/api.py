@@ -10,6 +10,7 @@ from magnetar_protocol.topics import TopicName
 from magnetar_runtime.app import proto_route
 
 from magnetar_broker.service import BrokerService
+from magnetar_broker.transactions import TxnHandlers
 
 
 def add_routes(app: FastAPI, service: BrokerService) -> None:
@@ -30,6 +31,12 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
         ("/v1/consumers/last-message-id", pb.LastMessageIdRequest, service.last_message_id),
         ("/v1/consumers/close", pb.CloseConsumerRequest, service.close_consumer),
     ]
+    txn = TxnHandlers(service)
+    routes += [
+        ("/v1/txn/coordinators", pb.LookupCoordinatorsRequest, txn.coordinators),
+        ("/v1/txn/end-on-partition", pb.EndTxnOnPartitionRequest, txn.end_on_partition),
+        ("/v1/txn/end-on-subscription", pb.EndTxnOnSubscriptionRequest, txn.end_on_subscription),
+    ]
     for path, request_type, handler in routes:
         proto_route(app, path, request_type, handler)
 
@@ -40,6 +47,14 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
         if plog is None or plog.closed:
             raise NotOwner(f"{name.full} is not served by broker {service.broker_id}")
         return service.topic_stats(plog)
+
+    @app.get("/internal/v1/transaction-buffer-stats", summary="Transaction buffer of a topic")
+    async def transaction_buffer_stats(topic: str) -> dict:
+        name = TopicName.parse(topic)
+        plog = service.ownership.logs.get(name.full)
+        if plog is None or plog.closed:
+            raise NotOwner(f"{name.full} is not served by broker {service.broker_id}")
+        return plog.txnbuf.stats()
 
     @app.post("/internal/v1/unload", summary="Give up ownership of a topic now")
     async def unload(topic: str) -> dict:

@@ -137,6 +137,13 @@ class Deliveries:
             moved += mask.bit_count()
         return moved
 
+    def requeue(self, entry_id: int, mask: int) -> None:
+        """Queue messages nobody holds for redelivery, counting one more delivery
+        (a transaction that acknowledged them aborted)."""
+        self.redeliver[entry_id] = self.redeliver.get(entry_id, 0) | mask
+        for i in mask_indices(mask):
+            self.counts[(entry_id, i)] = self.counts.get((entry_id, i), 0) + 1
+
     def forget_consumer(self, consumer: int) -> int:
         moved = self.release(consumer, None, count=True)
         self.unacked.pop(consumer, None)

@@ -101,13 +101,6 @@ UPDATE topic_owners SET topic_epoch = $4
 WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3 AND topic_epoch < $4
 RETURNING topic_epoch;
 
--- name: read_entries
-SELECT entry_id, producer_name, num_messages, publish_time, payload
-FROM entries
-WHERE topic_id = $1 AND entry_id >= $2 AND entry_id < $3
-ORDER BY entry_id
-LIMIT $4;
-
 -- name: first_entry_since
 SELECT min(entry_id) FROM entries WHERE topic_id = $1 AND publish_time >= $2;
 
@@ -144,3 +137,108 @@ WITH owner AS (
 DELETE FROM subscriptions
 WHERE topic_id = $1 AND subscription = $4 AND EXISTS (SELECT 1 FROM owner)
 RETURNING 1;
+
+-- ---------------------------------------------------------------- transactions
+-- Groups holding transactional work run as one SQL transaction that first takes the
+-- lease row FOR SHARE (lock_owner) and then writes; the fast non-transactional path
+-- above stays a single statement.
+
+-- name: lock_owner
+SELECT topic_epoch FROM topic_owners
+WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
+FOR SHARE;
+
+-- name: insert_entries
+INSERT INTO entries (topic_id, entry_id, producer_name, sequence_id, highest_sequence_id,
+                     num_messages, publish_time, payload, txn_most, txn_least)
+SELECT $1, e.* FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::bigint[],
+                           $6::integer[], $7::bigint[], $8::bytea[], $9::bigint[],
+                           $10::bigint[]) AS e;
+
+-- name: insert_txn_entries
+INSERT INTO txn_entries (topic_id, txn_most, txn_least, seq, producer_name, sequence_id,
+                         highest_sequence_id, num_messages, payload)
+SELECT $1, e.* FROM unnest($2::bigint[], $3::bigint[], $4::integer[], $5::text[],
+                           $6::bigint[], $7::bigint[], $8::integer[], $9::bytea[]) AS e;
+
+-- name: upsert_sequences
+INSERT INTO producer_sequences (topic_id, producer_name, last_sequence_id)
+SELECT $1, s.name, s.seq FROM unnest($2::text[], $3::bigint[]) AS s (name, seq)
+ON CONFLICT (topic_id, producer_name) DO UPDATE
+    SET last_sequence_id = greatest(producer_sequences.last_sequence_id, excluded.last_sequence_id),
+        updated_at = now();
+
+-- name: insert_outcomes
+INSERT INTO txn_outcomes (topic_id, subscription, txn_most, txn_least, committed)
+SELECT $1, $2, o.most, o.least, o.committed
+FROM unnest($3::bigint[], $4::bigint[], $5::boolean[]) AS o (most, least, committed);
+
+-- name: discard_txn_entries
+DELETE FROM txn_entries WHERE topic_id = $1 AND txn_most = $2 AND txn_least = $3;
+
+-- name: txn_state
+-- A transaction's buffer on one partition: (batches, messages) and its outcome if ended.
+SELECT count(e.seq) AS batches, coalesce(sum(e.num_messages), 0) AS messages,
+       (SELECT committed FROM txn_outcomes o
+        WHERE o.topic_id = $1 AND o.subscription = $4 AND o.txn_most = $2 AND o.txn_least = $3)
+       AS committed
+FROM txn_entries e
+WHERE e.topic_id = $1 AND e.txn_most = $2 AND e.txn_least = $3;
+
+-- name: txn_registered
+-- Whether the coordinator registered this partition for the transaction, and its status.
+SELECT t.status,
+       EXISTS (SELECT 1 FROM txn_partitions p
+               WHERE p.coordinator_id = t.coordinator_id AND p.txn_id = t.txn_id AND p.topic = $3)
+       AS registered
+FROM transactions t WHERE t.coordinator_id = $1 AND t.txn_id = $2;
+
+-- name: txn_payloads
+SELECT payload FROM txn_entries
+WHERE topic_id = $1 AND txn_most = $2 AND txn_least = $3
+ORDER BY seq;
+
+-- name: read_entries_full
+SELECT entry_id, producer_name, num_messages, publish_time, payload, txn_most, txn_least
+FROM entries
+WHERE topic_id = $1 AND entry_id >= $2 AND entry_id < $3
+ORDER BY entry_id
+LIMIT $4;
+
+-- name: insert_pending_acks
+WITH owner AS (
+    SELECT 1 FROM topic_owners
+    WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
+    FOR SHARE
+)
+INSERT INTO pending_acks (topic_id, subscription, entry_id, batch_index, txn_most, txn_least, cumulative)
+SELECT $1, $4, a.entry_id, a.batch_index, $7, $8, $9
+FROM unnest($5::bigint[], $6::integer[]) AS a (entry_id, batch_index)
+WHERE EXISTS (SELECT 1 FROM owner)
+ON CONFLICT (topic_id, subscription, entry_id, batch_index) DO UPDATE
+    SET txn_most = excluded.txn_most, txn_least = excluded.txn_least, cumulative = excluded.cumulative
+RETURNING 1;
+
+-- name: load_pending_acks
+SELECT entry_id, batch_index, txn_most, txn_least, cumulative FROM pending_acks
+WHERE topic_id = $1 AND subscription = $2;
+
+-- name: delete_pending_acks
+DELETE FROM pending_acks
+WHERE topic_id = $1 AND subscription = $2 AND txn_most = $3 AND txn_least = $4;
+
+-- name: save_cursor_locked
+UPDATE subscriptions SET mark_delete_entry = $3, acked_state = $4, updated_at = now()
+WHERE topic_id = $1 AND subscription = $2;
+
+-- name: get_outcome
+SELECT committed FROM txn_outcomes
+WHERE topic_id = $1 AND subscription = $2 AND txn_most = $3 AND txn_least = $4;
+
+-- name: txn_sub_registered
+SELECT t.status,
+       EXISTS (SELECT 1 FROM txn_subscriptions s
+               WHERE s.coordinator_id = t.coordinator_id AND s.txn_id = t.txn_id
+                 AND s.topic = $3 AND s.subscription = $4)
+       AS registered
+FROM transactions t WHERE t.coordinator_id = $1 AND t.txn_id = $2;

@@ -227,8 +227,6 @@ class BrokerService:
     async def send(self, req: pb.SendRequest) -> pb.SendResponse:
         producer = self._producer(req.producer_id)
         self.sessions.get(producer.session_id, time.monotonic())
-        if req.HasField("txn"):
-            raise NotAllowedError("transactional sends are not supported by this broker yet")
         return await producer.log.publish(producer, req)
 
     async def close_producer(self, req: pb.CloseProducerRequest) -> pb.CloseProducerResponse:
@@ -274,6 +272,10 @@ class BrokerService:
                 plog.lose("fenced while opening a subscription")
                 plog.check_open()
             cursor = Cursor.decode(*row)
+            sub = Subscription(plog, name, cursor, durable=True)
+            sub.txn_acks.load(await self.store.load_pending_acks(plog.topic_id, name))
+            plog.subscriptions[name] = sub
+            return sub
         else:
             cursor = Cursor(plog.next_entry_id - 1)
             if req.HasField("start_position") and req.start_position.entry_id != LATEST:
@@ -318,10 +320,13 @@ class BrokerService:
 
     async def ack(self, req: pb.AckRequest) -> pb.AckResponse:
         consumer = self._consumer(req.consumer_id)
-        if req.HasField("txn"):
-            raise NotAllowedError("transactional acks are not supported by this broker yet")
         consumer.subscription.log.check_open()
-        await consumer.subscription.ack(consumer, req.positions, req.ack_type == pb.ACK_CUMULATIVE)
+        cumulative = req.ack_type == pb.ACK_CUMULATIVE
+        if req.HasField("txn"):
+            await consumer.subscription.ack_txn(
+                req.positions, cumulative, (req.txn.most_bits, req.txn.least_bits))
+        else:
+            await consumer.subscription.ack(consumer, req.positions, cumulative)
         return pb.AckResponse()
 
     async def redeliver(self, req: pb.RedeliverRequest) -> pb.RedeliverResponse:

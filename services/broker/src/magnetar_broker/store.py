@@ -13,11 +13,15 @@ Q = load_queries("magnetar_broker")
 
 @dataclass(frozen=True, slots=True)
 class Entry:
+    """One stored batch, or a commit marker whose payload is its transaction's batches
+    joined (serialized MessageBatch values concatenate into one)."""
+
     entry_id: int
     producer_name: str
     num_messages: int
     publish_time: int
-    payload: bytes
+    payload: bytes | None  # None: a marker not expanded yet
+    txn: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +121,61 @@ class BrokerStore:
             Q["set_topic_epoch"], topic_id, self.broker_id, epoch, topic_epoch) is not None
 
     async def read_entries(self, topic_id: int, start: int, end: int, limit: int) -> list[Entry]:
-        rows = await self.pool.fetch(Q["read_entries"], topic_id, start, end, limit)
-        return [Entry(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+        rows = await self.pool.fetch(Q["read_entries_full"], topic_id, start, end, limit)
+        out = []
+        for r in rows:
+            if r[5] is None:
+                out.append(Entry(r[0], r[1], r[2], r[3], r[4]))
+            else:
+                txn = (r[5], r[6])
+                out.append(Entry(r[0], r[1], r[2], r[3], await self.txn_payload(topic_id, txn), txn))
+        return out
+
+    async def txn_payload(self, topic_id: int, txn: tuple[int, int]) -> bytes:
+        rows = await self.pool.fetch(Q["txn_payloads"], topic_id, *txn)
+        return b"".join(r[0] for r in rows)
+
+    # ---------------------------------------------------------------- transactions
+
+    async def txn_state(self, topic_id: int, txn: tuple[int, int], subscription: str = ""):
+        """(batches, messages, committed-or-None) of a transaction on this partition."""
+        row = await self.pool.fetchrow(Q["txn_state"], topic_id, *txn, subscription)
+        return row["batches"], row["messages"], row["committed"]
+
+    async def txn_registered(self, txn: tuple[int, int], topic: str,
+                             subscription: str | None = None) -> tuple[int | None, bool]:
+        """(coordinator status or None if unknown, registered for this participant)."""
+        if subscription is None:
+            row = await self.pool.fetchrow(Q["txn_registered"], *txn, topic)
+        else:
+            row = await self.pool.fetchrow(Q["txn_sub_registered"], *txn, topic, subscription)
+        return (row["status"], row["registered"]) if row else (None, False)
+
+    async def outcome(self, topic_id: int, subscription: str, txn: tuple[int, int]) -> bool | None:
+        return await self.pool.fetchval(Q["get_outcome"], topic_id, subscription, *txn)
+
+    async def write_locked(self, topic_id: int, epoch: int, writes) -> int | None:
+        """Run ``writes(conn)`` in one SQL transaction holding the lease row FOR SHARE.
+
+        Returns the topic epoch, or None (and writes nothing) if the lease moved.
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            topic_epoch = await conn.fetchval(Q["lock_owner"], topic_id, self.broker_id, epoch)
+            if topic_epoch is None:
+                return None
+            await writes(conn, topic_epoch)
+            return topic_epoch
+
+    async def add_pending_acks(self, topic_id: int, epoch: int, subscription: str,
+                               positions: list[tuple[int, int]], txn: tuple[int, int],
+                               cumulative: bool) -> bool:
+        return await self.pool.fetchval(
+            Q["insert_pending_acks"], topic_id, self.broker_id, epoch, subscription,
+            [p[0] for p in positions], [p[1] for p in positions], txn[0], txn[1], cumulative,
+        ) is not None
+
+    async def load_pending_acks(self, topic_id: int, subscription: str) -> list[tuple]:
+        return [tuple(r) for r in await self.pool.fetch(Q["load_pending_acks"], topic_id, subscription)]
 
     async def first_entry_since(self, topic_id: int, publish_time: int) -> int | None:
         return await self.pool.fetchval(Q["first_entry_since"], topic_id, publish_time)

@@ -13,14 +13,23 @@ import time
 from dataclasses import dataclass, field
 
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import BadRequest, ConsumerBusy, NotAllowedError, NotOwner
+from magnetar_protocol.errors import (
+    BadRequest,
+    ConsumerBusy,
+    InvalidTxnStatusError,
+    NotAllowedError,
+    NotOwner,
+    TransactionNotFound,
+)
 from magnetar_runtime.groupcommit import GroupCommit
 
 from magnetar_broker import metrics
 from magnetar_broker.cursor import WHOLE, Cursor, full_mask
 from magnetar_broker.dispatch import Deliveries, HashRing, failover_active, key_hash, mask_indices
-from magnetar_broker.store import Entry
+from magnetar_broker.pendingack import PendingAcks
+from magnetar_broker.store import Q, Entry
 from magnetar_broker.topic import PartitionLog
+from magnetar_broker.txnbuffer import ended_error, txn_str
 
 SUB_NAMES = {pb.SUB_EXCLUSIVE: "Exclusive", pb.SUB_SHARED: "Shared",
              pb.SUB_FAILOVER: "Failover", pb.SUB_KEY_SHARED: "Key_Shared"}
@@ -58,6 +67,12 @@ class Subscription:
         self._keys: dict[int, list[int]] = {}   # entry -> key hash per index (KeyShared)
         self._lock = asyncio.Lock()
         self._saver: GroupCommit[None, None] = GroupCommit(self._save, 1024)
+        # Cursor writes (plain acks, transaction commits) take a snapshot under this lock,
+        # so a later state is never overwritten by an earlier one.
+        self._persist_lock = asyncio.Lock()
+        self.txn_acks = PendingAcks()
+        self.txn_outcomes: dict[tuple[int, int], bool] = {}
+        self._txn_registered: set[tuple[int, int]] = set()
 
     # ---------------------------------------------------------------- consumers
 
@@ -123,6 +138,7 @@ class Subscription:
                 self.deliveries.acked(entry_id, WHOLE)
                 continue
             mask = self.deliveries.redeliver[entry_id] & self.cursor.unacked_mask(entry_id, entry.num_messages)
+            mask &= ~self.txn_acks.mask(entry_id, entry.num_messages)
             mask &= self._routed_to(consumer, entry)
             if mask:
                 budget -= self._deliver(consumer, entry, mask, out, redelivered=True)
@@ -140,6 +156,7 @@ class Subscription:
                 self.cursor.note_size(entry.entry_id, entry.num_messages)
                 due = self.cursor.unacked_mask(entry.entry_id, entry.num_messages)
                 due &= ~self.deliveries.pending_mask(entry.entry_id)
+                due &= ~self.txn_acks.mask(entry.entry_id, entry.num_messages)
                 if not due:
                     continue
                 mine = due & self._routed_to(consumer, entry)
@@ -197,6 +214,9 @@ class Subscription:
                 raise BadRequest(
                     f"ack of entry {p.entry_id} on {self.log.name.full}: the topic ends at entry {end - 1}"
                 )
+        if self.txn_acks.by_entry or self.txn_acks.cumulative:
+            # A plain ack of a message pending in a transaction is ignored, as in Pulsar.
+            positions = [p for p in positions if self.txn_acks.holder(p.entry_id, p.batch_index) is None]
         for p in positions:
             # Entry sizes are noted when entries are read for dispatch, which lets a
             # fully acknowledged batch collapse into its entry.
@@ -209,6 +229,125 @@ class Subscription:
         self.log.wake()
         if self.durable:
             await self._saver.submit(None)
+
+    # ---------------------------------------------------------------- transactions
+
+    async def _check_txn(self, txn: tuple[int, int]) -> None:
+        store = self.log.store
+        outcome = self.txn_outcomes.get(txn)
+        if outcome is None:
+            outcome = await store.outcome(self.log.topic_id, self.name, txn)
+        if outcome is not None:
+            self.txn_outcomes[txn] = outcome
+            raise ended_error(txn, outcome)
+        if txn not in self._txn_registered:
+            status, registered = await store.txn_registered(txn, self.log.name.full, self.name)
+            if status is None:
+                raise TransactionNotFound(f"transaction {txn_str(txn)} does not exist")
+            if status != pb.TXN_OPEN:
+                raise InvalidTxnStatusError(f"transaction {txn_str(txn)} is no longer open")
+            if not registered:
+                raise NotAllowedError(
+                    f"subscription {self.name!r} on {self.log.name.full} is not registered with "
+                    f"transaction {txn_str(txn)}: call AddSubscriptionToTxn first")
+            self._txn_registered.add(txn)
+
+    async def ack_txn(self, positions, cumulative: bool, txn: tuple[int, int]) -> None:
+        """Acknowledge in a transaction: pending until it ends; durable before the reply."""
+        if not self.durable:
+            raise NotAllowedError("a reader cannot acknowledge in a transaction")
+        if cumulative and self.sub_type in (pb.SUB_SHARED, pb.SUB_KEY_SHARED):
+            raise NotAllowedError(
+                f"cumulative ack is not allowed on {SUB_NAMES[self.sub_type]} subscription {self.name!r}")
+        end = self.log.next_entry_id
+        wanted = [(p.entry_id, p.batch_index) for p in positions]
+        if not wanted or any(e >= end for e, _ in wanted):
+            raise BadRequest(f"transactional ack on {self.log.name.full} names no position or one past the end")
+        await self._check_txn(txn)
+        async with self._lock:
+            if cumulative:
+                wanted = [max(wanted)]
+                self.txn_acks.check_cumulative(txn, *wanted[0], self.cursor)
+            else:
+                wanted = self.txn_acks.check_individual(txn, wanted, self.cursor)
+                if not wanted:
+                    return
+            if not await self.log.store.add_pending_acks(
+                    self.log.topic_id, self.log.epoch, self.name, wanted, txn, cumulative):
+                self.log.lose("fenced while recording a transactional ack")
+                self.log.check_open()
+            self.txn_acks.add(txn, wanted, cumulative)
+            for entry_id, index in wanted:
+                # Held by the transaction now: not the consumer's to redeliver.
+                if cumulative:
+                    self.deliveries.acked_cumulative(entry_id, index)
+                else:
+                    self.deliveries.acked(entry_id, index)
+
+    async def end_txn(self, txn: tuple[int, int], commit: bool) -> None:
+        """EndTxnOnSubscription: commit makes the acks final, abort redelivers."""
+        store = self.log.store
+        async with self._lock, self._persist_lock:
+            outcome = self.txn_outcomes.get(txn)
+            if outcome is None:
+                outcome = await store.outcome(self.log.topic_id, self.name, txn)
+            if outcome is not None:
+                self.txn_outcomes[txn] = outcome
+                if outcome != commit:
+                    raise ended_error(txn, outcome)
+                return
+            individual, cumulative = self.txn_acks.take(txn)
+            if commit:
+                for entry_id, index in individual:
+                    self.cursor.ack(entry_id, index)
+                if cumulative:
+                    self.cursor.ack_cumulative(*cumulative)
+                    self.deliveries.acked_cumulative(*cumulative)
+
+            async def writes(conn, _topic_epoch):
+                if commit:
+                    await conn.execute(Q["save_cursor_locked"], self.log.topic_id, self.name,
+                                       self.cursor.mark_delete, self.cursor.encode())
+                await conn.execute(Q["delete_pending_acks"], self.log.topic_id, self.name, *txn)
+                await conn.execute(Q["insert_outcomes"], self.log.topic_id, self.name,
+                                   [txn[0]], [txn[1]], [commit])
+
+            try:
+                written = await store.write_locked(self.log.topic_id, self.log.epoch, writes)
+            except Exception as exc:
+                self.log.lose(f"ending transaction {txn_str(txn)} failed: {exc}")
+                raise
+            if written is None:
+                self.log.lose("fenced while ending a transaction")
+                self.log.check_open()
+            self.txn_outcomes[txn] = commit
+            if not commit:
+                await self._requeue(individual, cumulative)
+        self.log.wake()
+
+    async def _requeue(self, individual, cumulative) -> None:
+        """An aborted transaction's acknowledged messages go back out, count + 1."""
+        masks: dict[int, int] = {}
+        for entry_id, index in individual:
+            if index == WHOLE:
+                entry = await self.log.read_one(entry_id)
+                masks[entry_id] = full_mask(entry.num_messages) if entry else 0
+            else:
+                masks[entry_id] = masks.get(entry_id, 0) | 1 << index
+        if cumulative:
+            last_entry, last_index = cumulative
+            for entry_id in range(self.cursor.mark_delete + 1, last_entry + 1):
+                entry = await self.log.read_one(entry_id)
+                if entry is None:
+                    continue
+                mask = full_mask(entry.num_messages)
+                if entry_id == last_entry and last_index != WHOLE:
+                    mask &= full_mask(last_index + 1)
+                masks[entry_id] = masks.get(entry_id, 0) | (mask & self.cursor.unacked_mask(entry_id, entry.num_messages))
+        for entry_id, mask in masks.items():
+            if mask:
+                self.deliveries.requeue(entry_id, mask)
+        metrics.REDELIVERIES.inc(sum(m.bit_count() for m in masks.values()))
 
     def redeliver(self, consumer: Consumer, positions) -> int:
         chosen = None if not positions else [(p.entry_id, p.batch_index) for p in positions]
@@ -231,9 +370,10 @@ class Subscription:
             await self._saver.submit(None)
 
     async def _save(self, items: list[None]) -> list[None]:
-        ok = await self.log.store.save_cursor(
-            self.log.topic_id, self.log.epoch, self.name, self.cursor.mark_delete, self.cursor.encode()
-        )
+        async with self._persist_lock:
+            ok = await self.log.store.save_cursor(
+                self.log.topic_id, self.log.epoch, self.name, self.cursor.mark_delete,
+                self.cursor.encode())
         if not ok:
             self.log.lose("fenced while saving a cursor")
             raise NotOwner(f"{self.log.name.full} moved to another broker; look it up again")
@@ -250,6 +390,8 @@ class Subscription:
             "backlogEntries": self.backlog(),
             "unackedMessages": sum(self.deliveries.unacked.values()),
             "msgRedeliverPending": sum(m.bit_count() for m in self.deliveries.redeliver.values()),
+            "pendingAckedMessages": self.txn_acks.count(),
+            "ongoingTxns": sorted(txn_str(t) for t in self.txn_acks.transactions()),
             "consumers": [
                 {"consumerName": c.name, "consumerId": c.consumer_id, "priorityLevel": c.priority,
                  "unackedMessages": self.deliveries.unacked.get(c.consumer_id, 0),

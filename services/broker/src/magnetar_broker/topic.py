@@ -28,6 +28,7 @@ from magnetar_broker import metrics
 from magnetar_broker.access import AccessState
 from magnetar_broker.dedup import Verdict, drop_persisted, judge
 from magnetar_broker.store import BrokerStore, Entry
+from magnetar_broker.txnbuffer import TxnAppend, TxnBuffer, TxnEnd, ended_error
 
 if TYPE_CHECKING:
     from magnetar_broker.subscription import Subscription
@@ -95,7 +96,8 @@ class PartitionLog:
         self.msg_in = 0
         self.bytes_in = 0
         self._on_lost = on_lost
-        self._writer: GroupCommit[_Append, int] = GroupCommit(self._commit, max_batches_per_commit)
+        self.txnbuf = TxnBuffer(store, topic_id, name.full)
+        self._writer: GroupCommit = GroupCommit(self._commit, max_batches_per_commit)
         self._wake: asyncio.Future = asyncio.get_running_loop().create_future()
         self._sub_lock = asyncio.Lock()
 
@@ -152,6 +154,9 @@ class PartitionLog:
             )
         if highest < lowest:
             raise BadRequest("send: highest_sequence_id is below sequence_id")
+        txn = (req.txn.most_bits, req.txn.least_bits) if req.HasField("txn") else None
+        if txn is not None:
+            await self.txnbuf.check_send(txn)
         name = producer.name
         if self.dedup:
             while True:
@@ -171,19 +176,39 @@ class PartitionLog:
                 break
             self.pushed_seq[name] = highest
         started = time.perf_counter()
-        entry_id = await self._writer.submit(_Append(producer, name, lowest, highest, n, batch))
+        if txn is None:
+            item = _Append(producer, name, lowest, highest, n, batch)
+        else:
+            item = TxnAppend(producer, name, lowest, highest, n, batch, txn)
+        position = await self._writer.submit(item)
         metrics.PUBLISH_LATENCY.observe(time.perf_counter() - started)
         producer.msg_in += n
         producer.bytes_in += len(batch)
-        return pb.SendResponse(entry_id=entry_id, last_sequence_id=highest,
+        # A transactional send's position is its place in the transaction; consumers see
+        # the messages at the commit marker's entry id.
+        return pb.SendResponse(entry_id=position, last_sequence_id=highest,
                                partition=self.partition_index)
 
-    async def _commit(self, queued: list[_Append]) -> list:
+    async def end_txn(self, txn: tuple[int, int], commit: bool) -> None:
+        """EndTxnOnPartition: idempotent; the opposite of a recorded outcome is refused."""
+        self.check_open()
+        buf = await self.txnbuf.state(txn)
+        if buf.committed is not None:
+            if buf.committed != commit:
+                raise ended_error(txn, buf.committed)
+            return
+        await self._writer.submit(TxnEnd(txn, commit))
+
+    async def _commit(self, queued: list) -> list:
         self.check_open()
         # Batches of a producer fenced while they waited here are never stored.
-        items = [i for i in queued if not i.producer.fenced]
+        items = [i for i in queued if not getattr(i.producer, "fenced", False)]
         if not items:
             return [_fenced(i.producer) for i in queued]
+        if any(type(i) is not _Append for i in items):
+            results = await self._commit_mixed(items)
+            by_item = dict(zip(map(id, items), results))
+            return [by_item[id(i)] if id(i) in by_item else _fenced(i.producer) for i in queued]
         first = self.next_entry_id
         ids = list(range(first, first + len(items)))
         now_ms = int(time.time() * 1000)
@@ -234,6 +259,31 @@ class PartitionLog:
         by_item = dict(zip(map(id, items), ids))
         return [by_item[id(i)] if id(i) in by_item else _fenced(i.producer) for i in queued]
 
+    async def _commit_mixed(self, items: list) -> list:
+        exclusive_epoch = self.access.topic_epoch if self.access.exclusive is not None else None
+        try:
+            outcome = await self.txnbuf.commit_group(self, items, exclusive_epoch)
+        except ProducerFenced:
+            self.lose("topic epoch changed under this broker")
+            raise
+        except Exception as exc:
+            self.lose(f"write failed: {exc}")
+            raise PersistenceError(f"could not write to {self.name.full}: {exc}") from exc
+        if outcome is None:
+            self.lose("fenced: another broker took the topic over")
+            raise NotOwner(f"{self.name.full} moved to another broker; look it up again")
+        results, cached = outcome
+        total = 0
+        for entry in cached:
+            self.cache.append(entry)
+            total += entry.num_messages
+        self.msg_in += total
+        metrics.MESSAGES_IN.inc(total)
+        metrics.COMMIT_BATCHES.observe(len(items))
+        if cached:
+            self.wake()
+        return results
+
     # ---------------------------------------------------------------- reading
 
     async def read(self, start: int, max_entries: int) -> list[Entry]:
@@ -243,7 +293,13 @@ class PartitionLog:
             return []
         if self.cache and start >= self.cache[0].entry_id:
             offset = start - self.cache[0].entry_id
-            return list(itertools.islice(self.cache, offset, offset + max_entries))
+            got = list(itertools.islice(self.cache, offset, offset + max_entries))
+            for i, entry in enumerate(got):
+                if entry.payload is None:  # a marker of a transaction too big to keep in memory
+                    got[i] = Entry(entry.entry_id, entry.producer_name, entry.num_messages,
+                                   entry.publish_time,
+                                   await self.store.txn_payload(self.topic_id, entry.txn), entry.txn)
+            return got
         return await self.store.read_entries(self.topic_id, start, end, max_entries)
 
     async def read_one(self, entry_id: int) -> Entry | None:

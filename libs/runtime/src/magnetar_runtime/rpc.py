@@ -1,0 +1,52 @@
+"""Service-to-service protobuf calls (the client library has its own transport).
+
+``call`` raises the same exception classes the callee raised (wire error code), or
+``ConnectError`` when the callee did not answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+from google.protobuf.message import DecodeError, Message
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import ConnectError, UnknownError, error_for_code
+
+PROTOBUF = "application/x-protobuf"
+
+
+class RpcClient:
+    def __init__(self, timeout_s: float = 10.0):
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=self._timeout, connector=aiohttp.TCPConnector(limit=64))
+        return self._session
+
+    async def call(self, base_url: str, path: str, request: Message, response_type: type[Message]):
+        try:
+            async with self._http().post(
+                base_url.rstrip("/") + path, data=request.SerializeToString(),
+                headers={"content-type": PROTOBUF},
+            ) as resp:
+                body = await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise ConnectError(f"{base_url}{path}: no answer ({type(exc).__name__}: {exc})") from None
+        if status == 200:
+            return response_type.FromString(body)
+        try:
+            err = pb.Error.FromString(body)
+        except DecodeError:
+            raise UnknownError(f"{base_url}{path}: HTTP {status}: {body[:200]!r}") from None
+        raise error_for_code(err.code, err.message)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

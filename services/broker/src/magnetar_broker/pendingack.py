@@ -1,0 +1,119 @@
+"""Acknowledgements made inside transactions (PIP-31 pending ack).  Pure: no I/O.
+
+Pulsar's rules: a message can be pending in one transaction only; acknowledging a
+message that is acknowledged or pending elsewhere is a conflict; at most one
+transaction holds a cumulative ack on a subscription, and it only moves forward.
+Pending messages are neither delivered nor redelivered until their transaction ends.
+"""
+
+from __future__ import annotations
+
+from magnetar_protocol.errors import TransactionConflict
+
+from magnetar_broker.cursor import WHOLE, Cursor, full_mask
+
+TxnKey = tuple[int, int]
+
+
+def _s(txn: TxnKey) -> str:
+    return f"({txn[0]},{txn[1]})"
+
+
+class PendingAcks:
+    def __init__(self) -> None:
+        self.by_entry: dict[int, dict[int, TxnKey]] = {}   # entry -> index (or WHOLE) -> txn
+        self.cumulative: tuple[TxnKey, int, int] | None = None  # (txn, entry, index)
+
+    def load(self, rows) -> None:
+        for entry_id, index, most, least, cumulative in rows:
+            if cumulative:
+                if self.cumulative is None or (entry_id, index) > self.cumulative[1:]:
+                    self.cumulative = ((most, least), entry_id, index)
+            else:
+                self.by_entry.setdefault(entry_id, {})[index] = (most, least)
+
+    def holder(self, entry_id: int, index: int) -> TxnKey | None:
+        held = self.by_entry.get(entry_id)
+        if held:
+            if index == WHOLE:
+                return next(iter(held.values()))
+            return held.get(index) or held.get(WHOLE)
+        return None
+
+    def check_individual(self, txn: TxnKey, positions: list[tuple[int, int]], cursor: Cursor) -> list:
+        """Positions this transaction newly acknowledges; TransactionConflict on any clash."""
+        fresh = []
+        for entry_id, index in positions:
+            if cursor.is_acked(entry_id, index):
+                raise TransactionConflict(
+                    f"message {entry_id}:{index} is already acknowledged; transaction {_s(txn)} conflicts")
+            holder = self.holder(entry_id, index)
+            if holder is not None and holder != txn:
+                raise TransactionConflict(
+                    f"message {entry_id}:{index} is pending in transaction {_s(holder)}")
+            if self.cumulative and self.cumulative[0] != txn and \
+                    (entry_id, index) <= (self.cumulative[1], self.cumulative[2]):
+                raise TransactionConflict(
+                    f"message {entry_id}:{index} is under transaction {_s(self.cumulative[0])}'s cumulative ack")
+            if holder is None:
+                fresh.append((entry_id, index))
+        return fresh
+
+    def check_cumulative(self, txn: TxnKey, entry_id: int, index: int, cursor: Cursor) -> None:
+        if self.cumulative and self.cumulative[0] != txn:
+            raise TransactionConflict(
+                f"transaction {_s(self.cumulative[0])} already holds a cumulative ack on this subscription")
+        if entry_id <= cursor.mark_delete or cursor.is_acked(entry_id, index):
+            raise TransactionConflict(f"cumulative ack to {entry_id}:{index} is behind the acknowledged position")
+        if self.cumulative and (entry_id, index) < (self.cumulative[1], self.cumulative[2]):
+            raise TransactionConflict("a transaction's cumulative ack can only move forward")
+        for e, held in self.by_entry.items():
+            if e <= entry_id and any(t != txn for t in held.values()):
+                raise TransactionConflict(
+                    f"message in entry {e} is pending in another transaction before {entry_id}:{index}")
+
+    def add(self, txn: TxnKey, positions: list[tuple[int, int]], cumulative: bool) -> None:
+        if cumulative:
+            entry_id, index = positions[-1]
+            self.cumulative = (txn, entry_id, index)
+            return
+        for entry_id, index in positions:
+            self.by_entry.setdefault(entry_id, {})[index] = txn
+
+    def take(self, txn: TxnKey) -> tuple[list[tuple[int, int]], tuple[int, int] | None]:
+        """Remove and return the transaction's (individual positions, cumulative position)."""
+        taken = []
+        for entry_id in list(self.by_entry):
+            held = self.by_entry[entry_id]
+            for index in [i for i, t in held.items() if t == txn]:
+                del held[index]
+                taken.append((entry_id, index))
+            if not held:
+                del self.by_entry[entry_id]
+        cumulative = None
+        if self.cumulative and self.cumulative[0] == txn:
+            cumulative = (self.cumulative[1], self.cumulative[2])
+            self.cumulative = None
+        return taken, cumulative
+
+    def mask(self, entry_id: int, num_messages: int) -> int:
+        """Batch indices of the entry held by some transaction (not to be dispatched)."""
+        mask = 0
+        if self.cumulative:
+            _, c_entry, c_index = self.cumulative
+            if entry_id < c_entry or (entry_id == c_entry and c_index == WHOLE):
+                return full_mask(num_messages)
+            if entry_id == c_entry:
+                mask = full_mask(c_index + 1) & full_mask(num_messages)
+        for index in self.by_entry.get(entry_id, {}):
+            mask |= full_mask(num_messages) if index == WHOLE else 1 << index
+        return mask
+
+    def count(self) -> int:
+        return sum(len(v) for v in self.by_entry.values()) + (1 if self.cumulative else 0)
+
+    def transactions(self) -> set[TxnKey]:
+        txns = {t for held in self.by_entry.values() for t in held.values()}
+        if self.cumulative:
+            txns.add(self.cumulative[0])
+        return txns

@@ -1,0 +1,51 @@
+"""The broker's transaction endpoints: EndTxnOnPartition and EndTxnOnSubscription
+(called by coordinators), and the coordinator lookup clients start from."""
+
+from __future__ import annotations
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.topics import TopicName, validate_name_part
+
+from magnetar_broker.cursor import Cursor
+from magnetar_broker.service import BrokerService
+from magnetar_broker.subscription import Subscription
+
+LIVE_COORDINATORS = """
+SELECT coordinator_id, url FROM coordinators
+WHERE heartbeat_at > now() - make_interval(secs => $1::float8) ORDER BY coordinator_id
+"""
+
+
+class TxnHandlers:
+    def __init__(self, service: BrokerService):
+        self.service = service
+
+    async def coordinators(self, _: pb.LookupCoordinatorsRequest) -> pb.LookupCoordinatorsResponse:
+        rows = await self.service.store.pool.fetch(
+            LIVE_COORDINATORS, self.service.settings.lease_ttl_ms / 1000)
+        return pb.LookupCoordinatorsResponse(
+            coordinators=[pb.CoordinatorInfo(coordinator_id=r[0], url=r[1]) for r in rows])
+
+    async def end_on_partition(self, req: pb.EndTxnOnPartitionRequest) -> pb.EndTxnOnPartitionResponse:
+        plog = await self.service.ownership.get_log(TopicName.parse(req.topic))
+        await plog.end_txn((req.txn.most_bits, req.txn.least_bits), req.action == pb.TXN_COMMIT)
+        return pb.EndTxnOnPartitionResponse()
+
+    async def end_on_subscription(self, req: pb.EndTxnOnSubscriptionRequest) -> pb.EndTxnOnSubscriptionResponse:
+        validate_name_part("subscription", req.subscription)
+        plog = await self.service.ownership.get_log(TopicName.parse(req.topic))
+        async with plog._sub_lock:
+            sub = plog.subscriptions.get(req.subscription)
+            if sub is None:
+                # No consumer since this broker took over: load the durable cursor.
+                row = await plog.store.open_subscription(
+                    plog.topic_id, plog.epoch, req.subscription, plog.next_entry_id - 1)
+                plog.check_open()
+                if row is None:
+                    plog.lose("fenced while opening a subscription")
+                    plog.check_open()
+                sub = Subscription(plog, req.subscription, Cursor.decode(*row), durable=True)
+                sub.txn_acks.load(await plog.store.load_pending_acks(plog.topic_id, req.subscription))
+                plog.subscriptions[req.subscription] = sub
+        await sub.end_txn((req.txn.most_bits, req.txn.least_bits), req.action == pb.TXN_COMMIT)
+        return pb.EndTxnOnSubscriptionResponse()

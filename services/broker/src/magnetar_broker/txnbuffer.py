@@ -1,0 +1,220 @@
+"""The transaction buffer of one partition (PIP-31, sidecar design; docs/transactions.md).
+
+A transactional send is written once, to ``txn_entries``, outside the visible log.
+Committing writes one marker entry into the log whose messages are the transaction's
+batches; aborting deletes them.  Nothing open ever blocks the log: only markers are in
+it, and a marker appears when its transaction commits.  Commit cost is one marker row
+and one outcome row, whatever the transaction's size.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import (
+    InvalidTxnStatusError,
+    NotAllowedError,
+    ProducerFenced,
+    TransactionNotFound,
+)
+
+from magnetar_broker.store import Q, BrokerStore, Entry
+
+TxnKey = tuple[int, int]
+MAX_CACHED_TXN_BYTES = 8 * 1024 * 1024  # keep a transaction's batches in memory up to this
+
+
+def txn_str(txn: TxnKey) -> str:
+    return f"({txn[0]},{txn[1]})"
+
+
+def ended_error(txn: TxnKey, committed: bool) -> InvalidTxnStatusError:
+    return InvalidTxnStatusError(
+        f"transaction {txn_str(txn)} is already {'committed' if committed else 'aborted'}")
+
+
+@dataclass
+class TxnBuf:
+    batches: int = 0
+    messages: int = 0
+    payloads: list[bytes] | None = field(default_factory=list)  # None: not all in memory
+    size: int = 0
+    committed: bool | None = None  # the outcome on this partition, once ended
+    registered: bool = False
+
+
+@dataclass(slots=True)
+class TxnAppend:
+    producer: object
+    producer_name: str
+    lowest: int
+    highest: int
+    num_messages: int
+    batch: bytes
+    txn: TxnKey
+
+
+@dataclass(slots=True)
+class TxnEnd:
+    txn: TxnKey
+    commit: bool
+    producer: object = None  # never fenced
+
+
+class TxnBuffer:
+    def __init__(self, store: BrokerStore, topic_id: int, topic: str):
+        self.store = store
+        self.topic_id = topic_id
+        self.topic = topic
+        self.txns: dict[TxnKey, TxnBuf] = {}
+        self.committed_count = 0
+        self.aborted_count = 0
+
+    async def state(self, txn: TxnKey) -> TxnBuf:
+        buf = self.txns.get(txn)
+        if buf is None:
+            batches, messages, committed = await self.store.txn_state(self.topic_id, txn)
+            buf = self.txns.setdefault(txn, TxnBuf(batches, messages, [] if batches == 0 else None,
+                                                   committed=committed))
+        return buf
+
+    async def check_send(self, txn: TxnKey) -> TxnBuf:
+        """A send is accepted only while the coordinator has this partition registered
+        for an OPEN transaction (so no transaction is left hanging here)."""
+        buf = await self.state(txn)
+        if buf.committed is not None:
+            raise ended_error(txn, buf.committed)
+        if not buf.registered:
+            status, registered = await self.store.txn_registered(txn, self.topic)
+            if status is None:
+                raise TransactionNotFound(f"transaction {txn_str(txn)} does not exist")
+            if status != pb.TXN_OPEN:
+                raise InvalidTxnStatusError(f"transaction {txn_str(txn)} is no longer open")
+            if not registered:
+                raise NotAllowedError(
+                    f"{self.topic} is not registered with transaction {txn_str(txn)}: "
+                    "call AddPartitionToTxn first")
+            buf.registered = True
+        return buf
+
+    # ---------------------------------------------------------------- group commit
+
+    async def commit_group(self, plog, items: list, exclusive_epoch: int | None):
+        """Write a group holding transactional work in one SQL transaction.
+
+        ``items`` are the writer's queue in order: plain appends, transactional appends
+        and ends.  Returns one result per item (entry id, txn sequence, None or error).
+        """
+        results: list = [None] * len(items)
+        staged: dict[TxnKey, TxnBuf] = {}
+        entry_rows: list[tuple] = []
+        txn_rows: list[tuple] = []
+        outcomes: list[tuple] = []
+        discards: list[TxnKey] = []
+        sequences: dict[str, int] = {}
+        markers: dict[int, TxnKey] = {}
+        next_id = plog.next_entry_id
+        now_ms = int(time.time() * 1000)
+
+        def view(txn: TxnKey) -> TxnBuf:
+            if txn not in staged:
+                base = self.txns[txn]
+                staged[txn] = TxnBuf(base.batches, base.messages,
+                                     None if base.payloads is None else list(base.payloads),
+                                     base.size, base.committed, base.registered)
+            return staged[txn]
+
+        for i, item in enumerate(items):
+            if isinstance(item, TxnEnd):
+                buf = view(item.txn)
+                if buf.committed is not None:
+                    results[i] = None if buf.committed == item.commit else ended_error(item.txn, buf.committed)
+                    continue
+                buf.committed = item.commit
+                outcomes.append((item.txn, item.commit))
+                if item.commit and buf.messages:
+                    entry_rows.append((next_id, "", 0, 0, buf.messages, now_ms, b"", *item.txn))
+                    markers[next_id] = item.txn
+                    next_id += 1
+                elif not item.commit:
+                    discards.append(item.txn)
+                continue
+            if plog.dedup:
+                sequences[item.producer_name] = max(sequences.get(item.producer_name, -1), item.highest)
+            if isinstance(item, TxnAppend):
+                buf = view(item.txn)
+                if buf.committed is not None:
+                    results[i] = ended_error(item.txn, buf.committed)
+                    continue
+                txn_rows.append((*item.txn, buf.batches, item.producer_name, item.lowest, item.highest,
+                                 item.num_messages, item.batch))
+                results[i] = buf.batches
+                buf.batches += 1
+                buf.messages += item.num_messages
+                buf.size += len(item.batch)
+                if buf.payloads is not None and buf.size <= MAX_CACHED_TXN_BYTES:
+                    buf.payloads.append(item.batch)
+                else:
+                    buf.payloads = None
+            else:
+                entry_rows.append((next_id, item.producer_name, item.lowest, item.highest,
+                                   item.num_messages, now_ms, item.batch, None, None))
+                results[i] = next_id
+                next_id += 1
+
+        async def writes(conn, topic_epoch: int) -> None:
+            if exclusive_epoch is not None and topic_epoch != exclusive_epoch:
+                raise ProducerFenced(f"the topic epoch of {self.topic} moved on; batch refused")
+            if entry_rows:
+                await conn.execute(Q["insert_entries"], self.topic_id, *map(list, zip(*entry_rows)))
+            if txn_rows:
+                await conn.execute(Q["insert_txn_entries"], self.topic_id, *map(list, zip(*txn_rows)))
+            if sequences:
+                await conn.execute(Q["upsert_sequences"], self.topic_id, list(sequences),
+                                   list(sequences.values()))
+            if outcomes:
+                await conn.execute(Q["insert_outcomes"], self.topic_id, "",
+                                   [t[0][0] for t in outcomes], [t[0][1] for t in outcomes],
+                                   [t[1] for t in outcomes])
+            for txn in discards:
+                await conn.execute(Q["discard_txn_entries"], self.topic_id, *txn)
+
+        topic_epoch = await self.store.write_locked(self.topic_id, plog.epoch, writes)
+        if topic_epoch is None:
+            return None  # the caller treats None as "fenced"
+        # Committed: make memory match.
+        cached: list[Entry] = []
+        for row in entry_rows:
+            entry_id = row[0]
+            if entry_id in markers:
+                txn = markers[entry_id]
+                payloads = staged[txn].payloads
+                cached.append(Entry(entry_id, "", row[4], now_ms,
+                                    b"".join(payloads) if payloads is not None else None, txn))
+            else:
+                cached.append(Entry(entry_id, row[1], row[4], now_ms, row[6]))
+        for txn, buf in staged.items():
+            if buf.committed is not None:
+                buf.payloads = None  # the marker holds them now
+                if buf.committed:
+                    self.committed_count += 1
+                else:
+                    self.aborted_count += 1
+            self.txns[txn] = buf
+        for name, seq in sequences.items():
+            plog.persisted_seq[name] = max(seq, plog.persisted_seq.get(name, -1))
+        plog.next_entry_id = next_id
+        return results, cached
+
+    def stats(self) -> dict:
+        open_txns = [t for t, b in self.txns.items() if b.committed is None]
+        return {
+            "ongoingTxnSize": len(open_txns),
+            "committedTxnCount": self.committed_count,
+            "abortedTxnCount": self.aborted_count,
+            "ongoingTxns": [txn_str(t) for t in open_txns],
+            # Open transactions never hold back the log (sidecar buffer): see docs.
+            "maxReadPosition": None,
+        }

@@ -1,0 +1,25 @@
+"""The coordinator's protobuf routes (docs/protocol.md)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_runtime.app import proto_route
+
+from magnetar_coordinator.service import CoordinatorService
+
+
+def add_routes(app: FastAPI, service: CoordinatorService) -> None:
+    async def coordinators(_: pb.LookupCoordinatorsRequest) -> pb.LookupCoordinatorsResponse:
+        return await service.coordinators()
+
+    for path, request_type, handler in [
+        ("/v1/txn/coordinators", pb.LookupCoordinatorsRequest, coordinators),
+        ("/v1/txn/new", pb.NewTxnRequest, service.new_txn),
+        ("/v1/txn/add-partitions", pb.AddPartitionToTxnRequest, service.add_partitions),
+        ("/v1/txn/add-subscriptions", pb.AddSubscriptionToTxnRequest, service.add_subscriptions),
+        ("/v1/txn/end", pb.EndTxnRequest, service.end),
+        ("/v1/txn/status", pb.TxnStatusRequest, service.status),
+    ]:
+        proto_route(app, path, request_type, handler)

@@ -1,0 +1,14 @@
+"""Coordinator metrics, named as Pulsar's transaction coordinator names them."""
+
+from prometheus_client import Counter, Gauge, Histogram
+
+ACTIVE = Gauge("pulsar_txn_active_count", "Transactions not yet ended")
+CREATED = Counter("pulsar_txn_created", "Transactions created")
+COMMITTED = Counter("pulsar_txn_committed", "Transactions committed")
+ABORTED = Counter("pulsar_txn_aborted", "Transactions aborted")
+TIMEOUTS = Counter("pulsar_txn_timeout", "Transactions aborted by timeout")
+APPEND_LOG = Counter("pulsar_txn_append_log", "Writes to the transaction log")
+EXECUTION_LATENCY = Histogram(
+    "pulsar_txn_execution_latency_seconds", "EndTxn request to every participant done",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5),
+)

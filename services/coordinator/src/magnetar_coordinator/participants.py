@@ -1,0 +1,68 @@
+"""Telling participants how a transaction ended: EndTxnOnPartition and
+EndTxnOnSubscription to each partition's current owner, following ownership moves and
+retrying until the broker has applied it (brokers apply them idempotently)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import InvalidTxnStatusError, MagnetarError, TopicNotFound
+from magnetar_runtime.rpc import RpcClient
+
+log = logging.getLogger("magnetar.coordinator.participants")
+
+
+class Participants:
+    def __init__(self, rpc: RpcClient, live_brokers, lease_ttl_s: float):
+        self.rpc = rpc
+        self._live_brokers = live_brokers  # async () -> list[url]
+        self._ttl = lease_ttl_s
+
+    async def _owner(self, topic: str) -> str:
+        brokers = await self._live_brokers(self._ttl)
+        if not brokers:
+            raise MagnetarError("no live broker")
+        reply = await self.rpc.call(random.choice(brokers), "/v1/topics/lookup",
+                                    pb.LookupRequest(topic=topic), pb.LookupResponse)
+        return reply.broker_url
+
+    async def _until_done(self, what: str, topic: str, path: str, request, response_type) -> None:
+        delay = 0.05
+        while True:
+            try:
+                url = await self._owner(topic)
+                await self.rpc.call(url, path, request, response_type)
+                return
+            except TopicNotFound:
+                log.warning("%s: topic %s is gone; nothing to end there", what, topic)
+                return
+            except InvalidTxnStatusError as exc:
+                # The participant ended it the other way: a bug or a manual intervention.
+                log.error("%s on %s refused: %s", what, topic, exc)
+                return
+            except MagnetarError as exc:
+                log.info("%s on %s: %s; retrying in %.2fs", what, topic, exc, delay)
+            except Exception:
+                log.exception("%s on %s failed; retrying in %.2fs", what, topic, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def end(self, txn: pb.TxnId, action: int, partitions: list[str],
+                  subscriptions: list[tuple[str, str]]) -> None:
+        """Apply the outcome on every participant, concurrently; return when all have."""
+        jobs = [
+            self._until_done("EndTxnOnPartition", topic, "/v1/txn/end-on-partition",
+                             pb.EndTxnOnPartitionRequest(topic=topic, txn=txn, action=action),
+                             pb.EndTxnOnPartitionResponse)
+            for topic in partitions
+        ] + [
+            self._until_done("EndTxnOnSubscription", topic, "/v1/txn/end-on-subscription",
+                             pb.EndTxnOnSubscriptionRequest(topic=topic, subscription=sub, txn=txn,
+                                                            action=action),
+                             pb.EndTxnOnSubscriptionResponse)
+            for topic, sub in subscriptions
+        ]
+        await asyncio.gather(*jobs)

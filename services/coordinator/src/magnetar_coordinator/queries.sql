@@ -1,0 +1,111 @@
+-- Coordinator SQL.  Every write compares this process's fence epoch on the coordinator
+-- row in the same statement (FOR SHARE), so a process that lost its TCID writes nothing.
+
+-- name: claim
+INSERT INTO coordinators (coordinator_id, instance, fence_epoch, url)
+VALUES ($1, $2, 1, $3)
+ON CONFLICT (coordinator_id) DO UPDATE
+    SET instance = excluded.instance, fence_epoch = coordinators.fence_epoch + 1,
+        url = excluded.url, heartbeat_at = now()
+    WHERE coordinators.heartbeat_at < now() - make_interval(secs => $4::float8)
+       OR coordinators.instance = excluded.instance
+RETURNING fence_epoch;
+
+-- name: heartbeat
+UPDATE coordinators SET heartbeat_at = now()
+WHERE coordinator_id = $1 AND fence_epoch = $2
+RETURNING 1;
+
+-- name: release
+UPDATE coordinators SET heartbeat_at = now() - interval '1 day'
+WHERE coordinator_id = $1 AND fence_epoch = $2;
+
+-- name: live_coordinators
+SELECT coordinator_id, url FROM coordinators
+WHERE heartbeat_at > now() - make_interval(secs => $1::float8)
+ORDER BY coordinator_id;
+
+-- name: allocate_ids
+UPDATE coordinators SET next_txn_id = next_txn_id + $3
+WHERE coordinator_id = $1 AND fence_epoch = $2
+RETURNING next_txn_id - $3;
+
+-- name: new_txn
+WITH fence AS (
+    SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
+)
+INSERT INTO transactions (coordinator_id, txn_id, status, timeout_ms, deadline_at, owner)
+SELECT $1, $3, 0, $4::bigint, now() + make_interval(secs => $4::bigint / 1000.0), $5
+WHERE EXISTS (SELECT 1 FROM fence)
+RETURNING deadline_at;
+
+-- name: add_partitions
+WITH fence AS (
+    SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
+), txn AS (
+    SELECT status FROM transactions WHERE coordinator_id = $1 AND txn_id = $3 FOR SHARE
+), added AS (
+    INSERT INTO txn_partitions (coordinator_id, txn_id, topic)
+    SELECT $1, $3, t FROM unnest($4::text[]) AS t
+    WHERE EXISTS (SELECT 1 FROM fence) AND (SELECT status FROM txn) = 0
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fence) AS fenced_ok, (SELECT status FROM txn) AS status,
+       (SELECT count(*) FROM added) AS added;
+
+-- name: add_subscriptions
+WITH fence AS (
+    SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
+), txn AS (
+    SELECT status FROM transactions WHERE coordinator_id = $1 AND txn_id = $3 FOR SHARE
+), added AS (
+    INSERT INTO txn_subscriptions (coordinator_id, txn_id, topic, subscription)
+    SELECT $1, $3, s.topic, s.sub FROM unnest($4::text[], $5::text[]) AS s (topic, sub)
+    WHERE EXISTS (SELECT 1 FROM fence) AND (SELECT status FROM txn) = 0
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fence) AS fenced_ok, (SELECT status FROM txn) AS status,
+       (SELECT count(*) FROM added) AS added;
+
+-- name: transition
+WITH fence AS (
+    SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
+)
+UPDATE transactions
+SET status = $5::smallint,
+    ended_at = CASE WHEN $5::smallint IN (2, 4) THEN now() ELSE ended_at END,
+    timed_out = timed_out OR $6
+WHERE coordinator_id = $1 AND txn_id = $3 AND status = $4::smallint AND EXISTS (SELECT 1 FROM fence)
+RETURNING status;
+
+-- name: get_txn
+SELECT status, timeout_ms, opened_at, deadline_at, ended_at, owner, timed_out
+FROM transactions WHERE coordinator_id = $1 AND txn_id = $2;
+
+-- name: txn_partitions
+SELECT topic FROM txn_partitions WHERE coordinator_id = $1 AND txn_id = $2 ORDER BY topic;
+
+-- name: txn_subscriptions
+SELECT topic, subscription FROM txn_subscriptions
+WHERE coordinator_id = $1 AND txn_id = $2 ORDER BY topic, subscription;
+
+-- name: ending_txns
+SELECT txn_id, status FROM transactions
+WHERE coordinator_id = $1 AND status IN (1, 3)
+ORDER BY txn_id;
+
+-- name: expired_txns
+SELECT txn_id FROM transactions
+WHERE coordinator_id = $1 AND status = 0 AND deadline_at <= now()
+ORDER BY deadline_at
+LIMIT 1000;
+
+-- name: active_count
+SELECT count(*) FROM transactions WHERE coordinator_id = $1 AND status IN (0, 1, 3);
+
+-- name: purge_ended
+DELETE FROM transactions
+WHERE coordinator_id = $1 AND status IN (2, 4)
+  AND ended_at < now() - make_interval(secs => $2::float8);

@@ -1,0 +1,240 @@
+"""Coordinator logic: new transactions, registrations, EndTxn with durable
+transitions, timeouts, and recovery of transactions a previous process left ending."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import (
+    BadRequest,
+    ServiceNotReady,
+    TransactionCoordinatorNotFoundError,
+    TransactionNotFound,
+)
+from magnetar_protocol.topics import TopicName, validate_name_part
+from magnetar_runtime.loops import BackgroundLoop
+from magnetar_runtime.rpc import RpcClient
+
+from magnetar_coordinator import metrics
+from magnetar_coordinator import statemachine as sm
+from magnetar_coordinator.participants import Participants
+from magnetar_coordinator.settings import CoordinatorSettings
+from magnetar_coordinator.store import CoordinatorStore, Fenced
+
+log = logging.getLogger("magnetar.coordinator")
+
+
+class CoordinatorService:
+    def __init__(self, store: CoordinatorStore, settings: CoordinatorSettings):
+        self.store = store
+        self.settings = settings
+        self.tcid = store.tcid
+        self.ttl_s = settings.lease_ttl_ms / 1000
+        self.rpc = RpcClient(settings.broker_request_timeout_ms / 1000)
+        self.participants = Participants(self.rpc, store.live_brokers, self.ttl_s)
+        self.ready = False
+        self._ids: list[int] = []
+        self._id_lock = asyncio.Lock()
+        self._driving: dict[int, asyncio.Task] = {}
+        self._expiring: set[int] = set()
+        self.claim_loop = BackgroundLoop("coordinator-claim", settings.heartbeat_interval_ms / 1000,
+                                         self.claim_or_heartbeat)
+        self.timeout_loop = BackgroundLoop("txn-timeouts", settings.timeout_check_interval_ms / 1000,
+                                           self.abort_expired)
+        self.purge_loop = BackgroundLoop("txn-purge", 60, self.purge_ended)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        self.claim_loop.start()
+
+    async def stop(self) -> None:
+        was_ready, self.ready = self.ready, False
+        for loop in (self.claim_loop, self.timeout_loop, self.purge_loop):
+            await loop.stop()
+        # Let in-flight commits finish so their clients get an answer.
+        if self._driving:
+            await asyncio.wait(list(self._driving.values()), timeout=10)
+        if was_ready:
+            await self.store.release()
+        await self.rpc.close()
+
+    async def claim_or_heartbeat(self) -> None:
+        if self.ready:
+            if not await self.store.heartbeat():
+                self._lost_claim()
+            return
+        if await self.store.claim(self.settings.url, self.ttl_s):
+            log.info("claimed coordinator id %d (fence epoch %d)", self.tcid, self.store.fence_epoch)
+            self._ids.clear()
+            self.ready = True
+            self.timeout_loop.start()
+            self.purge_loop.start()
+            asyncio.create_task(self.recover())
+        else:
+            log.info("coordinator id %d is held by a live process; waiting for its lease", self.tcid)
+
+    def _lost_claim(self) -> None:
+        log.error("coordinator id %d was claimed by another process; no longer acting", self.tcid)
+        self.ready = False
+        asyncio.create_task(self.timeout_loop.stop())
+
+    def _check_ready(self) -> None:
+        if not self.ready:
+            raise ServiceNotReady(f"coordinator {self.tcid} is not serving (starting or fenced)")
+
+    async def recover(self) -> None:
+        """Re-drive every transaction a previous process left COMMITTING or ABORTING."""
+        for txn_id, status in await self.store.ending():
+            action = pb.TXN_COMMIT if status == sm.COMMITTING else pb.TXN_ABORT
+            log.info("recovering transaction %s (%s)", sm.txn_str(self.tcid, txn_id), sm.NAMES[status])
+            self._drive(txn_id, action)
+        metrics.ACTIVE.set(await self.store.active_count())
+
+    # ---------------------------------------------------------------- operations
+
+    def _txn_id(self, txn: pb.TxnId) -> int:
+        if txn.most_bits != self.tcid:
+            raise TransactionCoordinatorNotFoundError(
+                f"transaction {sm.txn_str(txn.most_bits, txn.least_bits)} belongs to coordinator "
+                f"{txn.most_bits}, this is coordinator {self.tcid}")
+        return txn.least_bits
+
+    async def _next_id(self) -> int:
+        async with self._id_lock:
+            if not self._ids:
+                first = await self.store.allocate_ids(self.settings.txn_id_block)
+                self._ids = list(range(first + self.settings.txn_id_block - 1, first - 1, -1))
+            return self._ids.pop()
+
+    async def new_txn(self, req: pb.NewTxnRequest, owner: str | None = None) -> pb.NewTxnResponse:
+        self._check_ready()
+        timeout = req.timeout_ms or self.settings.default_txn_timeout_ms
+        if timeout > self.settings.max_txn_timeout_ms:
+            raise BadRequest(f"transaction timeout {timeout} ms exceeds the maximum of "
+                             f"{self.settings.max_txn_timeout_ms} ms")
+        txn_id = await self._next_id()
+        await self._guard(self.store.new_txn(txn_id, timeout, owner))
+        metrics.CREATED.inc()
+        metrics.ACTIVE.inc()
+        metrics.APPEND_LOG.inc()
+        return pb.NewTxnResponse(txn=pb.TxnId(most_bits=self.tcid, least_bits=txn_id), timeout_ms=timeout)
+
+    async def add_partitions(self, req: pb.AddPartitionToTxnRequest) -> pb.AddPartitionToTxnResponse:
+        self._check_ready()
+        txn_id = self._txn_id(req.txn)
+        if not req.topics:
+            raise BadRequest("add-partitions: no topics given")
+        topics = [TopicName.parse(t).full for t in req.topics]
+        status = await self._guard(self.store.add_partitions(txn_id, topics))
+        sm.require_open(status, "add partitions")
+        metrics.APPEND_LOG.inc()
+        return pb.AddPartitionToTxnResponse()
+
+    async def add_subscriptions(self, req: pb.AddSubscriptionToTxnRequest) -> pb.AddSubscriptionToTxnResponse:
+        self._check_ready()
+        txn_id = self._txn_id(req.txn)
+        if not req.subscriptions:
+            raise BadRequest("add-subscriptions: no subscriptions given")
+        topics = [TopicName.parse(s.topic).full for s in req.subscriptions]
+        subs = [validate_name_part("subscription", s.subscription) for s in req.subscriptions]
+        status = await self._guard(self.store.add_subscriptions(txn_id, topics, subs))
+        sm.require_open(status, "add subscriptions")
+        metrics.APPEND_LOG.inc()
+        return pb.AddSubscriptionToTxnResponse()
+
+    async def status(self, req: pb.TxnStatusRequest) -> pb.TxnStatusResponse:
+        record = await self.store.get(self._txn_id(req.txn))
+        if record is None:
+            raise TransactionNotFound(f"transaction {sm.txn_str(req.txn.most_bits, req.txn.least_bits)} does not exist")
+        return pb.TxnStatusResponse(status=record.status)
+
+    async def end(self, req: pb.EndTxnRequest) -> pb.EndTxnResponse:
+        self._check_ready()
+        txn_id = self._txn_id(req.txn)
+        if req.action not in (pb.TXN_COMMIT, pb.TXN_ABORT):
+            raise BadRequest(f"unknown transaction action {req.action}")
+        started = time.perf_counter()
+        await self.end_txn(txn_id, req.action)
+        metrics.EXECUTION_LATENCY.observe(time.perf_counter() - started)
+        return pb.EndTxnResponse(status=sm.final_status(req.action))
+
+    async def end_txn(self, txn_id: int, action: int, timed_out: bool = False) -> None:
+        """Drive the transaction to the end ``action`` asks for; idempotent."""
+        while True:
+            record = await self.store.get(txn_id)
+            if record is None:
+                raise TransactionNotFound(f"transaction {sm.txn_str(self.tcid, txn_id)} does not exist")
+            step = sm.plan_end(record.status, action)
+            if step is sm.Step.DONE:
+                return
+            if step is sm.Step.START:
+                moved = await self._guard(self.store.transition(
+                    txn_id, sm.OPEN, sm.ending_status(action), timed_out))
+                if not moved:
+                    continue  # someone else moved it (a timeout, a duplicate request): plan again
+                metrics.APPEND_LOG.inc()
+            await asyncio.shield(self._drive(txn_id, action))
+            return
+
+    def _drive(self, txn_id: int, action: int) -> asyncio.Task:
+        """One fan-out task per transaction; repeated requests wait on the same one."""
+        task = self._driving.get(txn_id)
+        if task is None:
+            task = asyncio.create_task(self._finish(txn_id, action))
+            self._driving[txn_id] = task
+            task.add_done_callback(lambda _: self._driving.pop(txn_id, None))
+        return task
+
+    async def _finish(self, txn_id: int, action: int) -> None:
+        partitions, subscriptions = await self.store.participants(txn_id)
+        await self.participants.end(
+            pb.TxnId(most_bits=self.tcid, least_bits=txn_id), action, partitions, subscriptions)
+        if await self._guard(self.store.transition(txn_id, sm.ending_status(action), sm.final_status(action))):
+            metrics.APPEND_LOG.inc()
+            metrics.ACTIVE.dec()
+            (metrics.COMMITTED if action == pb.TXN_COMMIT else metrics.ABORTED).inc()
+
+    async def _guard(self, awaitable):
+        try:
+            return await awaitable
+        except Fenced:
+            self._lost_claim()
+            raise
+
+    # ---------------------------------------------------------------- loops
+
+    async def abort_expired(self) -> None:
+        for txn_id in await self.store.expired():
+            if txn_id in self._driving or txn_id in self._expiring:
+                continue
+            self._expiring.add(txn_id)
+            log.info("transaction %s timed out; aborting", sm.txn_str(self.tcid, txn_id))
+            metrics.TIMEOUTS.inc()
+            asyncio.create_task(self._abort_quietly(txn_id))
+
+    async def _abort_quietly(self, txn_id: int) -> None:
+        try:
+            await self.end_txn(txn_id, pb.TXN_ABORT, timed_out=True)
+        except Exception as exc:  # a racing commit won, or we were fenced
+            log.info("timeout abort of %s skipped: %s", sm.txn_str(self.tcid, txn_id), exc)
+        finally:
+            self._expiring.discard(txn_id)
+
+    async def purge_ended(self) -> None:
+        purged = await self.store.purge_ended(self.settings.ended_retention_s)
+        if purged:
+            log.info("forgot %d ended transactions past their retention", purged)
+
+    async def coordinators(self) -> pb.LookupCoordinatorsResponse:
+        live = await self.store.live_coordinators(self.ttl_s)
+        return pb.LookupCoordinatorsResponse(
+            coordinators=[pb.CoordinatorInfo(coordinator_id=i, url=u) for i, u in live])
+
+
+def new_instance_id() -> str:
+    return uuid.uuid4().hex

@@ -1,0 +1,35 @@
+"""Coordinator settings (``MAGNETAR_*`` environment variables)."""
+
+from __future__ import annotations
+
+import re
+import socket
+
+from pydantic import Field
+
+from magnetar_runtime.settings import ServiceSettings
+
+
+class CoordinatorSettings(ServiceSettings):
+    # The TCID: MAGNETAR_COORDINATOR_ID, else the StatefulSet ordinal (hostname "...-N").
+    coordinator_id: int | None = Field(None, ge=0)
+    default_txn_timeout_ms: int = Field(60_000, gt=0)
+    max_txn_timeout_ms: int = Field(3 * 3600_000, gt=0)
+    heartbeat_interval_ms: int = Field(1000, gt=0)
+    lease_ttl_ms: int = Field(5000, gt=0)
+    timeout_check_interval_ms: int = Field(200, gt=0)
+    # Ended transactions keep their outcome this long, so late duplicates get a precise answer.
+    ended_retention_s: int = Field(24 * 3600, ge=0)
+    txn_id_block: int = Field(1000, gt=0)
+    broker_request_timeout_ms: int = Field(10_000, gt=0)
+
+    def resolved_coordinator_id(self) -> int:
+        if self.coordinator_id is not None:
+            return self.coordinator_id
+        host = socket.gethostname()
+        if m := re.search(r"-(\d+)$", host):
+            return int(m.group(1))
+        raise SystemExit(
+            f"magnetar-coordinator: cannot tell this coordinator's id: set "
+            f"MAGNETAR_COORDINATOR_ID, or run it with a hostname ending in -N (got {host!r})"
+        )

@@ -1,0 +1,121 @@
+"""The coordinator's database access.  SQL text lives in queries.sql."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from magnetar_protocol.errors import NotOwner, TransactionNotFound
+from magnetar_storage.queries import load_queries
+
+Q = load_queries("magnetar_coordinator")
+
+
+class Fenced(NotOwner):
+    """Another process claimed this coordinator id: this one must stop acting."""
+
+
+@dataclass(frozen=True)
+class TxnRecord:
+    txn_id: int
+    status: int
+    timeout_ms: int
+    opened_at: datetime
+    deadline_at: datetime
+    ended_at: datetime | None
+    owner: str | None
+    timed_out: bool
+
+
+class CoordinatorStore:
+    def __init__(self, pool: asyncpg.Pool, coordinator_id: int, instance: str):
+        self.pool = pool
+        self.tcid = coordinator_id
+        self.instance = instance
+        self.fence_epoch = 0
+
+    async def claim(self, url: str, ttl_s: float) -> bool:
+        epoch = await self.pool.fetchval(Q["claim"], self.tcid, self.instance, url, ttl_s)
+        if epoch is None:
+            return False
+        self.fence_epoch = epoch
+        return True
+
+    async def heartbeat(self) -> bool:
+        return await self.pool.fetchval(Q["heartbeat"], self.tcid, self.fence_epoch) is not None
+
+    async def release(self) -> None:
+        await self.pool.execute(Q["release"], self.tcid, self.fence_epoch)
+
+    async def live_coordinators(self, ttl_s: float) -> list[tuple[int, str]]:
+        return [(r[0], r[1]) for r in await self.pool.fetch(Q["live_coordinators"], ttl_s)]
+
+    async def live_brokers(self, ttl_s: float) -> list[str]:
+        rows = await self.pool.fetch(
+            "SELECT url FROM brokers WHERE heartbeat_at > now() - make_interval(secs => $1::float8)",
+            ttl_s)
+        return [r[0] for r in rows]
+
+    def _fenced(self) -> Fenced:
+        return Fenced(f"coordinator {self.tcid} was claimed by another process")
+
+    async def allocate_ids(self, count: int) -> int:
+        first = await self.pool.fetchval(Q["allocate_ids"], self.tcid, self.fence_epoch, count)
+        if first is None:
+            raise self._fenced()
+        return first
+
+    async def new_txn(self, txn_id: int, timeout_ms: int, owner: str | None) -> None:
+        if await self.pool.fetchval(Q["new_txn"], self.tcid, self.fence_epoch, txn_id, timeout_ms, owner) is None:
+            raise self._fenced()
+
+    async def _add(self, query: str, txn_id: int, *arrays) -> int | None:
+        row = await self.pool.fetchrow(Q[query], self.tcid, self.fence_epoch, txn_id, *arrays)
+        if not row["fenced_ok"]:
+            raise self._fenced()
+        if row["status"] is None:
+            raise TransactionNotFound(f"transaction ({self.tcid},{txn_id}) does not exist")
+        return row["status"]
+
+    async def add_partitions(self, txn_id: int, topics: list[str]) -> int:
+        """Register partitions if OPEN; return the transaction's status."""
+        return await self._add("add_partitions", txn_id, topics)
+
+    async def add_subscriptions(self, txn_id: int, topics: list[str], subs: list[str]) -> int:
+        return await self._add("add_subscriptions", txn_id, topics, subs)
+
+    async def transition(self, txn_id: int, current: int, target: int, timed_out: bool = False) -> bool:
+        """Compare-and-set the status; False if it was no longer ``current``."""
+        async with self.pool.acquire() as conn:
+            done = await conn.fetchval(
+                Q["transition"], self.tcid, self.fence_epoch, txn_id, current, target, timed_out)
+            if done is None and not await conn.fetchval(
+                    "SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2",
+                    self.tcid, self.fence_epoch):
+                raise self._fenced()
+        return done is not None
+
+    async def get(self, txn_id: int) -> TxnRecord | None:
+        row = await self.pool.fetchrow(Q["get_txn"], self.tcid, txn_id)
+        return TxnRecord(txn_id, *row) if row else None
+
+    async def participants(self, txn_id: int) -> tuple[list[str], list[tuple[str, str]]]:
+        async with self.pool.acquire() as conn:
+            parts = [r[0] for r in await conn.fetch(Q["txn_partitions"], self.tcid, txn_id)]
+            subs = [(r[0], r[1]) for r in await conn.fetch(Q["txn_subscriptions"], self.tcid, txn_id)]
+        return parts, subs
+
+    async def ending(self) -> list[tuple[int, int]]:
+        return [(r[0], r[1]) for r in await self.pool.fetch(Q["ending_txns"], self.tcid)]
+
+    async def expired(self) -> list[int]:
+        return [r[0] for r in await self.pool.fetch(Q["expired_txns"], self.tcid)]
+
+    async def active_count(self) -> int:
+        return await self.pool.fetchval(Q["active_count"], self.tcid)
+
+    async def purge_ended(self, retention_s: float) -> int:
+        result = await self.pool.execute(Q["purge_ended"], self.tcid, retention_s)
+        return int(result.split()[-1])
