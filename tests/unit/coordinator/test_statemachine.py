@@ -1,0 +1,43 @@
+import pytest
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import InvalidTxnStatusError
+from magnetar_coordinator import statemachine as sm
+
+COMMIT, ABORT = pb.TXN_COMMIT, pb.TXN_ABORT
+
+
+def test_legal_transitions_only():
+    assert sm.can_transition(sm.OPEN, sm.COMMITTING)
+    assert sm.can_transition(sm.OPEN, sm.ABORTING)
+    assert sm.can_transition(sm.COMMITTING, sm.COMMITTED)
+    assert sm.can_transition(sm.ABORTING, sm.ABORTED)
+    for bad in [(sm.OPEN, sm.COMMITTED), (sm.COMMITTING, sm.ABORTING), (sm.COMMITTED, sm.OPEN),
+                (sm.ABORTED, sm.COMMITTING), (sm.ABORTING, sm.COMMITTED)]:
+        assert not sm.can_transition(*bad)
+
+
+@pytest.mark.parametrize("status,action,step", [
+    (sm.OPEN, COMMIT, sm.Step.START), (sm.OPEN, ABORT, sm.Step.START),
+    (sm.COMMITTING, COMMIT, sm.Step.RESUME), (sm.ABORTING, ABORT, sm.Step.RESUME),
+    (sm.COMMITTED, COMMIT, sm.Step.DONE), (sm.ABORTED, ABORT, sm.Step.DONE),
+])
+def test_repeating_an_end_is_idempotent(status, action, step):
+    assert sm.plan_end(status, action) is step
+
+
+@pytest.mark.parametrize("status,action", [
+    (sm.COMMITTING, ABORT), (sm.COMMITTED, ABORT), (sm.ABORTING, COMMIT), (sm.ABORTED, COMMIT)])
+def test_opposite_action_is_refused(status, action):
+    with pytest.raises(InvalidTxnStatusError):
+        sm.plan_end(status, action)
+
+
+def test_registration_needs_open():
+    sm.require_open(sm.OPEN, "x")
+    with pytest.raises(InvalidTxnStatusError):
+        sm.require_open(sm.COMMITTING, "add partitions")
+
+
+def test_txn_string_form():
+    assert sm.txn_str(3, 42) == "(3,42)"
