@@ -1,0 +1,115 @@
+"""Producer creation with PIP-68 access modes: admission, WaitForExclusive queueing
+(long-polled by the client), fencing, and the durable topic epoch."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import ProducerBusy, ProducerFenced
+from magnetar_protocol.topics import TopicName, validate_name_part
+
+from magnetar_broker.access import MODE_NAMES as ACCESS_MODES
+from magnetar_broker.access import Outcome
+from magnetar_broker.topic import PartitionLog, Producer
+
+if TYPE_CHECKING:
+    from magnetar_broker.service import BrokerService
+
+log = logging.getLogger("magnetar.broker.producers")
+
+
+class ProducerHandlers:
+    def __init__(self, service: "BrokerService"):
+        self.service = service
+
+    async def create(self, req: pb.CreateProducerRequest) -> pb.CreateProducerResponse:
+        session = self.service.sessions.get(req.session_id, time.monotonic())
+        plog = await self.service.ownership.get_log(TopicName.parse(req.topic))
+        name = req.producer_name
+        if name:
+            validate_name_part("producer", name)
+        else:
+            name = f"{self.service.broker_id}-{next(self.service._ids)}-{uuid.uuid4().hex[:8]}"
+        requested = req.topic_epoch if req.HasField("topic_epoch") else None
+        deadline = time.monotonic() + min(req.wait_ms, self.service.settings.max_fetch_wait_ms) / 1000
+        session.inflight += 1
+        try:
+            while True:
+                plog.check_open()
+                changed = plog.changed()
+                async with plog.producer_lock:
+                    reply = await self._try_create(plog, session, name, req.access_mode, requested)
+                if reply is not None:
+                    return reply
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return pb.CreateProducerResponse(producer_name=name, waiting=True)
+                try:
+                    await asyncio.wait_for(asyncio.shield(changed), left)
+                except TimeoutError:
+                    pass
+        finally:
+            session.inflight -= 1
+            session.last_seen = time.monotonic()
+
+    async def _try_create(self, plog: PartitionLog, session, name: str, mode: int,
+                          requested: int | None) -> pb.CreateProducerResponse | None:
+        """Create the producer now, or None when a WaitForExclusive one must keep waiting."""
+        for other in plog.producers.values():
+            if other.name == name:
+                if other.session_id == session.session_id:
+                    return self._producer_reply(other, await plog.last_sequence_id(name))
+                raise ProducerBusy(f"producer {name!r} is already connected to {plog.name.full}")
+        if name in plog.fenced_waiters:
+            plog.fenced_waiters.discard(name)
+            session.waiting.discard((plog.name.full, name))
+            raise ProducerFenced(f"producer {name!r} was fenced while waiting for exclusive access")
+        decision = plog.access.admit(mode, name, requested)
+        if decision.outcome is Outcome.WAIT:
+            plog.access.enqueue(name)
+            session.waiting.add((plog.name.full, name))
+            return None
+        for producer_id in decision.fence:
+            if producer := self.service.producers.get(producer_id):
+                self._fence_producer(producer)
+        if decision.fence_waiters:
+            plog.fenced_waiters.update(w for w in plog.access.waiters if w != name)
+            plog.access.waiters.clear()
+        if decision.epoch is not None and decision.epoch != plog.access.topic_epoch:
+            await plog.persist_topic_epoch(decision.epoch)
+        last = await plog.last_sequence_id(name)
+        plog.check_open()
+        producer = Producer(next(self.service._ids), name, session.session_id, mode, plog,
+                            topic_epoch=decision.epoch)
+        plog.producers[producer.producer_id] = producer
+        plog.access.attach(producer.producer_id, mode, name, decision.epoch)
+        session.waiting.discard((plog.name.full, name))
+        self.service.producers[producer.producer_id] = producer
+        session.producers.add(producer.producer_id)
+        if decision.fence or decision.epoch is not None:
+            log.info("%s: producer %r is exclusive (%s) at topic epoch %s", plog.name.full, name,
+                     ACCESS_MODES[mode], decision.epoch)
+        plog.wake()
+        return self._producer_reply(producer, last)
+
+    def _fence_producer(self, producer: Producer) -> None:
+        """Lost exclusivity: detach, but keep answering its sends with ProducerFenced."""
+        producer.fenced = True
+        producer.log.producers.pop(producer.producer_id, None)
+        producer.log.access.detach(producer.producer_id)
+        log.info("%s: fenced producer %r", producer.log.name.full, producer.name)
+
+    def _producer_reply(self, producer: Producer, last: int) -> pb.CreateProducerResponse:
+        reply = pb.CreateProducerResponse(
+            producer_id=producer.producer_id, producer_name=producer.name,
+            last_sequence_id=last, max_message_size=self.service.settings.max_message_size,
+        )
+        if producer.topic_epoch is not None:
+            reply.topic_epoch = producer.topic_epoch
+        return reply
+
