@@ -114,7 +114,7 @@ class Ownership:
                 dedup=self.settings.deduplication_enabled if policy is None else policy,
                 max_message_size=self.settings.max_message_size,
                 max_batch_messages=self.settings.max_batch_messages,
-                cache_entries=self.settings.entry_cache_entries,
+                cache_bytes=self.settings.entry_cache_bytes,
                 max_batches_per_commit=self.settings.max_batches_per_commit,
                 on_lost=self._lost,
             )

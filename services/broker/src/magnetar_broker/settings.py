@@ -25,8 +25,9 @@ class BrokerSettings(ServiceSettings):
     max_batch_messages: int = Field(10000, gt=0)
     # Group commit: at most this many batches in one PostgreSQL transaction.
     max_batches_per_commit: int = Field(256, gt=0)
-    # Recently written entries kept in memory for tailing consumers.
-    entry_cache_entries: int = Field(2048, ge=0)
+    # Recently written entries kept in memory for tailing consumers (per partition),
+    # bounded by bytes so large batches cannot blow up the broker's memory.
+    entry_cache_bytes: int = Field(32 * 1024 * 1024, ge=0)
     max_fetch_wait_ms: int = Field(30000, gt=0)
 
     @property

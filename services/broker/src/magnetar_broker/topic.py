@@ -74,7 +74,7 @@ class _Append:
 class PartitionLog:
     def __init__(self, name: TopicName, topic_id: int, epoch: int, store: BrokerStore, *,
                  dedup: bool, max_message_size: int, max_batch_messages: int,
-                 cache_entries: int, max_batches_per_commit: int, on_lost):
+                 cache_bytes: int, max_batches_per_commit: int, on_lost):
         self.name = name
         self.topic_id = topic_id
         self.epoch = epoch
@@ -91,7 +91,9 @@ class PartitionLog:
         self.fenced_waiters: set[str] = set()
         self.producer_lock = asyncio.Lock()
         self.subscriptions: dict[str, "Subscription"] = {}
-        self.cache: deque[Entry] = deque(maxlen=max(cache_entries, 1))
+        self.cache: deque[Entry] = deque()
+        self.cache_bytes = 0
+        self.max_cache_bytes = cache_bytes
         self.closed = False
         self.msg_in = 0
         self.bytes_in = 0
@@ -249,7 +251,7 @@ class PartitionLog:
             self.persisted_seq[name] = max(seq, self.persisted_seq.get(name, -1))
         total = 0
         for entry_id, item in zip(ids, items):
-            self.cache.append(Entry(entry_id, item.producer_name, item.num_messages, now_ms, item.batch))
+            self._cache(Entry(entry_id, item.producer_name, item.num_messages, now_ms, item.batch))
             total += item.num_messages
             self.bytes_in += len(item.batch)
         self.msg_in += total
@@ -275,7 +277,7 @@ class PartitionLog:
         results, cached = outcome
         total = 0
         for entry in cached:
-            self.cache.append(entry)
+            self._cache(entry)
             total += entry.num_messages
         self.msg_in += total
         metrics.MESSAGES_IN.inc(total)
@@ -285,6 +287,13 @@ class PartitionLog:
         return results
 
     # ---------------------------------------------------------------- reading
+
+    def _cache(self, entry: Entry) -> None:
+        self.cache.append(entry)
+        self.cache_bytes += len(entry.payload or b"")
+        # Keep at least the newest entry so tailing reads stay in memory.
+        while self.cache_bytes > self.max_cache_bytes and len(self.cache) > 1:
+            self.cache_bytes -= len(self.cache.popleft().payload or b"")
 
     async def read(self, start: int, max_entries: int) -> list[Entry]:
         """Entries from ``start`` on (at most ``max_entries``), from cache or database."""
