@@ -20,6 +20,8 @@ from magnetar_protocol.errors import (
     TransactionNotFound,
 )
 
+from magnetar_runtime.failpoints import failpoint
+
 from magnetar_broker.store import Q, BrokerStore, Entry
 
 TxnKey = tuple[int, int]
@@ -181,6 +183,8 @@ class TxnBuffer:
             for txn in discards:
                 await conn.execute(Q["discard_txn_entries"], self.topic_id, *txn)
 
+        if outcomes:
+            failpoint("broker.end_txn_on_partition")
         topic_epoch = await self.store.write_locked(self.topic_id, plog.epoch, writes)
         if topic_epoch is None:
             return None  # the caller treats None as "fenced"

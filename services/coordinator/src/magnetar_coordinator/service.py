@@ -16,6 +16,7 @@ from magnetar_protocol.errors import (
     TransactionNotFound,
 )
 from magnetar_protocol.topics import TopicName, validate_name_part
+from magnetar_runtime.failpoints import failpoint
 from magnetar_runtime.loops import BackgroundLoop
 from magnetar_runtime.rpc import RpcClient
 
@@ -173,11 +174,13 @@ class CoordinatorService:
             if step is sm.Step.DONE:
                 return
             if step is sm.Step.START:
+                failpoint("coordinator.before_ending_durable")
                 moved = await self._guard(self.store.transition(
                     txn_id, sm.OPEN, sm.ending_status(action), timed_out))
                 if not moved:
                     continue  # someone else moved it (a timeout, a duplicate request): plan again
                 metrics.APPEND_LOG.inc()
+                failpoint("coordinator.after_ending_durable")
             await asyncio.shield(self._drive(txn_id, action))
             return
 
