@@ -29,7 +29,7 @@ def test_every_service_is_healthy_ready_and_exports_metrics(cluster):
 def test_sigkilled_broker_restarts_with_the_same_identity(cluster):
     cluster.kill("broker-1", signal.SIGKILL)
     assert not cluster.services["broker-1"].alive
-    cluster.start_service("broker-1")
+    cluster.start("broker-1")
     status, body = _get(cluster.url("broker-1") + "/internal/v1/owned-topics")
     assert status == 200 and '"brokerId":"broker-1"' in body.replace(" ", "")
 

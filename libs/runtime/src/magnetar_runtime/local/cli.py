@@ -1,94 +1,227 @@
 """``magnetar-local``: run a whole Magnetar on this machine (like ``pulsar standalone``).
 
     magnetar-local run [--data-dir .magnetar] [--brokers 2] [--coordinators 1] [--fresh]
+    magnetar-local env [--brokers 2] [--coordinators 1]
 
-Data stays under the data folder across restarts; Ctrl-C stops everything cleanly.
+``run`` keeps data under the data folder across restarts (PostgreSQL with fsync on),
+restarts a service that dies, and stops everything on Ctrl-C or SIGTERM.  ``env`` prints
+the MAGNETAR_* variables each service gets.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
+import os
 import shutil
 import signal
 import sys
 import time
 from pathlib import Path
 
-from magnetar_runtime.local.cluster import LocalCluster, ServiceFailed
-from magnetar_runtime.local.postgres import PostgresNotFound
+from magnetar_runtime.local.cluster import (
+    KINDS,
+    LocalCluster,
+    ServiceFailed,
+    fixed_ports,
+    port_in_use,
+)
+from magnetar_runtime.local.postgres import LocalPostgres, PostgresNotFound
 
-DEFAULT_PORTS = {"broker-0": 8080, "admin": 8081, "broker-1": 8082, "coordinator-0": 8090,
-                 "coordinator-1": 8091}
+# A service that dies within this long of its start counts as crash-looping: wait
+# longer before each further restart (1 s, 2 s, 4 s ... 30 s) instead of spinning.
+STABLE_AFTER_S = 60.0
+MAX_BACKOFF_S = 30.0
 
 
-def _banner(cluster: LocalCluster) -> str:
-    lines = ["", "Magnetar is running.", ""]
-    lines.append(f"  service URL (clients)   {cluster.broker_urls[0]}")
+class Stop(Exception):
+    """Raised in the main thread by SIGINT, SIGTERM or SIGHUP."""
+
+
+def _tool(name: str) -> str:
+    """How to call a tool of this venv from the current folder (``.venv/bin/x``)."""
+    path = Path(sys.executable).parent / name
+    try:
+        return os.path.relpath(path) if not os.path.relpath(path).startswith("..") else str(path)
+    except ValueError:
+        return str(path)
+
+
+def banner(cluster: LocalCluster) -> str:
+    pg_log = cluster.data_dir / "postgres" / "postgres.log"
+    lines = [
+        "",
+        f"Magnetar is running; data in {cluster.data_dir}",
+        "",
+        f"  service URL (clients)  {cluster.service_url}",
+        f"  admin URL              {cluster.admin_url}" if cluster.names("admin") else None,
+        f"  PostgreSQL             {cluster.database_url}",
+        f"  logs                   {cluster.log_dir}/<service>.log"
+        + (f" and {pg_log}" if cluster.postgres else ""),
+        "",
+        "  processes:",
+    ]
     for name, svc in cluster.services.items():
-        lines.append(f"  {name:<22}  {svc.url}")
-    lines.append(f"  PostgreSQL              {cluster.database_url}")
-    lines.append(f"  logs                    {cluster.data_dir / 'logs'}")
+        lines.append(f"    {name:<16} {svc.url:<24} pid {svc.process.pid}")
     lines += [
         "",
-        "Try:",
-        f"  python examples/produce_consume.py {cluster.broker_urls[0]}",
-        f"  magnetar-admin --admin-url {cluster.admin_url} topics list public/default",
+        "Try, in another terminal (see README.md, 'A five-minute tour'):",
+        f"  {_tool('python')} -c 'import magnetar; c = magnetar.Client(\"{cluster.service_url}\"); "
+        "c.create_producer(\"hello\").send(b\"hi\"); c.close()'",
+        f"  {_tool('magnetar-admin')} --admin-url {cluster.admin_url} topics list public/default"
+        if cluster.names("admin") else None,
+        f"  curl -s {cluster.service_url}/metrics | head",
         "",
-        "Ctrl-C stops everything; data is kept for the next run.",
+        "Ctrl-C stops everything; the data stays for the next run (--fresh deletes it).",
     ]
-    return "\n".join(lines)
+    return "\n".join(line for line in lines if line is not None)
+
+
+def _lock_data_dir(data_dir: Path):
+    """Hold ``<data>/magnetar-local.lock`` while running: two runs on one folder would
+    fight over its PostgreSQL.  The lock dies with the process, however it dies."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(data_dir / "magnetar-local.lock", "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "?"
+        raise SystemExit(f"magnetar-local: another magnetar-local (pid {holder}) is running "
+                         f"with {data_dir}; stop it first, or use another --data-dir")
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    return lock
+
+
+def _raise_stop(signum, frame):
+    raise Stop(signal.Signals(signum).name)
+
+
+def _parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.startswith("MAGNETAR_"):
+            raise SystemExit(f"magnetar-local: --env wants MAGNETAR_NAME=value, got {pair!r}")
+        env[key] = value
+    return env
+
+
+def _counts(args: argparse.Namespace) -> dict[str, int]:
+    return {"broker": args.brokers, "coordinator": args.coordinators}
+
+
+def watch(cluster: LocalCluster, poll_s: float = 0.5) -> None:
+    """Until Stop: restart any service that dies, loudly, backing off if it keeps dying."""
+    crashes: dict[str, int] = {}
+    not_before: dict[str, float] = {}
+    while True:
+        now = time.monotonic()
+        for name, svc in cluster.services.items():
+            if svc.alive:
+                if now - svc.started_at > STABLE_AFTER_S:
+                    crashes.pop(name, None)
+                continue
+            if name not in not_before:
+                code = svc.process.poll() if svc.process else None
+                crashes[name] = crashes.get(name, 0) + 1
+                delay = min(MAX_BACKOFF_S, 2.0 ** (crashes[name] - 1))
+                not_before[name] = now + delay
+                print(f"\n!!!! {name} DIED (exit code {code}); restarting it in {delay:.0f}s. "
+                      f"Last lines of {svc.log_path}:\n{cluster.log_tail(name, 15)}\n",
+                      file=sys.stderr, flush=True)
+            if now >= not_before[name]:
+                del not_before[name]
+                try:
+                    cluster.start(name)
+                    print(f"!!!! {name} restarted on {svc.url} (pid {svc.process.pid})",
+                          file=sys.stderr, flush=True)
+                except ServiceFailed as exc:
+                    print(f"!!!! restarting {name} failed: {exc}", file=sys.stderr, flush=True)
+        time.sleep(poll_s)
 
 
 def run(args: argparse.Namespace) -> int:
-    data_dir = Path(args.data_dir)
-    if args.fresh and data_dir.exists():
-        shutil.rmtree(data_dir)
-    ports = {} if args.any_ports else DEFAULT_PORTS
-    cluster = LocalCluster(data_dir, brokers=args.brokers, coordinators=args.coordinators,
-                           ports={k: v for k, v in ports.items()}, durable=True)
-    stopping = False
-
-    def stop(signum, frame):
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    data_dir = Path(args.data_dir).resolve()
+    lock = _lock_data_dir(data_dir)
+    if args.fresh:
+        for child in data_dir.iterdir():
+            if child.name != Path(lock.name).name:
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+    counts = _counts(args)
+    ports = {} if args.any_ports else fixed_ports(counts)
+    busy = sorted(f"{name} ({port})" for name, port in ports.items() if port_in_use(port))
+    if busy:
+        print(f"magnetar-local: port(s) in use: {', '.join(busy)}. Is another Magnetar "
+              f"running? Stop it, or pass --any-ports.", file=sys.stderr)
+        return 1
+    cluster = LocalCluster(data_dir, services=counts, ports=ports, durable=True,
+                           env=_parse_env(args.env))
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_stop)
     try:
-        print(f"Starting Magnetar under {data_dir.resolve()} ...", flush=True)
-        cluster.start()
-        print(_banner(cluster), flush=True)
-        while not stopping:
-            for name, svc in cluster.services.items():
-                if not stopping and not svc.alive:
-                    print(f"!! {name} exited with code {svc.process.returncode}; restarting it "
-                          f"(log: {svc.log_path})", flush=True)
-                    try:
-                        cluster.start_service(name)
-                    except ServiceFailed as exc:
-                        print(f"!! {exc}", flush=True)
-            time.sleep(0.5)
-    except (PostgresNotFound, ServiceFailed) as exc:
+        if not cluster.database_url:
+            # We hold the folder, so a PostgreSQL still running on it is an orphan of a
+            # killed run: stop it rather than fail.
+            if pid := LocalPostgres(data_dir / "postgres").stop_stale():
+                print(f"magnetar-local: stopped PostgreSQL pid {pid} left by an earlier run")
+        where = cluster.database_url or f"a private PostgreSQL under {data_dir / 'postgres'}"
+        print(f"Starting Magnetar on {where} ...", flush=True)
+        cluster.start(timeout=args.timeout)
+        print(banner(cluster), flush=True)
+        watch(cluster)
+    except (Stop, KeyboardInterrupt):
+        pass
+    except (PostgresNotFound, ServiceFailed, RuntimeError, OSError) as exc:
         print(f"magnetar-local: {exc}", file=sys.stderr)
         return 1
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut cleanup short
         print("\nStopping Magnetar ...", flush=True)
         cluster.close()
         print("Stopped.", flush=True)
+        lock.close()
+    return 0
+
+
+def env(args: argparse.Namespace) -> int:
+    counts = _counts(args)
+    cluster = LocalCluster(args.data_dir, services=counts,
+                           ports=fixed_ports(counts),
+                           database_url=os.environ.get("MAGNETAR_DATABASE_URL")
+                           or "postgresql://magnetar@127.0.0.1:<port>/magnetar")
+    for name in cluster.services:
+        print(f"# {name}")
+        for key, value in cluster.env_for(name).items():
+            print(f"{key}={value}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="magnetar-local", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="magnetar-local", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("run", help="start PostgreSQL, migrations and every service")
-    p.add_argument("--data-dir", default=".magnetar", help="where data and logs live (default .magnetar)")
-    p.add_argument("--brokers", type=int, default=2)
-    p.add_argument("--coordinators", type=int, default=1)
-    p.add_argument("--fresh", action="store_true", help="delete the data folder first")
-    p.add_argument("--any-ports", action="store_true", help="free ports instead of 8080/8081/...")
+    for name, help_text in (("run", "start PostgreSQL, migrations and every service"),
+                            ("env", "print the MAGNETAR_* variables each service gets")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--data-dir", default=".magnetar",
+                       help="where data and logs live (default .magnetar)")
+        p.add_argument("--brokers", type=int, default=KINDS["broker"].count)
+        p.add_argument("--coordinators", type=int, default=KINDS["coordinator"].count)
+    run_parser = sub.choices["run"]
+    run_parser.add_argument("--fresh", action="store_true",
+                            help="delete the data folder's contents first")
+    run_parser.add_argument("--any-ports", action="store_true",
+                            help="free ports instead of 8080 (broker-0), 8081 (admin), ...")
+    run_parser.add_argument("--env", action="append", default=[], metavar="MAGNETAR_X=value",
+                            help="extra setting for every service (repeatable)")
+    run_parser.add_argument("--timeout", type=float, default=60.0,
+                            help="seconds each service may take to become ready")
     args = parser.parse_args(argv)
-    return run(args)
+    return run(args) if args.command == "run" else env(args)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,11 @@
 """A whole Magnetar on one machine: PostgreSQL, migrations, and every service as its own
 process on loopback.  ``magnetar-local run`` and the end-to-end test fixtures both use
-this class, so what the tests exercise is what a developer runs."""
+this class, so what the tests exercise is what a developer runs.
+
+Each service runs its console script (``magnetar-broker``, ...) in its own process group
+(``start_new_session``), so signals reach the whole group and a test's SIGKILL or SIGSTOP
+hits exactly one service, never the test runner.  Logs go to ``<data>/logs/<name>.log``.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +13,79 @@ import asyncio
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from magnetar_runtime.local.postgres import LocalPostgres, free_port
 
-# Service kind -> console script.  Adding a kind is one line here.
-COMMANDS = {
-    "broker": "magnetar-broker",
-    "coordinator": "magnetar-coordinator",
-    "admin": "magnetar-admin-service",
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of service: how to run it, how many by default, and its fixed local ports."""
+
+    command: str  # console script, found next to sys.executable (the project's venv)
+    count: int  # instances by default
+    fixed_port: Callable[[int], int]  # port of instance i under `magnetar-local run`
+    id_env: str | None = None  # env var carrying a stable instance id (StatefulSet kinds)
+    id_format: str = "{i}"  # that id's value for instance i
+
+
+# Adding a service kind is one line here.  Order is start order and banner order.
+KINDS: dict[str, Kind] = {
+    "broker": Kind("magnetar-broker", 2, lambda i: 8080 if i == 0 else 8081 + i,
+                   "MAGNETAR_BROKER_ID", "broker-{i}"),
+    "coordinator": Kind("magnetar-coordinator", 1, lambda i: 8090 + i,
+                        "MAGNETAR_COORDINATOR_ID", "{i}"),
+    "admin": Kind("magnetar-admin-service", 1, lambda i: 8081 if i == 0 else 8180 + i),
 }
+
+
+def instance_name(kind: str, index: int) -> str:
+    """``broker-0``, ``coordinator-0``; a stateless kind's first instance is just ``admin``.
+
+    A broker's name is also its MAGNETAR_BROKER_ID, so the broker id found in the
+    database (e.g. a topic's owner) names the process to kill."""
+    if KINDS[kind].id_env is None and index == 0:
+        return kind
+    return f"{kind}-{index}"
+
+
+def plan(counts: Mapping[str, int]) -> list[tuple[str, str, int]]:
+    """(name, kind, index) of every instance, in start order."""
+    unknown = set(counts) - set(KINDS)
+    if unknown:
+        raise ValueError(f"unknown service kind(s) {sorted(unknown)}; known: {list(KINDS)}")
+    return [(instance_name(kind, i), kind, i)
+            for kind in KINDS for i in range(counts.get(kind, 0))]
+
+
+def default_counts() -> dict[str, int]:
+    return {kind: k.count for kind, k in KINDS.items()}
+
+
+def fixed_ports(counts: Mapping[str, int]) -> dict[str, int]:
+    """The well-known ports ``magnetar-local run`` uses: broker-0 8080, admin 8081, ...
+    (``counts`` overrides the default number of instances per kind)."""
+    return {name: KINDS[kind].fixed_port(i)
+            for name, kind, i in plan(default_counts() | dict(counts))}
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
 
 
 def command_path(script: str) -> str:
@@ -32,14 +94,45 @@ def command_path(script: str) -> str:
     return str(beside) if beside.exists() else (shutil.which(script) or script)
 
 
+def run_sync(make_coro: Callable[[], object]):
+    """Run a coroutine to completion from sync code, even inside a running event loop
+    (an async test calling ``cluster.owner_of``): then it runs on a helper thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make_coro())
+    result: dict = {}
+
+    def target():
+        try:
+            result["value"] = asyncio.run(make_coro())
+        except BaseException as exc:  # re-raised on the caller's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+class ServiceFailed(RuntimeError):
+    """A service died or did not become ready; the message names it and its log file."""
+
+
 @dataclass
 class ServiceProcess:
     name: str
     kind: str
+    index: int
     port: int
-    env: dict[str, str]
     log_path: Path
     process: subprocess.Popen | None = field(default=None, repr=False)
+    env: dict[str, str] = field(default_factory=dict)  # what the running process got
+    starts: int = 0
+    started_at: float = 0.0  # time.monotonic() of the last start
+    frozen: bool = False
 
     @property
     def url(self) -> str:
@@ -47,147 +140,244 @@ class ServiceProcess:
 
     @property
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.process is not None and not _exited(self.process)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.alive else None
 
 
-class ServiceFailed(RuntimeError):
-    pass
+def _exited(proc: subprocess.Popen) -> bool:
+    """Whether ``proc`` has exited, WITHOUT reaping it: an unreaped leader keeps its
+    process group id reserved, so killing the group afterwards can never hit a stranger."""
+    if proc.returncode is not None:
+        return True
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped elsewhere
+        proc.poll()
+        return True
+    return info is not None
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# `setpriv --pdeathsig KILL` makes a service die with the process that started it, so a
+# SIGKILLed test run or `magnetar-local` leaves no orphan holding ports and connections.
+_SETPRIV = shutil.which("setpriv") if sys.platform == "linux" else None
 
 
 class LocalCluster:
-    def __init__(self, data_dir: Path | str, *, brokers: int = 2, coordinators: int = 1,
-                 admin: bool = True, database_url: str | None = None, durable: bool = True,
-                 ports: dict[str, int] | None = None, extra_env: dict[str, str] | None = None):
+    """Start with ``start()`` (or ``with LocalCluster(...) as cluster``), stop with ``close()``.
+
+    ``services`` counts instances per kind (default: ``Kind.count``); ``brokers=`` and
+    friends are shortcuts.  ``ports`` fixes ports by instance name (others get free
+    ports).  ``env`` is added to every service's environment; ``service_env`` adds per
+    kind or per instance name (the name wins)."""
+
+    def __init__(self, data_dir: Path | str, *, brokers: int | None = None,
+                 coordinators: int | None = None, admin: bool | None = None,
+                 services: Mapping[str, int] | None = None, database_url: str | None = None,
+                 durable: bool = True, ports: Mapping[str, int] | None = None,
+                 env: Mapping[str, str] | None = None,
+                 service_env: Mapping[str, Mapping[str, str]] | None = None):
         self.data_dir = Path(data_dir).resolve()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        counts = default_counts() | dict(services or {})
+        for kind, value in (("broker", brokers), ("coordinator", coordinators),
+                            ("admin", None if admin is None else int(admin))):
+            if value is not None:
+                counts[kind] = value
         self.database_url = database_url or os.environ.get("MAGNETAR_DATABASE_URL") or ""
         self.postgres: LocalPostgres | None = None
         self.durable = durable
-        self.extra_env = dict(extra_env or {})
-        ports = ports or {}
+        self.extra_env = dict(env or {})
+        self.service_env = {key: dict(value) for key, value in (service_env or {}).items()}
+        self._lock = threading.RLock()
+        ports = dict(ports or {})
+        taken = set(ports.values())
         self.services: dict[str, ServiceProcess] = {}
-        plan = [(f"broker-{i}", "broker") for i in range(brokers)]
-        plan += [(f"coordinator-{i}", "coordinator") for i in range(coordinators)]
-        plan += [("admin", "admin")] if admin else []
-        for name, kind in plan:
-            port = ports.get(name) or free_port()
-            self.services[name] = ServiceProcess(name, kind, port, {}, self.data_dir / "logs" / f"{name}.log")
+        for name, kind, index in plan(counts):
+            port = ports.get(name)
+            while port is None or (port in taken and name not in ports):
+                port = free_port()  # distinct even if the OS hands one out twice
+            taken.add(port)
+            self.services[name] = ServiceProcess(name, kind, index, port,
+                                                 self.data_dir / "logs" / f"{name}.log")
 
-    # ---------------------------------------------------------------- environment
+    # ---------------------------------------------------------------- addresses
+
+    def names(self, kind: str) -> list[str]:
+        return [s.name for s in self.services.values() if s.kind == kind]
+
+    def url(self, name: str) -> str:
+        return self.services[name].url
+
+    @property
+    def broker_urls(self) -> list[str]:
+        return [self.url(n) for n in self.names("broker")]
+
+    @property
+    def service_url(self) -> str:
+        """What a client connects to (as Pulsar's serviceUrl): the first broker."""
+        return self.broker_urls[0]
+
+    @property
+    def admin_url(self) -> str:
+        return self.url(self.names("admin")[0])
+
+    @property
+    def coordinator_urls(self) -> list[str]:
+        return [self.url(n) for n in self.names("coordinator")]
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "logs"
 
     def env_for(self, name: str) -> dict[str, str]:
-        """Exactly the MAGNETAR_* variables a service gets (the Helm chart sets the same)."""
+        """Exactly the MAGNETAR_* variables service ``name`` gets; no other MAGNETAR_*
+        variable reaches it (the Helm chart sets the same names)."""
         svc = self.services[name]
+        kind = KINDS[svc.kind]
         env = {
             "MAGNETAR_DATABASE_URL": self.database_url,
             "MAGNETAR_HOST": "127.0.0.1",
             "MAGNETAR_PORT": str(svc.port),
             "MAGNETAR_ADVERTISED_URL": svc.url,
-            "MAGNETAR_LOG_FORMAT": "text",
+            "MAGNETAR_LOG_FORMAT": "text",  # people read these logs; the chart uses json
         }
-        if svc.kind == "broker":
-            env["MAGNETAR_BROKER_ID"] = name
-        if svc.kind == "coordinator":
-            env["MAGNETAR_COORDINATOR_ID"] = name.rsplit("-", 1)[1]
-        env.update(self.extra_env)
+        if kind.id_env:
+            env[kind.id_env] = kind.id_format.format(i=svc.index)
+        env |= self.extra_env
+        env |= self.service_env.get(svc.kind, {})
+        env |= self.service_env.get(name, {})
         return env
-
-    @property
-    def broker_urls(self) -> list[str]:
-        return [s.url for s in self.services.values() if s.kind == "broker"]
-
-    @property
-    def admin_url(self) -> str:
-        return self.services["admin"].url
-
-    def url(self, name: str) -> str:
-        return self.services[name].url
 
     # ---------------------------------------------------------------- lifecycle
 
-    def start(self, timeout: float = 60.0) -> "LocalCluster":
+    def start(self, name: str | None = None, *, wait: bool = True, timeout: float = 60.0,
+              extra_env: Mapping[str, str] | None = None) -> "LocalCluster":
+        """Without ``name``: PostgreSQL (unless a database URL was given), migrations,
+        then every service, waiting for each /readyz.  With ``name``: (re)start that
+        service on its port with its id; ``extra_env`` applies to this start only."""
+        with self._lock:
+            if name is not None:
+                self._spawn(self.services[name], extra_env or {})
+                if wait:
+                    self.wait_ready(name, timeout)
+                return self
+            try:
+                self._start_all(timeout)
+            except BaseException:
+                self.close()  # never leave half a cluster behind
+                raise
+            return self
+
+    def _start_all(self, timeout: float) -> None:
         if not self.database_url:
-            self.postgres = LocalPostgres(self.data_dir / "postgres", durable=self.durable).start()
+            self.postgres = LocalPostgres(self.data_dir / "postgres", durable=self.durable)
+            self.postgres.start(timeout)
             self.database_url = self.postgres.url
         from magnetar_storage.migrate import migrate
 
-        asyncio.run(migrate(self.database_url))
-        for name in self.services:
-            self.start_service(name, wait=False)
+        run_sync(lambda: migrate(self.database_url))
+        for svc in self.services.values():
+            self._spawn(svc, {})  # all at once: they start in parallel
         for name in self.services:
             self.wait_ready(name, timeout)
-        return self
 
-    def start_service(self, name: str, wait: bool = True, extra_env: dict | None = None,
-                      timeout: float = 60.0) -> None:
-        svc = self.services[name]
+    def _spawn(self, svc: ServiceProcess, extra_env: Mapping[str, str]) -> None:
         if svc.alive:
-            return
-        svc.env = self.env_for(name) | (extra_env or {})
+            raise ServiceFailed(f"{svc.name} is already running (pid {svc.process.pid})")
+        if svc.process is not None:
+            self._reap(svc)
+        svc.env = self.env_for(svc.name) | dict(extra_env)
+        # Inherited MAGNETAR_* variables are dropped so env_for() is the whole truth.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MAGNETAR_")} | svc.env
+        cmd = [command_path(KINDS[svc.kind].command)]
+        if _SETPRIV and threading.current_thread() is threading.main_thread():
+            # pdeathsig fires when the forking *thread* ends: only the main thread is safe.
+            cmd = [_SETPRIV, "--pdeathsig", "KILL", "--", *cmd]
         svc.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(svc.log_path, "ab")
-        svc.process = subprocess.Popen(
-            [command_path(COMMANDS[svc.kind])], env=os.environ | svc.env,
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group: a kill reaches its children
-        )
-        log.close()
-        if wait:
-            self.wait_ready(name, timeout)
+        with open(svc.log_path, "ab") as log:
+            log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} magnetar-local: starting "
+                      f"{svc.name} on {svc.url} ====\n".encode())
+            log.flush()
+            svc.process = subprocess.Popen(
+                cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        svc.starts += 1
+        svc.started_at = time.monotonic()
+        svc.frozen = False
 
     def wait_ready(self, name: str, timeout: float = 60.0) -> None:
+        """Until ``name`` answers 200 on /readyz; ServiceFailed if it dies or times out."""
         svc = self.services[name]
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not svc.alive:
-                raise ServiceFailed(f"{name} exited (code {svc.process.returncode}); see {svc.log_path}\n"
-                                    + self.log_tail(name))
+        while True:
+            if svc.process is None or _exited(svc.process):
+                code = None if svc.process is None else svc.process.poll()
+                raise ServiceFailed(f"{name} exited with code {code} before it was ready; "
+                                    f"log: {svc.log_path}\n{self.log_tail(name)}")
             try:
                 with urllib.request.urlopen(svc.url + "/readyz", timeout=2) as resp:
                     if resp.status == 200:
                         return
             except (urllib.error.URLError, OSError):
-                pass
+                pass  # not listening yet, or 503 (not ready yet)
+            if time.monotonic() > deadline:
+                raise ServiceFailed(f"{name} not ready on {svc.url}/readyz within "
+                                    f"{timeout:.0f}s; log: {svc.log_path}\n{self.log_tail(name)}")
             time.sleep(0.05)
-        raise ServiceFailed(f"{name} not ready within {timeout:.0f}s; see {svc.log_path}\n" + self.log_tail(name))
 
-    def send_signal(self, name: str, sig: int) -> None:
-        svc = self.services[name]
-        if svc.alive:
-            os.killpg(svc.process.pid, sig)
+    def kill(self, name: str, sig: int = signal.SIGKILL, timeout: float = 30.0) -> None:
+        """Send ``sig`` to the service's process group; for SIGKILL, also wait until it
+        is gone (so ``start(name)`` may follow at once).  A dead service is left alone."""
+        with self._lock:
+            svc = self.services[name]
+            if not svc.alive:
+                return
+            _killpg(svc.process.pid, sig)
+            if sig == signal.SIGKILL:
+                self._wait_exit([svc], timeout)
+            elif sig == signal.SIGSTOP:
+                svc.frozen = True
+            elif sig == signal.SIGCONT:
+                svc.frozen = False
 
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        self.send_signal(name, sig)
-        if sig in (signal.SIGKILL, signal.SIGTERM):
-            self.services[name].process.wait(30)
+    def stop(self, name: str, timeout: float = 20.0) -> int | None:
+        """SIGTERM (graceful: brokers release their leases) and wait; SIGKILL after
+        ``timeout``.  Returns the exit code (None if it was not running)."""
+        with self._lock:
+            svc = self.services[name]
+            if svc.process is None:
+                return None
+            self._terminate([svc], timeout)
+            return svc.process.returncode
 
-    def stop(self, name: str) -> None:
-        self.kill(name, signal.SIGTERM)
-
-    def restart(self, name: str, **kwargs) -> None:
-        if self.services[name].alive:
-            self.stop(name)
-        self.start_service(name, **kwargs)
+    def restart(self, name: str, **start_kwargs) -> None:
+        """Stop (if running) and start again: same port, same id."""
+        self.stop(name)
+        self.start(name, **start_kwargs)
 
     def freeze(self, name: str) -> None:
-        self.send_signal(name, signal.SIGSTOP)
+        """SIGSTOP: the process keeps its sockets but does nothing (a long GC pause)."""
+        self.kill(name, signal.SIGSTOP)
 
     def thaw(self, name: str) -> None:
-        self.send_signal(name, signal.SIGCONT)
+        self.kill(name, signal.SIGCONT)
 
     def close(self) -> None:
-        for svc in self.services.values():
-            if svc.alive:
-                try:
-                    os.killpg(svc.process.pid, signal.SIGCONT)
-                    os.killpg(svc.process.pid, signal.SIGTERM)
-                    svc.process.wait(15)
-                except (subprocess.TimeoutExpired, ProcessLookupError):
-                    if svc.alive:
-                        os.killpg(svc.process.pid, signal.SIGKILL)
-                        svc.process.wait()
-        if self.postgres is not None:
-            self.postgres.stop()
+        """Stop every service (in parallel), then PostgreSQL if we started it."""
+        with self._lock:
+            self._terminate([s for s in self.services.values() if s.process is not None], 20.0)
+            if self.postgres is not None:
+                self.postgres.stop()
+                self.postgres = None
 
     def __enter__(self) -> "LocalCluster":
         return self.start()
@@ -195,25 +385,57 @@ class LocalCluster:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _terminate(self, services: list[ServiceProcess], timeout: float) -> None:
+        for svc in services:
+            if svc.alive:
+                _killpg(svc.process.pid, signal.SIGCONT)  # a frozen process cannot exit
+                _killpg(svc.process.pid, signal.SIGTERM)
+        self._wait_exit(services, timeout)
+
+    def _wait_exit(self, services: list[ServiceProcess], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending = [s for s in services if s.process is not None]
+        while pending and time.monotonic() < deadline:
+            pending = [s for s in pending if not _exited(s.process)]
+            if pending:
+                time.sleep(0.02)
+        for svc in services:
+            if svc.process is not None:
+                self._reap(svc)
+
+    def _reap(self, svc: ServiceProcess) -> None:
+        """SIGKILL whatever is left of the group (children of a killed parent), then
+        collect the exit status.  Kill before reaping: see _exited()."""
+        if svc.process.returncode is None:  # once reaped, the group id may be reused
+            _killpg(svc.process.pid, signal.SIGKILL)
+            svc.process.wait()
+        svc.frozen = False
+
     # ---------------------------------------------------------------- inspection
 
     def log_tail(self, name: str, lines: int = 40) -> str:
         path = self.services[name].log_path
         if not path.exists():
             return ""
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - 256 * 1024))  # logs can grow large
+            text = f.read().decode(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
 
     def owner_of(self, topic: str) -> str | None:
-        """The service name of the broker that owns ``topic`` now (None if unowned)."""
+        """The name of the broker that owns ``topic`` now (None if unowned): a broker's
+        MAGNETAR_BROKER_ID is its instance name, so the answer can go to ``kill``."""
         import asyncpg
+
+        from magnetar_protocol.topics import canonical
 
         async def query():
             conn = await asyncpg.connect(self.database_url)
             try:
                 return await conn.fetchval(
                     "SELECT o.broker_id FROM topic_owners o JOIN topics t USING (topic_id) "
-                    "WHERE t.topic = $1", topic)
+                    "WHERE t.topic = $1", canonical(topic))
             finally:
                 await conn.close()
 
-        return asyncio.run(query())
+        return run_sync(query)

@@ -11,8 +11,11 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
+import stat
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +55,32 @@ def free_port() -> int:
 def _privilege_drop(user: str) -> list[str]:
     if os.geteuid() != 0:
         return []
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        raise PostgresNotFound(
+            f"running as root, PostgreSQL must run as another user, and user {user!r} does "
+            f"not exist: install the server package (it creates 'postgres') or set "
+            f"MAGNETAR_PG_USER to an unprivileged user"
+        ) from None
     return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"]
+
+
+def _open_path_for(path: Path, user: str) -> None:
+    """As root, let ``user`` reach ``path``: add search permission (o+x: enter, not
+    list) to every ancestor that denies it, e.g. /root, which is 0700 on Debian."""
+    if os.geteuid() != 0:
+        return
+    pw = pwd.getpwnam(user)
+    for folder in reversed(path.parents):
+        st = folder.stat()
+        if st.st_uid == pw.pw_uid or st.st_mode & stat.S_IXOTH:
+            continue
+        if st.st_gid == pw.pw_gid and st.st_mode & stat.S_IXGRP:
+            continue
+        os.chmod(folder, st.st_mode | stat.S_IXOTH)
+        print(f"magnetar: made {folder} searchable by others (o+x) so PostgreSQL, running "
+              f"as {user!r}, can reach {path}", file=sys.stderr)
 
 
 def _chown_tree(path: Path, user: str) -> None:
@@ -89,14 +117,24 @@ class LocalPostgres:
         drop = _privilege_drop(self.run_as)
         if os.geteuid() == 0:
             os.chmod(self.data_dir, 0o755)
+        _open_path_for(self.data_dir, self.run_as)
+        if pid := self.running_pid():
+            raise RuntimeError(
+                f"a PostgreSQL (pid {pid}) is already running on {pgdata}: another Magnetar "
+                f"uses this data folder, or one was killed and left it behind (stop it with "
+                f"`kill -INT {pid}`)"
+            )
         if not (pgdata / "PG_VERSION").exists():
             pgdata.mkdir(parents=True, exist_ok=True)
             _chown_tree(self.data_dir, self.run_as)
-            subprocess.run(
+            done = subprocess.run(
                 [*drop, str(bin_dir / "initdb"), "-D", str(pgdata), "-U", DB_USER,
                  "--auth=trust", "-E", "UTF8", "--no-sync", "--locale=C"],
-                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             )
+            if done.returncode != 0:
+                shutil.rmtree(pgdata, ignore_errors=True)  # a half-made cluster: retry clean
+                raise RuntimeError(f"initdb failed for {pgdata}:\n{done.stderr.strip()}")
         _chown_tree(sockets, self.run_as)
         if not self.port:
             self.port = free_port()
@@ -159,6 +197,36 @@ class LocalPostgres:
                        capture_output=True)
         subprocess.run([*psql, f'CREATE DATABASE "{name}"'], check=True, capture_output=True)
         return f"postgresql://{DB_USER}@127.0.0.1:{self.port}/{name}"
+
+    def running_pid(self) -> int | None:
+        """The pid of a live postmaster on this data folder, ours or left behind."""
+        try:
+            pid = int((Path(self.data_dir) / "pgdata" / "postmaster.pid").read_text().split()[0])
+            os.kill(pid, 0)
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            return None
+        return pid if b"postgres" in cmdline else None  # the pid may have been reused
+
+    def stop_stale(self, timeout: float = 30.0) -> int | None:
+        """Stop a postmaster left running on this data folder by a killed parent; only
+        call it while holding the folder (see ``magnetar-local``).  Returns its pid."""
+        pid = self.running_pid()
+        if pid is None or (self.process is not None and self.process.pid == pid):
+            return None
+        os.kill(pid, signal.SIGINT)  # fast shutdown: roll back clients, checkpoint
+        deadline = time.monotonic() + timeout
+        while self.running_pid() == pid:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"PostgreSQL pid {pid} did not stop within {timeout:.0f}s")
+            time.sleep(0.05)
+        return pid
+
+    def drop_database(self, name: str) -> None:
+        psql = [str(find_pg_bin() / "psql"), "-h", "127.0.0.1",
+                "-p", str(self.port), "-U", DB_USER, "-d", "postgres", "-tAc"]
+        subprocess.run([*psql, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'], check=True,
+                       capture_output=True)
 
     def stop(self, timeout: float = 30.0) -> None:
         proc, self.process = self.process, None
