@@ -1,42 +1,177 @@
-"""The local cluster itself: every process healthy, crash and restart, the environment
-each service gets."""
+"""The local cluster itself, with real processes: every service healthy, the exact
+environment each gets, SIGKILL and restart, freeze and thaw, whole-group kills, and the
+``magnetar-local run`` command on its own durable PostgreSQL."""
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
+import stat
+import sys
+import textwrap
+import time
+import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
+
+from magnetar_runtime.local.cluster import KINDS, Kind, LocalCluster, run_sync
 
 pytestmark = pytest.mark.e2e
 
 
-def _get(url: str) -> tuple[int, str]:
-    with urllib.request.urlopen(url, timeout=5) as resp:
+def _get(url: str, timeout: float = 5) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
         return resp.status, resp.read().decode()
 
 
-def test_every_service_is_healthy_ready_and_exports_metrics(cluster):
-    assert set(cluster.services) == {"broker-0", "broker-1", "coordinator-0", "admin"}
-    for name in cluster.services:
-        assert _get(cluster.url(name) + "/healthz")[0] == 200
+def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie nobody reaped yet."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+def _wait_until(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting until {what}")
+        time.sleep(0.05)
+
+
+def _refused(url: str) -> bool:
+    try:
+        _get(url, timeout=1)
+    except urllib.error.URLError as exc:
+        return isinstance(exc.reason, ConnectionRefusedError)
+    return False
+
+
+def test_every_process_is_healthy_ready_and_exports_metrics(cluster):
+    assert list(cluster.services) == ["broker-0", "broker-1", "coordinator-0", "admin"]
+    for name, svc in cluster.services.items():
+        status, body = _get(cluster.url(name) + "/healthz")
+        assert status == 200 and f'"service":"{svc.kind}"' in body.replace(" ", "")
         assert _get(cluster.url(name) + "/readyz")[0] == 200
         status, body = _get(cluster.url(name) + "/metrics")
         assert status == 200 and "python_info" in body
+        # Its own process group, so a signal to it never reaches pytest or a sibling.
+        assert os.getpgid(svc.pid) == svc.pid != os.getpgid(0)
     assert "pulsar_txn_active_count" in _get(cluster.url("coordinator-0") + "/metrics")[1]
+    assert len({svc.pid for svc in cluster.services.values()}) == 4
 
 
-def test_sigkilled_broker_restarts_with_the_same_identity(cluster):
-    cluster.kill("broker-1", signal.SIGKILL)
-    assert not cluster.services["broker-1"].alive
-    cluster.start("broker-1")
-    status, body = _get(cluster.url("broker-1") + "/internal/v1/owned-topics")
-    assert status == 200 and '"brokerId":"broker-1"' in body.replace(" ", "")
-
-
-def test_service_environment_names(cluster):
-    common = {"MAGNETAR_DATABASE_URL", "MAGNETAR_HOST", "MAGNETAR_PORT", "MAGNETAR_ADVERTISED_URL",
-              "MAGNETAR_LOG_FORMAT"}
-    assert common | {"MAGNETAR_BROKER_ID"} <= set(cluster.env_for("broker-0"))
+def test_each_process_gets_exactly_the_variables_env_for_names(cluster_factory, monkeypatch):
+    monkeypatch.setenv("MAGNETAR_STRAY_SETTING", "must-not-leak")
+    cluster = cluster_factory(brokers=1)
+    for name, svc in cluster.services.items():
+        raw = Path(f"/proc/{svc.pid}/environ").read_bytes().split(b"\0")
+        env = dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+        got = {k: v for k, v in env.items() if k.startswith("MAGNETAR_")}
+        assert got == cluster.env_for(name), name
+    assert cluster.env_for("broker-0")["MAGNETAR_BROKER_ID"] == "broker-0"
     assert cluster.env_for("coordinator-0")["MAGNETAR_COORDINATOR_ID"] == "0"
     assert "MAGNETAR_BROKER_ID" not in cluster.env_for("admin")
+    assert cluster.env_for("broker-0")["MAGNETAR_LEASE_TTL_MS"] == "2000"  # the test settings
+
+
+def test_sigkilled_broker_restarts_on_the_same_port_with_the_same_identity(cluster):
+    before = cluster.services["broker-1"].pid
+    cluster.kill("broker-1", signal.SIGKILL)
+    assert not cluster.services["broker-1"].alive and _gone(before)
+    assert _refused(cluster.url("broker-1") + "/healthz")
+    assert _get(cluster.url("broker-0") + "/readyz")[0] == 200  # the others carry on
+    cluster.start("broker-1")
+    assert cluster.services["broker-1"].pid != before
+    status, body = _get(cluster.url("broker-1") + "/internal/v1/owned-topics")
+    assert status == 200 and '"brokerId":"broker-1"' in body.replace(" ", "")
+    log = cluster.services["broker-1"].log_path.read_text()
+    assert log.count("magnetar-local: starting broker-1") == 2  # one log, both lives
+
+
+def test_freeze_stops_answering_until_thaw(cluster):
+    cluster.freeze("broker-0")
+    with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
+        _get(cluster.url("broker-0") + "/healthz", timeout=1)
+    assert cluster.services["broker-0"].alive
+    cluster.thaw("broker-0")
+    assert _get(cluster.url("broker-0") + "/healthz")[0] == 200
+
+
+def test_stop_is_graceful_and_restart_keeps_the_port(cluster):
+    port = cluster.services["admin"].port
+    assert cluster.stop("admin") == 0  # SIGTERM: uvicorn shut down cleanly
+    assert _refused(cluster.url("admin") + "/healthz")
+    cluster.restart("admin")
+    assert cluster.services["admin"].port == port
+    assert _get(cluster.url("admin") + "/readyz")[0] == 200
+
+
+# A stand-in service that starts a child and leaves it behind however it exits, as a
+# service spawning helpers might: the cluster must still leave nothing running.
+FORKER = """\
+#!{python}
+import http.server, os, subprocess, sys
+child = subprocess.Popen(["sleep", "600"])
+open(os.environ["CHILD_PID_FILE"], "w").write(str(child.pid))
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *args):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", int(os.environ["MAGNETAR_PORT"])), Handler).serve_forever()
+"""
+
+
+@pytest.mark.parametrize("how", ["kill", "stop", "close"])
+def test_no_process_of_a_service_outlives_it(how, database_url, tmp_path, monkeypatch):
+    script = tmp_path / "forker"
+    script.write_text(textwrap.dedent(FORKER).format(python=sys.executable))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setitem(KINDS, "forker", Kind(str(script), 1, lambda i: 0))
+    cluster = LocalCluster(tmp_path / "data", services={"broker": 0, "coordinator": 0, "admin": 0},
+                           database_url=database_url,
+                           service_env={"forker": {"CHILD_PID_FILE": str(tmp_path / "child")}})
+    try:
+        cluster.start()
+        child = int((tmp_path / "child").read_text())
+        assert not _gone(child)
+        if how == "kill":
+            cluster.kill("forker")
+        elif how == "stop":
+            cluster.stop("forker")
+        else:
+            cluster.close()
+        assert _gone(child), f"{how} left the service's child running"
+    finally:
+        cluster.close()
+
+
+def test_a_service_that_cannot_start_names_itself_and_its_log(database_url, tmp_path):
+    cluster = LocalCluster(tmp_path, services={"broker": 1, "coordinator": 0, "admin": 0},
+                           database_url=database_url,
+                           env={"MAGNETAR_LEASE_TTL_MS": "-1"})  # fails validation
+    with pytest.raises(Exception, match=r"broker-0 exited with code 1 .*broker-0\.log"):
+        cluster.start(timeout=30)
+    assert not cluster.services["broker-0"].alive
+
+
+def test_migrations_and_owner_of_on_the_cluster_database(cluster):
+    import asyncpg
+
+    async def versions():
+        conn = await asyncpg.connect(cluster.database_url)
+        try:
+            return await conn.fetchval("SELECT count(*) FROM magnetar_migrations")
+        finally:
+            await conn.close()
+
+    assert run_sync(versions) >= 1
+    assert cluster.owner_of("never-used-topic") is None

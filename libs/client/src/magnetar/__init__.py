@@ -13,14 +13,14 @@ service's error code.
 
 from __future__ import annotations
 
-import asyncio
+import asyncio as _asyncio
+import importlib
 import threading
 from collections import deque
 
 from magnetar_protocol.errors import *  # noqa: F401,F403 - the one error hierarchy
 from magnetar_protocol.errors import MagnetarError  # noqa: F401 - named for readers
 
-from magnetar import asyncio as _aio
 from magnetar._message import Message
 from magnetar._types import (
     ConsumerType,
@@ -32,6 +32,9 @@ from magnetar._types import (
     TxnID,
 )
 
+# The submodule, not the stdlib module of the same name.
+_aio = importlib.import_module("magnetar.asyncio")
+
 __all__ = ["Client", "Producer", "Consumer", "Reader", "Transaction", "Message", "MessageId", "TxnID",
            "ConsumerType", "InitialPosition", "ProducerAccessMode", "Result", "TransactionState",
            "MagnetarError"]
@@ -41,12 +44,12 @@ class _Loop:
     """The client's event loop thread."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = _asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="magnetar-client", daemon=True)
         self.thread.start()
 
     def run(self, coro, timeout: float | None = None):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        return _asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)

@@ -269,7 +269,8 @@ class Consumer:
                     return True
             elif last > seen:
                 return True
-        return False
+        # The fetch loop may have queued the last message while we asked.
+        return not self.queue.empty()
 
     async def close(self, unsubscribe: bool = False) -> None:
         if self.closed:

@@ -11,6 +11,7 @@ import asyncio
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
+    ExpiredTransactionError,
     InvalidTxnStatusError,
     MagnetarError,
     TransactionCoordinatorNotFoundError,
@@ -108,10 +109,13 @@ class Transaction:
             raise InvalidTxnStatusError(f"transaction {self.txn_id} is aborted")
         if self._inflight:  # sends still in flight belong to the transaction
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
-        if self._failure is not None and self.state is TransactionState.OPEN:
+        ended = isinstance(self._failure, (InvalidTxnStatusError, ExpiredTransactionError))
+        if self._failure is not None and not ended and self.state is TransactionState.OPEN:
             await self.abort()
             raise TransactionHasOperationFailed(
                 f"transaction {self.txn_id} was aborted because an operation failed: {self._failure}")
+        # A failure because the transaction already ended (timeout, fencing) is answered
+        # precisely by the coordinator below rather than as a spoiled transaction.
         self.state = TransactionState.COMMITTING
         try:
             await self._end(pb.TXN_COMMIT)

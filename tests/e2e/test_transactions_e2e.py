@@ -1,0 +1,176 @@
+"""Issue #3 end to end: Pulsar's transaction scenarios and crash tests with SIGKILL."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import magnetar
+
+pytestmark = pytest.mark.e2e
+
+
+def _receive_all(consumer, limit: int = 1000, quiet_ms: int = 1500) -> list:
+    got = []
+    while len(got) < limit:
+        try:
+            got.append(consumer.receive(timeout_millis=quiet_ms))
+        except magnetar.Timeout:
+            break
+    return got
+
+
+def test_produce_commit(cluster, client):
+    consumer = client.subscribe("tx-commit", "s", initial_position=magnetar.InitialPosition.Earliest)
+    producer = client.create_producer("tx-commit")
+    txn = client.new_transaction()
+    for i in range(10):
+        producer.send(f"m{i}".encode(), txn=txn)
+    producer.send(b"plain")
+    # The open transaction holds nothing back: the plain message arrives at once.
+    assert consumer.receive(timeout_millis=5000).data() == b"plain"
+    with pytest.raises(magnetar.Timeout):
+        consumer.receive(timeout_millis=500)
+    txn.commit()
+    got = [consumer.receive(timeout_millis=5000) for _ in range(10)]
+    assert [m.data() for m in got] == [f"m{i}".encode() for i in range(10)]
+    # Contiguous at the commit point: one entry, indices 0..9.
+    assert {m.message_id().entry_id() for m in got} == {got[0].message_id().entry_id()}
+
+
+def test_produce_abort_is_never_delivered_on_any_path(cluster, client):
+    consumer = client.subscribe("tx-abort", "s", initial_position=magnetar.InitialPosition.Earliest)
+    producer = client.create_producer("tx-abort")
+    txn = client.new_transaction()
+    producer.send(b"aborted", txn=txn)
+    txn.abort()
+    producer.send(b"after")
+    assert consumer.receive(timeout_millis=5000).data() == b"after"
+    reader = client.create_reader("tx-abort", magnetar.MessageId.earliest)
+    assert [m.data() for m in _receive_all_reader(reader)] == [b"after"]
+
+
+def _receive_all_reader(reader) -> list:
+    out = []
+    while reader.has_message_available():
+        out.append(reader.read_next(timeout_millis=5000))
+    return out
+
+
+def test_ack_commit_and_ack_abort_redelivers(cluster, client):
+    producer = client.create_producer("tx-acks")
+    for i in range(3):
+        producer.send(f"m{i}".encode())
+    consumer = client.subscribe("tx-acks", "s", initial_position=magnetar.InitialPosition.Earliest)
+    msgs = [consumer.receive(timeout_millis=5000) for _ in range(3)]
+    aborted = client.new_transaction()
+    consumer.acknowledge(msgs[0], txn=aborted)
+    aborted.abort()
+    committed = client.new_transaction()
+    consumer.acknowledge(msgs[1], txn=committed)
+    committed.commit()
+    again = consumer.receive(timeout_millis=5000)
+    assert again.data() == b"m0" and again.redelivery_count() == 1
+    consumer.acknowledge(again)
+    consumer.acknowledge(msgs[2])
+    consumer.close()
+    later = client.subscribe("tx-acks", "s")
+    with pytest.raises(magnetar.Timeout):
+        later.receive(timeout_millis=1000)  # m1's transactional ack was committed
+
+
+def test_conflicting_acks(cluster, client):
+    producer = client.create_producer("tx-conflict")
+    producer.send(b"one")
+    consumer = client.subscribe("tx-conflict", "s", initial_position=magnetar.InitialPosition.Earliest)
+    msg = consumer.receive(timeout_millis=5000)
+    t1, t2 = client.new_transaction(), client.new_transaction()
+    consumer.acknowledge(msg, txn=t1)
+    with pytest.raises(magnetar.TransactionConflict):
+        consumer.acknowledge(msg, txn=t2)
+    with pytest.raises(magnetar.TransactionConflict):
+        consumer.acknowledge_cumulative(msg, txn=t2)
+    t1.commit()
+    t3 = client.new_transaction()
+    with pytest.raises(magnetar.TransactionConflict):
+        consumer.acknowledge(msg, txn=t3)  # already acknowledged
+
+
+def test_ended_transactions(cluster, client):
+    producer = client.create_producer("tx-ended")
+    txn = client.new_transaction()
+    producer.send(b"x", txn=txn)
+    txn.commit()
+    txn.commit()  # idempotent
+    with pytest.raises(magnetar.InvalidTxnStatusError):
+        txn.abort()
+    with pytest.raises(magnetar.InvalidTxnStatusError):
+        producer.send(b"y", txn=txn)
+    with pytest.raises(ValueError):
+        client.new_transaction(timeout_ms=0)
+
+
+def test_timeout_aborts_within_timeout_plus_one_second(cluster, client):
+    consumer = client.subscribe("tx-timeout", "s", initial_position=magnetar.InitialPosition.Earliest)
+    producer = client.create_producer("tx-timeout")
+    txn = client.new_transaction(timeout_ms=1000)
+    producer.send(b"late", txn=txn)
+    started = time.monotonic()
+    deadline = started + 10
+    while time.monotonic() < deadline:
+        try:
+            producer.send(b"probe", txn=txn)
+        except (magnetar.InvalidTxnStatusError, magnetar.TransactionNotFound):
+            break
+        time.sleep(0.05)
+    assert time.monotonic() - started <= 2.0 + 0.5  # timeout + 1 s, plus test slack
+    with pytest.raises(magnetar.InvalidTxnStatusError):
+        txn.commit()
+    with pytest.raises(magnetar.Timeout):
+        consumer.receive(timeout_millis=500)
+
+
+def test_spoiled_transaction_aborts_on_commit(cluster, client):
+    producer = client.create_producer("tx-spoiled")
+    producer.send(b"seed")
+    consumer = client.subscribe("tx-spoiled", "s", initial_position=magnetar.InitialPosition.Earliest)
+    msg = consumer.receive(timeout_millis=5000)
+    t1, t2 = client.new_transaction(), client.new_transaction()
+    consumer.acknowledge(msg, txn=t1)
+    producer.send(b"from-t2", txn=t2)
+    with pytest.raises(magnetar.TransactionConflict):
+        consumer.acknowledge(msg, txn=t2)
+    with pytest.raises(magnetar.TransactionHasOperationFailed):
+        t2.commit()
+    reader = client.create_reader("tx-spoiled", magnetar.MessageId.earliest)
+    assert [m.data() for m in _receive_all_reader(reader)] == [b"seed"]
+
+
+CLIENT_WITH_OPEN_TXN = """
+import sys, magnetar
+client = magnetar.Client(sys.argv[1])
+consumer = client.subscribe("tx-client-dies", "work", consumer_type=magnetar.ConsumerType.Shared,
+                            initial_position=magnetar.InitialPosition.Earliest)
+txn = client.new_transaction(timeout_ms=3000)
+msg = consumer.receive(timeout_millis=10000)
+consumer.acknowledge(msg, txn=txn)
+print("acked", msg.data().decode(), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_client_killed_with_open_transaction_releases_its_acks(cluster, client):
+    producer = client.create_producer("tx-client-dies")
+    producer.send(b"job")
+    doomed = subprocess.Popen([sys.executable, "-c", CLIENT_WITH_OPEN_TXN, cluster.broker_urls[0]],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert doomed.stdout.readline().strip() == "acked job"
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait()
+    survivor = client.subscribe("tx-client-dies", "work", consumer_type=magnetar.ConsumerType.Shared)
+    msg = survivor.receive(timeout_millis=20000)
+    assert msg.data() == b"job" and msg.redelivery_count() >= 1
