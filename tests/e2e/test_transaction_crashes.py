@@ -1,0 +1,120 @@
+"""Crash tests: services SIGKILL themselves at exact points (MAGNETAR_FAILPOINTS), are
+restarted, and every transaction still ends exactly once."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import magnetar
+
+pytestmark = pytest.mark.e2e
+
+
+def _read_all(client, topic: str) -> list[bytes]:
+    reader = client.create_reader(topic, magnetar.MessageId.earliest)
+    out = []
+    while reader.has_message_available():
+        out.append(reader.read_next(timeout_millis=10000).data())
+    reader.close()
+    return out
+
+
+def test_coordinator_killed_after_committing_is_durable_completes_after_restart(cluster):
+    cluster.restart("coordinator-0", extra_env={"MAGNETAR_FAILPOINTS": "coordinator.after_ending_durable"})
+    client = magnetar.Client(cluster.service_url)
+    try:
+        producer = client.create_producer("crash-after-committing")
+        txn = client.new_transaction()
+        for i in range(5):
+            producer.send(f"m{i}".encode(), txn=txn)
+        outcome: dict = {}
+
+        def commit():
+            try:
+                txn.commit()  # retried by the client until the coordinator is back
+                outcome["ok"] = True
+            except Exception as exc:  # reported below
+                outcome["error"] = exc
+
+        committer = threading.Thread(target=commit)
+        committer.start()
+        cluster.services["coordinator-0"].process.wait(30)  # it killed itself at the failpoint
+        assert _read_all(client, "crash-after-committing") == []  # not yet told to anyone
+        cluster.start("coordinator-0")  # same TCID, no failpoint: recovery re-drives the commit
+        committer.join(60)
+        assert outcome == {"ok": True}
+        assert _read_all(client, "crash-after-committing") == [f"m{i}".encode() for i in range(5)]
+    finally:
+        client.close()
+
+
+def test_coordinator_killed_before_committing_times_out_and_nothing_is_visible(cluster):
+    cluster.restart("coordinator-0", extra_env={"MAGNETAR_FAILPOINTS": "coordinator.before_ending_durable"})
+    client = magnetar.Client(cluster.service_url, operation_timeout_seconds=2)
+    try:
+        producer = client.create_producer("crash-before-committing")
+        txn = client.new_transaction(timeout_ms=3000)
+        producer.send(b"never", txn=txn)
+        with pytest.raises((magnetar.Timeout, magnetar.ConnectError)):
+            txn.commit()
+        cluster.services["coordinator-0"].process.wait(30)
+        cluster.start("coordinator-0")
+        producer.send(b"plain")
+        # The transaction stayed OPEN, so the restarted coordinator times it out.
+        late = magnetar.Client(cluster.service_url)
+        try:
+            with pytest.raises(magnetar.InvalidTxnStatusError):
+                _commit_when_coordinator_answers(late, txn)
+        finally:
+            late.close()
+        assert _read_all(client, "crash-before-committing") == [b"plain"]
+    finally:
+        client.close()
+
+
+def _commit_when_coordinator_answers(client, txn) -> None:
+    """Wait until the restarted coordinator has timed the transaction out, then commit."""
+    import time
+
+    from magnetar_protocol import magnetar_pb2 as pb
+
+    from magnetar._transaction import Transaction as AsyncTxn
+
+    core = client._client.core
+    status_req = pb.TxnStatusRequest(txn=txn.txn_id.to_wire())
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            reply = client._io.run(core.call(txn._t.coordinator_url, "/v1/txn/status", status_req,
+                                             pb.TxnStatusResponse))
+            if reply.status == pb.TXN_ABORTED:
+                break
+        except (magnetar.ConnectError, magnetar.ServiceNotReady):
+            pass
+        assert time.monotonic() < deadline, "the restarted coordinator never timed the transaction out"
+        time.sleep(0.1)
+    again = AsyncTxn(core, txn.txn_id, txn._t.coordinator_url, txn._t.timeout_ms)
+    client._io.run(again.commit())
+
+
+def test_broker_killed_during_end_txn_on_partition_completes_on_new_owner_once(cluster):
+    client = magnetar.Client(",".join(cluster.broker_urls))
+    try:
+        topic = "persistent://public/default/crash-end-on-partition"
+        producer = client.create_producer(topic)
+        producer.send(b"before")
+        owner = cluster.owner_of(topic)
+        # Restart the owner armed; rendezvous hashing hands the topic back to it.
+        cluster.restart(owner, extra_env={"MAGNETAR_FAILPOINTS": "broker.end_txn_on_partition"})
+        txn = client.new_transaction()
+        for i in range(3):
+            producer.send(f"t{i}".encode(), txn=txn)
+        assert cluster.owner_of(topic) == owner
+        txn.commit()  # the owner dies writing the marker; the coordinator retries elsewhere
+        assert not cluster.services[owner].alive
+        assert cluster.owner_of(topic) != owner
+        assert _read_all(client, topic) == [b"before", b"t0", b"t1", b"t2"]
+    finally:
+        client.close()
