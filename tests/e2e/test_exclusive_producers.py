@@ -1,0 +1,147 @@
+"""Issue #4 end to end: access modes, topic epochs and fencing, with real processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+import magnetar
+from magnetar import ProducerAccessMode as Mode
+
+pytestmark = pytest.mark.e2e
+
+
+def _stats(cluster, topic: str) -> dict:
+    with urllib.request.urlopen(f"{cluster.admin_url}/admin/v2/persistent/public/default/{topic}/stats",
+                                timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def _read_all(client, topic: str) -> list[bytes]:
+    reader = client.create_reader(topic, magnetar.MessageId.earliest)
+    out = []
+    while reader.has_message_available():
+        out.append(reader.read_next(timeout_millis=10000).data())
+    reader.close()
+    return out
+
+
+def test_exclusive_rules(cluster, client):
+    first = client.create_producer("excl", access_mode=Mode.Exclusive)
+    with pytest.raises(magnetar.ProducerFenced):
+        client.create_producer("excl", access_mode=Mode.Exclusive)
+    with pytest.raises(magnetar.ProducerBusy):
+        client.create_producer("excl")
+    first.send(b"one")
+    stats = _stats(cluster, "excl")
+    assert stats["accessMode"] == "Exclusive"
+    assert stats["exclusiveProducer"] == first.producer_name()
+    assert stats["topicEpoch"] == 1
+    shared = client.create_producer("excl-over-shared")
+    with pytest.raises(magnetar.ProducerFenced):
+        client.create_producer("excl-over-shared", access_mode=Mode.Exclusive)
+    shared.send(b"still fine")
+
+
+def test_wait_for_exclusive_waiters_are_fifo_and_do_not_time_out(cluster):
+    client = magnetar.Client(",".join(cluster.broker_urls), operation_timeout_seconds=1)
+    try:
+        holder = client.create_producer("fifo", access_mode=Mode.Exclusive)
+        order: list[str] = []
+        producers = {}
+
+        def wait(name: str) -> None:
+            producers[name] = client.create_producer("fifo", producer_name=name,
+                                                     access_mode=Mode.WaitForExclusive)
+            order.append(name)
+
+        w1 = threading.Thread(target=wait, args=("w1",))
+        w1.start()
+        _until(lambda: _stats(cluster, "fifo")["waitingProducers"] == ["w1"])
+        w2 = threading.Thread(target=wait, args=("w2",))
+        w2.start()
+        _until(lambda: _stats(cluster, "fifo")["waitingProducers"] == ["w1", "w2"])
+        time.sleep(2)  # longer than the operation timeout: waiting must not time out
+        assert order == []
+        holder.close()
+        w1.join(30)
+        assert order == ["w1"]
+        producers["w1"].send(b"from w1")
+        producers["w1"].close()
+        w2.join(30)
+        assert order == ["w1", "w2"]
+        assert _stats(cluster, "fifo")["topicEpoch"] == 3
+    finally:
+        client.close()
+
+
+def test_exclusive_with_fencing_takes_over_at_once(cluster, client):
+    old = client.create_producer("fence", access_mode=Mode.Exclusive)
+    old.send(b"old")
+    boss = client.create_producer("fence", access_mode=Mode.ExclusiveWithFencing)
+    boss.send(b"boss")
+    for _ in range(2):  # on the next send and every send after
+        with pytest.raises(magnetar.ProducerFenced):
+            old.send(b"zombie")
+    assert _read_all(client, "fence") == [b"old", b"boss"]
+
+
+def test_reconnect_keeps_epoch_through_broker_sigkill(cluster, client):
+    topic = "persistent://public/default/epoch-survives"
+    producer = client.create_producer(topic, access_mode=Mode.Exclusive)
+    producer.send(b"before")
+    cluster.kill(cluster.owner_of(topic), signal.SIGKILL)
+    producer.send(b"after")  # reconnects to the new owner with its epoch
+    assert _stats(cluster, "epoch-survives")["topicEpoch"] == 1
+    with pytest.raises(magnetar.ProducerBusy):
+        client.create_producer(topic)
+    assert _read_all(client, topic) == [b"before", b"after"]
+
+
+FROZEN_PRODUCER = """
+import sys, magnetar
+client = magnetar.Client(sys.argv[1])
+producer = client.create_producer("leader", access_mode=magnetar.ProducerAccessMode.Exclusive)
+print("ready", flush=True)
+for line in sys.stdin:
+    try:
+        producer.send(line.strip().encode())
+        print("ok", flush=True)
+    except magnetar.MagnetarError as exc:
+        print(type(exc).__name__, flush=True)
+"""
+
+
+def test_frozen_exclusive_producer_is_fenced_after_takeover(cluster, client):
+    old = subprocess.Popen([sys.executable, "-c", FROZEN_PRODUCER, ",".join(cluster.broker_urls)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    try:
+        assert old.stdout.readline().strip() == "ready"
+        old.stdin.write("old-1\n")
+        assert old.stdout.readline().strip() == "ok"
+        old.send_signal(signal.SIGSTOP)  # past its session lease: exclusivity lapses
+        successor = client.create_producer("leader", access_mode=Mode.WaitForExclusive)
+        successor.send(b"new-1")
+        old.send_signal(signal.SIGCONT)
+        for line in ("old-2", "old-3"):
+            old.stdin.write(line + "\n")
+            assert old.stdout.readline().strip() == "ProducerFenced"
+        successor.send(b"new-2")
+        assert _read_all(client, "leader") == [b"old-1", b"new-1", b"new-2"]
+    finally:
+        old.kill()
+        old.wait()
+
+
+def _until(condition, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
