@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from magnetar_runtime.local.postgres import LocalPostgres, free_port
 
 
@@ -158,6 +160,18 @@ def _exited(proc: subprocess.Popen) -> bool:
         proc.poll()
         return True
     return info is not None
+
+
+def _live_members(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that still run (zombies are done)."""
+    members = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc.pid)
+        except (OSError, psutil.Error):
+            pass  # exited while we looked
+    return members
 
 
 def _killpg(pid: int, sig: int) -> None:
@@ -408,6 +422,10 @@ class LocalCluster:
         collect the exit status.  Kill before reaping: see _exited()."""
         if svc.process.returncode is None:  # once reaped, the group id may be reused
             _killpg(svc.process.pid, signal.SIGKILL)
+            # Signals land asynchronously: return only once no member is left running.
+            deadline = time.monotonic() + 10
+            while _live_members(svc.process.pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
             svc.process.wait()
         svc.frozen = False
 

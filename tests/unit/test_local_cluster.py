@@ -1,0 +1,91 @@
+"""The local cluster's pure parts: instance names, ports, and the environment each
+service gets (issue #7 compares these names with the Helm chart's)."""
+
+from __future__ import annotations
+
+import pytest
+
+from magnetar_runtime.local import cli
+from magnetar_runtime.local.cluster import KINDS, LocalCluster, fixed_ports, plan
+
+COMMON = {"MAGNETAR_DATABASE_URL", "MAGNETAR_HOST", "MAGNETAR_PORT", "MAGNETAR_ADVERTISED_URL",
+          "MAGNETAR_LOG_FORMAT"}
+DB = "postgresql://magnetar@127.0.0.1:5999/magnetar"
+
+
+def test_default_plan_is_two_brokers_a_coordinator_and_the_admin_service():
+    assert [name for name, _, _ in plan({k: v.count for k, v in KINDS.items()})] == [
+        "broker-0", "broker-1", "coordinator-0", "admin"]
+
+
+def test_plan_rejects_an_unknown_kind():
+    with pytest.raises(ValueError, match="unknown service kind"):
+        plan({"brokr": 1})
+
+
+def test_fixed_ports_are_the_documented_ones():
+    assert fixed_ports({}) == {"broker-0": 8080, "broker-1": 8082, "coordinator-0": 8090,
+                               "admin": 8081}
+    ports = fixed_ports({"broker": 4, "coordinator": 2})
+    assert [ports[f"broker-{i}"] for i in range(4)] == [8080, 8082, 8083, 8084]
+    assert len(set(ports.values())) == len(ports)
+
+
+def test_free_ports_are_distinct_and_fixed_ports_are_kept(tmp_path):
+    cluster = LocalCluster(tmp_path, services={"broker": 5}, ports={"admin": 18081},
+                           database_url=DB)
+    ports = [svc.port for svc in cluster.services.values()]
+    assert len(set(ports)) == len(ports)
+    assert cluster.services["admin"].port == 18081
+    assert cluster.admin_url == "http://127.0.0.1:18081"
+    assert cluster.service_url == cluster.broker_urls[0] == cluster.url("broker-0")
+
+
+def test_each_kind_gets_exactly_its_variables(tmp_path):
+    cluster = LocalCluster(tmp_path, ports=fixed_ports({}), database_url=DB)
+    assert cluster.env_for("broker-1") == {
+        "MAGNETAR_DATABASE_URL": DB,
+        "MAGNETAR_HOST": "127.0.0.1",
+        "MAGNETAR_PORT": "8082",
+        "MAGNETAR_ADVERTISED_URL": "http://127.0.0.1:8082",
+        "MAGNETAR_LOG_FORMAT": "text",
+        "MAGNETAR_BROKER_ID": "broker-1",
+    }
+    assert set(cluster.env_for("coordinator-0")) == COMMON | {"MAGNETAR_COORDINATOR_ID"}
+    assert cluster.env_for("coordinator-0")["MAGNETAR_COORDINATOR_ID"] == "0"
+    assert set(cluster.env_for("admin")) == COMMON
+
+
+def test_overrides_apply_everywhere_then_per_kind_then_per_instance(tmp_path):
+    cluster = LocalCluster(
+        tmp_path, database_url=DB,
+        env={"MAGNETAR_LEASE_TTL_MS": "2000", "MAGNETAR_LOG_LEVEL": "DEBUG"},
+        service_env={"broker": {"MAGNETAR_LEASE_TTL_MS": "3000"},
+                     "broker-1": {"MAGNETAR_LEASE_TTL_MS": "4000"}})
+    assert cluster.env_for("admin")["MAGNETAR_LEASE_TTL_MS"] == "2000"
+    assert cluster.env_for("broker-0")["MAGNETAR_LEASE_TTL_MS"] == "3000"
+    assert cluster.env_for("broker-1")["MAGNETAR_LEASE_TTL_MS"] == "4000"
+    assert cluster.env_for("broker-1")["MAGNETAR_LOG_LEVEL"] == "DEBUG"
+
+
+def test_constructing_a_cluster_starts_and_creates_nothing(tmp_path):
+    cluster = LocalCluster(tmp_path / "data", brokers=1, coordinators=0, admin=False)
+    assert list(cluster.services) == ["broker-0"]
+    assert not (tmp_path / "data").exists()
+    assert not cluster.services["broker-0"].alive
+
+
+def test_env_command_prints_every_service(capsys):
+    assert cli.main(["env", "--brokers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "# broker-0\n" in out and "# broker-1\n" not in out and "# admin\n" in out
+    assert "MAGNETAR_BROKER_ID=broker-0" in out and "MAGNETAR_PORT=8081" in out
+
+
+def test_env_option_accepts_only_magnetar_settings():
+    assert cli._parse_env(["MAGNETAR_LOG_LEVEL=DEBUG", "MAGNETAR_X=a=b"]) == {
+        "MAGNETAR_LOG_LEVEL": "DEBUG", "MAGNETAR_X": "a=b"}
+    with pytest.raises(SystemExit):
+        cli._parse_env(["PATH=/bin"])
+    with pytest.raises(SystemExit):
+        cli._parse_env(["MAGNETAR_LOG_LEVEL"])
