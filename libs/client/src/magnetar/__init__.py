@@ -70,10 +70,12 @@ class Client:
         return Producer(self._io, self._io.run(self._client.create_producer(topic, **options)))
 
     def subscribe(self, topic: str, subscription_name: str, **options) -> "Consumer":
-        return Consumer(self._io, self._io.run(self._client.subscribe(topic, subscription_name, **options)))
+        return Consumer(self._io, self._io.run(self._client.subscribe(topic, subscription_name, _threaded=True,
+                                                                      **options)))
 
     def create_reader(self, topic: str, start_message_id: MessageId, **options) -> "Reader":
-        return Reader(self._io, self._io.run(self._client.create_reader(topic, start_message_id, **options)))
+        return Reader(self._io, self._io.run(self._client.create_reader(topic, start_message_id, _threaded=True,
+                                                                        **options)))
 
     def new_transaction(self, timeout_ms: int = 60000) -> "Transaction":
         if not isinstance(timeout_ms, int) or timeout_ms <= 0:
@@ -156,13 +158,19 @@ class Consumer:
         self._c = inner
 
     def receive(self, timeout_millis: int | None = None) -> Message:
-        return self._io.run(self._c.receive(timeout_millis))
+        return self._c.receive_from_thread(timeout_millis)
 
     def acknowledge(self, msg, txn: "Transaction | None" = None) -> None:
-        self._io.run(self._c.acknowledge(msg, txn._t if txn else None))
+        if txn is None:
+            self._c.ack_from_thread(msg)  # grouped, as Pulsar's ack grouping tracker
+        else:
+            self._io.run(self._c.acknowledge(msg, txn._t))  # waits: conflicts raise here
 
     def acknowledge_cumulative(self, msg, txn: "Transaction | None" = None) -> None:
-        self._io.run(self._c.acknowledge(msg, txn._t if txn else None, cumulative=True))
+        if txn is None:
+            self._c.ack_from_thread(msg, cumulative=True)
+        else:
+            self._io.run(self._c.acknowledge(msg, txn._t, cumulative=True))
 
     def negative_acknowledge(self, msg) -> None:
         self._io.loop.call_soon_threadsafe(self._c.negative_acknowledge, msg)
@@ -192,7 +200,7 @@ class Reader:
         self._r = inner
 
     def read_next(self, timeout_millis: int | None = None) -> Message:
-        return self._io.run(self._r.receive(timeout_millis))
+        return self._r.receive_from_thread(timeout_millis)
 
     def has_message_available(self) -> bool:
         return self._io.run(self._r.has_message_available())

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue as thread_queue
 import time
 import uuid
+from collections import deque
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
@@ -37,7 +39,7 @@ class PartitionConsumer:
         self.session_id = ""
         self.consumer_id = 0
         self.last_delivered: tuple[int, int] | None = None  # readers resume after it
-        self.acks: list[pb.Position] = []
+        self.acks: deque[pb.Position] = deque()  # appended from any thread
         self.cumulative: pb.Position | None = None
         self.task: asyncio.Task | None = None
 
@@ -82,7 +84,7 @@ class PartitionConsumer:
         while not self.consumer.closed:
             room = self.consumer.options["receiver_queue_size"] - queue.qsize()
             if room <= 0:
-                await self.consumer.space.wait()
+                await self.consumer.space.wait(lambda: self.consumer.options["receiver_queue_size"] > queue.qsize())
                 continue
             try:
                 reply = await self.core.call(
@@ -115,7 +117,9 @@ class PartitionConsumer:
                     self.last_delivered = (last.entry_id(), last.batch_index())
 
     async def send_acks(self) -> None:
-        individual, self.acks = self.acks, []
+        individual = []
+        while self.acks:
+            individual.append(self.acks.popleft())
         cumulative, self.cumulative = self.cumulative, None
         try:
             if individual:
@@ -143,15 +147,16 @@ class PartitionConsumer:
 class Consumer:
     """``magnetar.asyncio`` consumer (a reader is one with a non-durable subscription)."""
 
-    def __init__(self, core: Core, topic: str, partitions: int, options: dict):
+    def __init__(self, core: Core, topic: str, partitions: int, options: dict, threaded: bool = False):
         self.core = core
         self.topic_name = topic
         self.options = options
         options.setdefault("consumer_name", f"c-{uuid.uuid4().hex[:8]}")
         self.parts = [PartitionConsumer(self, f"{topic}-partition-{i}" if partitions else topic,
                                         i if partitions else -1) for i in range(max(partitions, 1))]
-        self.queue: asyncio.Queue[Message] = asyncio.Queue()
-        self.space = _Signal()
+        # The sync API reads from a thread-safe C queue without a thread hop per message.
+        self.queue = thread_queue.SimpleQueue() if threaded else asyncio.Queue()
+        self.space = _Signal(asyncio.get_running_loop())
         self.closed = False
         self._nacks: list[tuple[float, MessageId]] = []
         self._ack_task: asyncio.Task | None = None
@@ -180,6 +185,25 @@ class Consumer:
             raise Timeout(f"no message on {self.topic_name} within {timeout_millis} ms") from None
         self.space.set()
         return msg
+
+    def receive_from_thread(self, timeout_millis: int | None) -> Message:
+        """The sync API's receive: called on the user's thread."""
+        try:
+            msg = self.queue.get(timeout=None if timeout_millis is None else timeout_millis / 1000)
+        except thread_queue.Empty:
+            raise Timeout(f"no message on {self.topic_name} within {timeout_millis} ms") from None
+        self.space.set()
+        return msg
+
+    def ack_from_thread(self, msg_or_id, cumulative: bool = False) -> None:
+        """A plain ack from the user's thread: queued for the grouped flush."""
+        msg_id = self._id(msg_or_id)
+        pos = pb.Position(entry_id=msg_id.entry_id(), batch_index=msg_id.batch_index())
+        part = self._part(msg_id)
+        if cumulative:
+            part.cumulative = pos
+        else:
+            part.acks.append(pos)
 
     # ---------------------------------------------------------------- acks
 
@@ -249,6 +273,7 @@ class Consumer:
             part.last_delivered = None
         while not self.queue.empty():
             self.queue.get_nowait()
+        self.space.set()
 
     async def has_message_available(self) -> bool:
         if not self.queue.empty():
@@ -289,14 +314,29 @@ class Consumer:
 
 
 class _Signal:
-    """Wakes fetch loops waiting for room in the receive queue."""
+    """Wakes fetch loops waiting for room in the receive queue; safe to call from the
+    user's thread, and cheap when nobody waits (no loop wake-up per message)."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
         self._event = asyncio.Event()
+        self.waiting = False
 
     def set(self) -> None:
-        self._event.set()
+        if self.waiting:
+            self._loop.call_soon_threadsafe(self._event.set)
 
-    async def wait(self) -> None:
-        await self._event.wait()
-        self._event.clear()
+    def set_from_thread(self) -> None:
+        self.set()
+
+    async def wait(self, has_room) -> None:
+        self.waiting = True
+        try:
+            while not has_room():
+                self._event.clear()
+                try:
+                    await asyncio.wait_for(self._event.wait(), 1.0)
+                except TimeoutError:
+                    pass
+        finally:
+            self.waiting = False

@@ -62,7 +62,8 @@ class Client:
                         consumer_type: ConsumerType = ConsumerType.Exclusive,
                         initial_position: InitialPosition = InitialPosition.Latest,
                         consumer_name: str | None = None, receiver_queue_size: int = 1000,
-                        negative_ack_redelivery_delay_ms: int = 60000, priority_level: int = 0) -> Consumer:
+                        negative_ack_redelivery_delay_ms: int = 60000, priority_level: int = 0,
+                        _threaded: bool = False) -> Consumer:
         if not subscription_name:
             raise ValueError("subscription_name is required")
         full, partitions = await self.core.partitions(topic)
@@ -72,18 +73,19 @@ class Client:
                    "nack_delay_ms": negative_ack_redelivery_delay_ms}
         if consumer_name:
             options["consumer_name"] = consumer_name
-        consumer = await Consumer(self.core, full, partitions, options).start()
+        consumer = await Consumer(self.core, full, partitions, options, _threaded).start()
         self._closeables.append(consumer)
         return consumer
 
     async def create_reader(self, topic: str, start_message_id: MessageId, reader_name: str | None = None,
-                            receiver_queue_size: int = 1000, start_message_id_inclusive: bool = False) -> Consumer:
+                            receiver_queue_size: int = 1000, start_message_id_inclusive: bool = False,
+                            _threaded: bool = False) -> Consumer:
         full, partitions = await self.core.partitions(topic)
         options = {"subscription": reader_name or "", "consumer_type": ConsumerType.Exclusive,
                    "initial_position": InitialPosition.Earliest, "durable": False, "start": start_message_id,
                    "start_inclusive": start_message_id_inclusive, "receiver_queue_size": max(receiver_queue_size, 1),
                    "priority_level": 0, "nack_delay_ms": 0}
-        reader = await Consumer(self.core, full, partitions, options).start()
+        reader = await Consumer(self.core, full, partitions, options, _threaded).start()
         self._closeables.append(reader)
         return reader
 
