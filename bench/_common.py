@@ -63,3 +63,63 @@ def report(title: str, figures: dict) -> None:
     if out := os.environ.get("MAGNETAR_BENCH_JSON"):
         with open(out, "a") as f:
             f.write(json.dumps({"bench": title, **figures}) + "\n")
+
+
+def percentile(values: list[float], pct: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * pct / 100))]
+
+
+@contextmanager
+def bench_cluster(database_url: str, brokers: int = 1, coordinators: int = 0):
+    """Services as real processes on the given (fsync-on) database, fresh schema."""
+    from magnetar_runtime.local.cluster import LocalCluster
+
+    async def reset():
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+        finally:
+            await conn.close()
+
+    import asyncio
+
+    asyncio.run(reset())
+    folder = Path(tempfile.mkdtemp(prefix="magnetar-bench-"))
+    cluster = LocalCluster(folder, brokers=brokers, coordinators=coordinators, admin=False,
+                           database_url=database_url, env={"MAGNETAR_LOG_LEVEL": "WARNING"})
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class RssSampler:
+    """Peak resident memory of a process, sampled every 100 ms in a thread."""
+
+    def __init__(self, pid: int):
+        import threading
+
+        import psutil
+
+        self.proc = psutil.Process(pid)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                self.peak = max(self.peak, self.proc.memory_info().rss)
+            except Exception:
+                return
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak

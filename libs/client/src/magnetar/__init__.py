@@ -99,6 +99,7 @@ class Producer:
         self._inbox: deque = deque()
         self._scheduled = False
         self._space = threading.Semaphore(inner.options["max_pending"])
+        inner.on_released = self._space.release
 
     def send(self, data: bytes, properties=None, partition_key=None, sequence_id=None, event_timestamp=None,
              txn: "Transaction | None" = None) -> MessageId:
@@ -110,13 +111,8 @@ class Producer:
         """Queue a message; ``callback(result, msg_id)`` runs on the client's thread with
         ``magnetar.Result.Ok`` or the exception.  Blocks while max_pending_messages wait."""
         msg = self._p.build(data, properties, partition_key, sequence_id, event_timestamp)
-        self._space.acquire()
-
-        def done(result, msg_id, _cb=callback):
-            self._space.release()
-            _cb(result, msg_id)
-
-        self._inbox.append((msg, done, txn._t if txn else None, sequence_id is not None))
+        self._space.acquire()  # released in bulk when a batch settles
+        self._inbox.append((msg, callback, txn._t if txn else None, sequence_id is not None))
         if not self._scheduled:  # one loop wake-up for any number of messages
             self._scheduled = True
             self._io.loop.call_soon_threadsafe(self._drain)
@@ -124,12 +120,14 @@ class Producer:
     def _drain(self) -> None:
         self._scheduled = False
         inbox = self._inbox
+        enqueue = self._p.enqueue
         while inbox:
-            msg, done, txn, explicit = inbox.popleft()
+            msg, callback, txn, explicit = inbox.popleft()
             try:
-                self._p.enqueue(msg, done, txn, explicit)
+                enqueue(msg, callback, txn, explicit)
             except Exception as exc:
-                done(exc, None)
+                self._space.release()
+                callback(exc, None)
 
     def flush(self) -> None:
         self._io.run(self._flush())

@@ -142,7 +142,17 @@ class PartitionProducer:
 
     def _on_timer(self) -> None:
         self.timer = None
-        self.seal_all()
+        if self.sender is None:
+            self.seal_all()
+        # Else keep filling: the sender seals what accumulated when its send returns,
+        # so a busy partition sends fewer, fuller batches instead of a queue of tiny ones.
+
+    def _seal_pending(self) -> None:
+        """Seal what accumulated while a send was in flight (called by the sender)."""
+        if self.current is not None:
+            self._seal(self.current, start=False)
+        for batch in list(self.txn_batches.values()):
+            self._seal(batch, start=False)
 
     def seal_all(self) -> None:
         if self.current is not None:
@@ -150,14 +160,14 @@ class PartitionProducer:
         for batch in list(self.txn_batches.values()):
             self._seal(batch)
 
-    def _seal(self, batch: _Batch) -> None:
+    def _seal(self, batch: _Batch, start: bool = True) -> None:
         if batch is self.current:
             self.current = None
         elif self.txn_batches.get(batch.txn) is batch:
             del self.txn_batches[batch.txn]
         batch.payload = pb.MessageBatch(messages=batch.messages).SerializeToString()
         self.ready.append(batch)
-        if self.sender is None:
+        if start and self.sender is None:
             self.idle.clear()
             self.sender = asyncio.create_task(self._send_all())
 
@@ -174,6 +184,8 @@ class PartitionProducer:
                 else:
                     self._settle(batch, reply=reply)
                 self.ready.popleft()
+                if not self.ready:
+                    self._seal_pending()
         finally:
             self.sender = None
             if not self.ready:
@@ -267,6 +279,7 @@ class Producer:
         self._rr = itertools.count()
         self._pending = 0
         self._space = asyncio.Condition()
+        self.on_released = None  # the sync API frees its pending-message slots here
 
     async def start(self) -> "Producer":
         # One name for every partition (dedup state is per topic partition and name).
@@ -310,6 +323,8 @@ class Producer:
 
     def released(self, n: int) -> None:
         self._pending -= n
+        if self.on_released is not None:
+            self.on_released(n)
         if self._space._waiters:  # noqa: SLF001 - skip the task hop when nobody waits
             asyncio.get_running_loop().create_task(self._notify())
 
