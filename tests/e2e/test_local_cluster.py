@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from magnetar_runtime.local.cluster import KINDS, Kind, LocalCluster, run_sync
+from magnetar_runtime.local.postgres import LocalPostgres
 
 pytestmark = pytest.mark.e2e
 
@@ -224,6 +225,9 @@ class _Run:
         return found
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
+        """Stop it as a user would; return its exit code (at once if it already ended)."""
+        if self.proc.poll() is not None:
+            return self.proc.returncode
         self.proc.send_signal(sig)
         code = self.proc.wait(60)
         self.wait_for("^Stopped.$", 5)
@@ -243,7 +247,7 @@ def _sql(url: str, statement: str):
     return run_sync(go)
 
 
-def test_magnetar_local_run_restarts_the_dead_keeps_data_and_stops_cleanly():
+def test_magnetar_local_run_restarts_the_dead_keeps_data_and_leaves_nothing_behind():
     # A folder 0700 like /root: as root, PostgreSQL (another user) must still reach it.
     data_dir = Path(tempfile.mkdtemp(prefix="magnetar-local-run-")) / ".magnetar"
     first = _Run(data_dir)
@@ -262,17 +266,21 @@ def test_magnetar_local_run_restarts_the_dead_keeps_data_and_stops_cleanly():
         second = _Run(data_dir)  # the same folder while the first runs: refused
         assert second.proc.wait(30) != 0
         second.wait_for("another magnetar-local .* is running")
-        assert first.stop(signal.SIGTERM) == 0
-    finally:
+
+        # Killed outright, it still takes every service and PostgreSQL with it.
+        pids = [*urls["pids"].values(), LocalPostgres(data_dir / "postgres").running_pid()]
         first.proc.kill()
-    assert all(_gone(pid) for pid in urls["pids"].values())
-    assert not (data_dir / "postgres" / "pgdata" / "postmaster.pid").exists()
+        _wait_until(lambda: all(_gone(pid) for pid in pids), 30, "every child is gone")
+    finally:
+        first.stop()
 
     again = _Run(data_dir)
     try:
         urls = again.banner()
         assert _sql(urls["postgres"], "SELECT x FROM kept") == 42
-        assert again.stop(signal.SIGINT) == 0  # Ctrl-C
+        assert again.stop(signal.SIGINT) == 0  # Ctrl-C: orderly
+        assert not (data_dir / "postgres" / "pgdata" / "postmaster.pid").exists()
+        assert all(_gone(pid) for pid in urls["pids"].values())
     finally:
-        again.proc.kill()
+        again.stop()
         shutil.rmtree(data_dir.parent, ignore_errors=True)

@@ -16,6 +16,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,16 @@ def _privilege_drop(user: str) -> list[str]:
             f"MAGNETAR_PG_USER to an unprivileged user"
         ) from None
     return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"]
+
+
+def _die_with_parent() -> list[str]:
+    """Fast-shutdown the server when the process that started it dies, even by SIGKILL,
+    instead of leaving an orphan that holds the data folder.  Set after the privilege
+    drop (a second setpriv): Linux clears the parent-death signal on a change of user.
+    Only from the main thread: the signal fires when the *thread* that forked ends."""
+    if shutil.which("setpriv") is None or threading.current_thread() is not threading.main_thread():
+        return []
+    return ["setpriv", "--pdeathsig", "INT", "--"]
 
 
 def _open_path_for(path: Path, user: str) -> None:
@@ -151,7 +162,8 @@ class LocalPostgres:
         }
         if not self.durable:
             settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
-        args = [*drop, str(bin_dir / "postgres"), "-D", str(pgdata), "-p", str(self.port)]
+        args = [*drop, *_die_with_parent(), str(bin_dir / "postgres"), "-D", str(pgdata),
+                "-p", str(self.port)]
         for key, value in settings.items():
             args += ["-c", f"{key}={value}"]
         log = open(self.data_dir / "postgres.log", "ab")
