@@ -3,6 +3,8 @@ service gets (issue #7 compares these names with the Helm chart's)."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from magnetar_runtime.local import cli
@@ -89,3 +91,16 @@ def test_env_option_accepts_only_magnetar_settings():
         cli._parse_env(["PATH=/bin"])
     with pytest.raises(SystemExit):
         cli._parse_env(["MAGNETAR_LOG_LEVEL"])
+
+
+def test_banner_names_every_address_a_newcomer_needs(tmp_path):
+    cluster = LocalCluster(tmp_path, ports=fixed_ports({}), database_url=DB)
+    for pid, svc in enumerate(cluster.services.values(), start=100):
+        svc.process = types.SimpleNamespace(pid=pid)  # banner() reads only the pid
+    text = cli.banner(cluster)
+    assert "service URL (clients)  http://127.0.0.1:8080" in text
+    assert "admin URL              http://127.0.0.1:8081" in text
+    assert f"PostgreSQL             {DB}" in text
+    assert f"{tmp_path}/logs/<service>.log" in text
+    assert "coordinator-0    http://127.0.0.1:8090" in text and "pid 102" in text
+    assert "Ctrl-C stops everything" in text

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import importlib.util
 import os
 import shutil
 import signal
@@ -38,13 +39,24 @@ class Stop(Exception):
     """Raised in the main thread by SIGINT, SIGTERM or SIGHUP."""
 
 
-def _tool(name: str) -> str:
-    """How to call a tool of this venv from the current folder (``.venv/bin/x``)."""
-    path = Path(sys.executable).parent / name
+# The repository's examples/, when running from a checkout (editable install).
+EXAMPLES = Path(__file__).resolve().parents[5] / "examples"
+
+
+def _here(path: Path) -> str:
+    """``path`` as short as a copy-paste allows: relative when under the current folder."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def _has_admin_cli(cluster: LocalCluster) -> bool:
+    """Whether the ``magnetar-admin`` command (package ``magnetar``) is installed here."""
+    if not cluster.names("admin"):
+        return False
     try:
-        return os.path.relpath(path) if not os.path.relpath(path).startswith("..") else str(path)
-    except ValueError:
-        return str(path)
+        return importlib.util.find_spec("magnetar.admin_cli") is not None
+    except ImportError:
+        return False
 
 
 def banner(cluster: LocalCluster) -> str:
@@ -63,12 +75,14 @@ def banner(cluster: LocalCluster) -> str:
     ]
     for name, svc in cluster.services.items():
         lines.append(f"    {name:<16} {svc.url:<24} pid {svc.process.pid}")
+    tour = _here(EXAMPLES / "produce_consume.py") if EXAMPLES.is_dir() else None
     lines += [
         "",
-        "Try, in another terminal (see README.md, 'A five-minute tour'):",
-        f"  {_tool('python')} -c 'import magnetar; c = magnetar.Client(\"{cluster.service_url}\"); "
-        "c.create_producer(\"hello\").send(b\"hi\"); c.close()'",
-        f"  {_tool('magnetar-admin')} --admin-url {cluster.admin_url} topics list public/default"
+        "Try, in another terminal (README.md, 'A five-minute tour'):",
+        f"  {_here(Path(sys.executable))} {tour} {cluster.service_url}" if tour else None,
+        f"  {_here(Path(sys.executable).parent / 'magnetar-admin')} --admin-url "
+        f"{cluster.admin_url} topics list public/default" if _has_admin_cli(cluster) else None,
+        f"  curl -s {cluster.admin_url}/admin/v2/persistent/public/default"
         if cluster.names("admin") else None,
         f"  curl -s {cluster.service_url}/metrics | head",
         "",

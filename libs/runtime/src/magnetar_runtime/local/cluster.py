@@ -9,13 +9,9 @@ hits exactly one service, never the test runner.  Logs go to ``<data>/logs/<name
 
 from __future__ import annotations
 
-import asyncio
 import os
-import shutil
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -24,9 +20,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from magnetar_runtime.local.postgres import LocalPostgres, free_port
+from magnetar_runtime.local.processes import (
+    SETPRIV,
+    command_path,
+    exited,
+    killpg,
+    live_members,
+    port_in_use,
+    run_sync,
+)
+
+__all__ = ["KINDS", "Kind", "LocalCluster", "ServiceFailed", "ServiceProcess", "fixed_ports",
+           "plan", "port_in_use", "run_sync"]
 
 
 @dataclass(frozen=True)
@@ -80,45 +86,6 @@ def fixed_ports(counts: Mapping[str, int]) -> dict[str, int]:
             for name, kind, i in plan(default_counts() | dict(counts))}
 
 
-def port_in_use(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
-
-
-def command_path(script: str) -> str:
-    """The console script installed next to this Python (the project's venv)."""
-    beside = Path(sys.executable).parent / script
-    return str(beside) if beside.exists() else (shutil.which(script) or script)
-
-
-def run_sync(make_coro: Callable[[], object]):
-    """Run a coroutine to completion from sync code, even inside a running event loop
-    (an async test calling ``cluster.owner_of``): then it runs on a helper thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(make_coro())
-    result: dict = {}
-
-    def target():
-        try:
-            result["value"] = asyncio.run(make_coro())
-        except BaseException as exc:  # re-raised on the caller's thread
-            result["error"] = exc
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
-
-
 class ServiceFailed(RuntimeError):
     """A service died or did not become ready; the message names it and its log file."""
 
@@ -142,48 +109,11 @@ class ServiceProcess:
 
     @property
     def alive(self) -> bool:
-        return self.process is not None and not _exited(self.process)
+        return self.process is not None and not exited(self.process)
 
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.alive else None
-
-
-def _exited(proc: subprocess.Popen) -> bool:
-    """Whether ``proc`` has exited, WITHOUT reaping it: an unreaped leader keeps its
-    process group id reserved, so killing the group afterwards can never hit a stranger."""
-    if proc.returncode is not None:
-        return True
-    try:
-        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:  # reaped elsewhere
-        proc.poll()
-        return True
-    return info is not None
-
-
-def _live_members(pgid: int) -> list[int]:
-    """Processes of group ``pgid`` that still run (zombies are done)."""
-    members = []
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                members.append(proc.pid)
-        except (OSError, psutil.Error):
-            pass  # exited while we looked
-    return members
-
-
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-# `setpriv --pdeathsig KILL` makes a service die with the process that started it, so a
-# SIGKILLed test run or `magnetar-local` leaves no orphan holding ports and connections.
-_SETPRIV = shutil.which("setpriv") if sys.platform == "linux" else None
 
 
 class LocalCluster:
@@ -313,9 +243,9 @@ class LocalCluster:
         # Inherited MAGNETAR_* variables are dropped so env_for() is the whole truth.
         env = {k: v for k, v in os.environ.items() if not k.startswith("MAGNETAR_")} | svc.env
         cmd = [command_path(KINDS[svc.kind].command)]
-        if _SETPRIV and threading.current_thread() is threading.main_thread():
+        if SETPRIV and threading.current_thread() is threading.main_thread():
             # pdeathsig fires when the forking *thread* ends: only the main thread is safe.
-            cmd = [_SETPRIV, "--pdeathsig", "KILL", "--", *cmd]
+            cmd = [SETPRIV, "--pdeathsig", "KILL", "--", *cmd]
         svc.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(svc.log_path, "ab") as log:
             log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} magnetar-local: starting "
@@ -333,7 +263,7 @@ class LocalCluster:
         svc = self.services[name]
         deadline = time.monotonic() + timeout
         while True:
-            if svc.process is None or _exited(svc.process):
+            if svc.process is None or exited(svc.process):
                 code = None if svc.process is None else svc.process.poll()
                 raise ServiceFailed(f"{name} exited with code {code} before it was ready; "
                                     f"log: {svc.log_path}\n{self.log_tail(name)}")
@@ -355,7 +285,7 @@ class LocalCluster:
             svc = self.services[name]
             if not svc.alive:
                 return
-            _killpg(svc.process.pid, sig)
+            killpg(svc.process.pid, sig)
             if sig == signal.SIGKILL:
                 self._wait_exit([svc], timeout)
             elif sig == signal.SIGSTOP:
@@ -402,15 +332,15 @@ class LocalCluster:
     def _terminate(self, services: list[ServiceProcess], timeout: float) -> None:
         for svc in services:
             if svc.alive:
-                _killpg(svc.process.pid, signal.SIGCONT)  # a frozen process cannot exit
-                _killpg(svc.process.pid, signal.SIGTERM)
+                killpg(svc.process.pid, signal.SIGCONT)  # a frozen process cannot exit
+                killpg(svc.process.pid, signal.SIGTERM)
         self._wait_exit(services, timeout)
 
     def _wait_exit(self, services: list[ServiceProcess], timeout: float) -> None:
         deadline = time.monotonic() + timeout
         pending = [s for s in services if s.process is not None]
         while pending and time.monotonic() < deadline:
-            pending = [s for s in pending if not _exited(s.process)]
+            pending = [s for s in pending if not exited(s.process)]
             if pending:
                 time.sleep(0.02)
         for svc in services:
@@ -419,12 +349,12 @@ class LocalCluster:
 
     def _reap(self, svc: ServiceProcess) -> None:
         """SIGKILL whatever is left of the group (children of a killed parent), then
-        collect the exit status.  Kill before reaping: see _exited()."""
+        collect the exit status.  Kill before reaping: see exited()."""
         if svc.process.returncode is None:  # once reaped, the group id may be reused
-            _killpg(svc.process.pid, signal.SIGKILL)
+            killpg(svc.process.pid, signal.SIGKILL)
             # Signals land asynchronously: return only once no member is left running.
             deadline = time.monotonic() + 10
-            while _live_members(svc.process.pid) and time.monotonic() < deadline:
+            while live_members(svc.process.pid) and time.monotonic() < deadline:
                 time.sleep(0.01)
             svc.process.wait()
         svc.frozen = False
