@@ -1,171 +1,148 @@
-"""Admin REST routes (JSON), on Pulsar's paths."""
+"""Admin REST routes (JSON) on Pulsar's paths: tenants, namespaces, brokers here, topics
+in api_topics.py.  Names are checked with magnetar_protocol.topics (400 when invalid)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, FastAPI, Response
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
 
-from magnetar_protocol.errors import BadRequest, TopicNotFound
-from magnetar_protocol.topics import TopicName, validate_name_part
+from magnetar_protocol.errors import ServiceNotReady
 
+from magnetar_admin import bodies
 from magnetar_admin.service import AdminService
 
-
-def _topic(tenant: str, namespace: str, topic: str) -> TopicName:
-    return TopicName.parse(f"persistent://{tenant}/{namespace}/{topic}")
+NO_CONTENT = {"status_code": 204, "response_class": Response}
 
 
-def _partition_count(body: Any) -> int:
-    if isinstance(body, dict):
-        body = body.get("partitions")
-    if isinstance(body, bool) or not isinstance(body, int) or body <= 0:
-        raise BadRequest(f"the body must be the partition count, a positive integer (got {body!r})")
-    return body
+def get_service(request: Request) -> AdminService:
+    service = getattr(request.app.state, "service", None)
+    if service is None:
+        raise ServiceNotReady("the admin service is starting; retry in a moment")
+    return service
 
 
-def add_routes(app: FastAPI, service: AdminService) -> None:
-    v2 = APIRouter(prefix="/admin/v2")
+Service = Annotated[AdminService, Depends(get_service)]
 
-    # ---------------------------------------------------------------- tenants
-    @v2.get("/tenants", summary="List tenants")
-    async def list_tenants() -> list[str]:
+
+async def json_body(request: Request) -> Any:
+    """The request body as JSON (whatever its content type); bodies.MISSING if empty."""
+    return bodies.parse_json(await request.body())
+
+
+Body = Annotated[Any, Depends(json_body)]
+
+
+def body_doc(schema: dict, required: bool = True, example: Any = None) -> dict:
+    """OpenAPI description of a body read by json_body (FastAPI cannot see it)."""
+    content = {"schema": schema} | ({"example": example} if example is not None else {})
+    return {"requestBody": {"required": required, "content": {"application/json": content}}}
+
+
+TENANT_INFO = {"type": "object", "properties": {
+    "adminRoles": {"type": "array", "items": {"type": "string"}},
+    "allowedClusters": {"type": "array", "items": {"type": "string"}}}}
+
+
+def tenant_routes(settings_cluster: str) -> APIRouter:
+    r = APIRouter(prefix="/admin/v2", tags=["tenants"])
+
+    @r.get("/tenants", summary="List tenants")
+    async def list_tenants(service: Service) -> list[str]:
         return await service.store.tenants()
 
-    @v2.get("/tenants/{tenant}", summary="Get a tenant's configuration")
-    async def get_tenant(tenant: str) -> dict:
-        return await service.store.tenant(tenant)
+    @r.get("/tenants/{tenant}", summary="A tenant's configuration (TenantInfo)")
+    async def get_tenant(tenant: str, service: Service) -> dict:
+        roles = await service.store.tenant_roles(bodies.tenant(tenant))
+        return {"adminRoles": roles, "allowedClusters": [settings_cluster]}
 
-    @v2.put("/tenants/{tenant}", status_code=204, summary="Create a tenant")
-    async def create_tenant(tenant: str, body: dict | None = Body(None)) -> Response:
-        validate_name_part("tenant", tenant)
-        roles = (body or {}).get("adminRoles", [])
-        if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
-            raise BadRequest("adminRoles must be a list of role names")
-        await service.store.create_tenant(tenant, roles)
+    @r.put("/tenants/{tenant}", summary="Create a tenant (409 if it exists)", **NO_CONTENT,
+           openapi_extra=body_doc(TENANT_INFO, required=False,
+                                  example={"adminRoles": ["ops"], "allowedClusters": [settings_cluster]}))
+    async def create_tenant(tenant: str, service: Service, body: Body) -> Response:
+        roles = bodies.tenant_info(body, settings_cluster)
+        await service.store.create_tenant(bodies.tenant(tenant), roles)
         return Response(status_code=204)
 
-    @v2.delete("/tenants/{tenant}", status_code=204, summary="Delete a tenant without namespaces")
-    async def delete_tenant(tenant: str) -> Response:
-        await service.store.delete_tenant(tenant)
+    @r.post("/tenants/{tenant}", summary="Update a tenant's configuration", **NO_CONTENT,
+            openapi_extra=body_doc(TENANT_INFO))
+    async def update_tenant(tenant: str, service: Service, body: Body) -> Response:
+        roles = bodies.tenant_info(body, settings_cluster)
+        await service.store.update_tenant(bodies.tenant(tenant), roles)
         return Response(status_code=204)
 
-    # ---------------------------------------------------------------- namespaces
-    @v2.get("/namespaces/{tenant}", summary="List a tenant's namespaces")
-    async def list_namespaces(tenant: str) -> list[str]:
-        return await service.store.namespaces(tenant)
-
-    @v2.put("/namespaces/{tenant}/{namespace}", status_code=204, summary="Create a namespace")
-    async def create_namespace(tenant: str, namespace: str) -> Response:
-        validate_name_part("namespace", namespace)
-        await service.store.create_namespace(tenant, namespace)
+    @r.delete("/tenants/{tenant}", summary="Delete a tenant (409 while it has namespaces)", **NO_CONTENT)
+    async def delete_tenant(tenant: str, service: Service) -> Response:
+        await service.store.delete_tenant(bodies.tenant(tenant))
         return Response(status_code=204)
 
-    @v2.delete("/namespaces/{tenant}/{namespace}", status_code=204, summary="Delete a namespace")
-    async def delete_namespace(tenant: str, namespace: str, force: bool = False) -> Response:
-        await service.store.delete_namespace(tenant, namespace, force)
+    @r.get("/clusters", summary="List clusters (a Magnetar deployment is one cluster)", tags=["clusters"])
+    async def clusters() -> list[str]:
+        return [settings_cluster]
+
+    return r
+
+
+def namespace_routes() -> APIRouter:
+    r = APIRouter(prefix="/admin/v2/namespaces", tags=["namespaces"])
+
+    @r.get("/{tenant}", summary="List a tenant's namespaces (as tenant/namespace)")
+    async def list_namespaces(tenant: str, service: Service) -> list[str]:
+        return await service.store.namespaces(bodies.tenant(tenant))
+
+    @r.put("/{tenant}/{namespace}", summary="Create a namespace (409 if it exists)", **NO_CONTENT)
+    async def create_namespace(tenant: str, namespace: str, service: Service) -> Response:
+        await service.store.create_namespace(*bodies.namespace(tenant, namespace))
         return Response(status_code=204)
 
-    @v2.get("/namespaces/{tenant}/{namespace}/topics", summary="List a namespace's topics")
-    async def namespace_topics(tenant: str, namespace: str) -> list[str]:
-        return await service.store.topics(tenant, namespace)
-
-    @v2.get("/namespaces/{tenant}/{namespace}/deduplication",
-            summary="The namespace's deduplication policy (null: the broker default)")
-    async def get_dedup(tenant: str, namespace: str) -> bool | None:
-        return await service.store.require_namespace(tenant, namespace)
-
-    @v2.post("/namespaces/{tenant}/{namespace}/deduplication", status_code=204,
-             summary="Turn deduplication on or off for the namespace")
-    async def set_dedup(tenant: str, namespace: str, enabled: Any = Body(...)) -> Response:
-        if not isinstance(enabled, bool):
-            raise BadRequest(f"the body must be true or false (got {enabled!r})")
-        await service.store.set_deduplication(tenant, namespace, enabled)
+    @r.delete("/{tenant}/{namespace}", **NO_CONTENT,
+              summary="Delete a namespace (409 while it has topics, unless force=true deletes them)")
+    async def delete_namespace(tenant: str, namespace: str, service: Service, force: bool = False) -> Response:
+        await service.delete_namespace(*bodies.namespace(tenant, namespace), force)
         return Response(status_code=204)
 
-    @v2.delete("/namespaces/{tenant}/{namespace}/deduplication", status_code=204,
-               summary="Follow the broker default again")
-    async def clear_dedup(tenant: str, namespace: str) -> Response:
-        await service.store.set_deduplication(tenant, namespace, None)
+    @r.get("/{tenant}/{namespace}/topics", summary="List a namespace's topics (partitions included)")
+    async def namespace_topics(tenant: str, namespace: str, service: Service) -> list[str]:
+        return await service.store.topics(*bodies.namespace(tenant, namespace))
+
+    @r.get("/{tenant}/{namespace}/deduplication",
+           summary="The namespace's deduplication policy: true, false or null (the broker default)")
+    async def get_deduplication(tenant: str, namespace: str, service: Service) -> bool | None:
+        return await service.store.deduplication(*bodies.namespace(tenant, namespace))
+
+    @r.post("/{tenant}/{namespace}/deduplication", **NO_CONTENT,
+            summary="Turn deduplication on or off for the namespace (body: true or false)",
+            openapi_extra=body_doc({"type": "boolean"}, example=True))
+    async def set_deduplication(tenant: str, namespace: str, service: Service, body: Body) -> Response:
+        enabled = bodies.boolean(body, "deduplication")
+        await service.store.set_deduplication(*bodies.namespace(tenant, namespace), enabled)
         return Response(status_code=204)
 
-    # ---------------------------------------------------------------- topics
-    base = "/persistent/{tenant}/{namespace}"
-
-    @v2.get(base, summary="List topics (partitions included)")
-    async def list_topics(tenant: str, namespace: str) -> list[str]:
-        return await service.store.topics(tenant, namespace)
-
-    @v2.get(base + "/partitioned", summary="List partitioned topics")
-    async def list_partitioned(tenant: str, namespace: str) -> list[str]:
-        return await service.store.partitioned_topics(tenant, namespace)
-
-    @v2.put(base + "/{topic}/partitions", status_code=204, summary="Create a partitioned topic")
-    async def create_partitioned(tenant: str, namespace: str, topic: str, body: Any = Body(...)) -> Response:
-        await service.create_topic(_topic(tenant, namespace, topic), _partition_count(body))
+    @r.delete("/{tenant}/{namespace}/deduplication", **NO_CONTENT,
+              summary="Remove the namespace's deduplication policy (back to the broker default)")
+    async def remove_deduplication(tenant: str, namespace: str, service: Service) -> Response:
+        await service.store.set_deduplication(*bodies.namespace(tenant, namespace), None)
         return Response(status_code=204)
 
-    @v2.get(base + "/{topic}/partitions", summary="A partitioned topic's metadata")
-    async def get_partitions(tenant: str, namespace: str, topic: str) -> dict:
-        name = _topic(tenant, namespace, topic)
-        count = await service.store.partitions(name)
-        if count is None:
-            await service.store.topic_id(name)  # 404 unless it is a non-partitioned topic
-            count = 0
-        return {"partitions": count}
+    return r
 
-    @v2.delete(base + "/{topic}/partitions", status_code=204, summary="Delete a partitioned topic")
-    async def delete_partitioned(tenant: str, namespace: str, topic: str, force: bool = False) -> Response:
-        name = _topic(tenant, namespace, topic)
-        if not await service.store.partitions(name):
-            raise TopicNotFound(f"{name.full} is not a partitioned topic")
-        await service.delete_topic(name, force)
-        return Response(status_code=204)
 
-    @v2.put(base + "/{topic}", status_code=204, summary="Create a non-partitioned topic")
-    async def create_topic(tenant: str, namespace: str, topic: str) -> Response:
-        await service.create_topic(_topic(tenant, namespace, topic), 0)
-        return Response(status_code=204)
+def broker_routes() -> APIRouter:
+    r = APIRouter(prefix="/admin/v2/brokers", tags=["brokers"])
 
-    @v2.delete(base + "/{topic}", status_code=204, summary="Delete a topic")
-    async def delete_topic(tenant: str, namespace: str, topic: str, force: bool = False) -> Response:
-        await service.delete_topic(_topic(tenant, namespace, topic), force)
-        return Response(status_code=204)
-
-    @v2.get(base + "/{topic}/stats", summary="Topic stats: producers, subscriptions, backlog")
-    async def topic_stats(tenant: str, namespace: str, topic: str) -> dict:
-        return await service.stats(_topic(tenant, namespace, topic))
-
-    @v2.get(base + "/{topic}/partitioned-stats", summary="Stats of every partition, and totals")
-    async def partitioned_stats(tenant: str, namespace: str, topic: str) -> dict:
-        return await service.partitioned_stats(_topic(tenant, namespace, topic))
-
-    @v2.get(base + "/{topic}/internal-stats", summary="Storage-level stats: entries, cursors, owner")
-    async def internal_stats(tenant: str, namespace: str, topic: str) -> dict:
-        return await service.internal_stats(_topic(tenant, namespace, topic))
-
-    @v2.get(base + "/{topic}/subscriptions", summary="List a topic's durable subscriptions")
-    async def subscriptions(tenant: str, namespace: str, topic: str) -> list[str]:
-        names = []
-        for unit in await service.units(_topic(tenant, namespace, topic)):
-            names += [s["subscription"] for s in await service.store.subscriptions(await service.store.topic_id(unit))]
-        return sorted(set(names))
-
-    @v2.delete(base + "/{topic}/subscription/{subscription}", status_code=204,
-               summary="Delete a subscription")
-    async def delete_subscription(tenant: str, namespace: str, topic: str, subscription: str) -> Response:
-        for unit in await service.units(_topic(tenant, namespace, topic)):
-            await service.delete_subscription(unit, subscription)
-        return Response(status_code=204)
-
-    # ---------------------------------------------------------------- brokers
-    @v2.get("/brokers", summary="Live brokers")
-    async def brokers() -> list[str]:
+    @r.get("", summary="URLs of the live brokers (heartbeat within the lease TTL)")
+    async def brokers(service: Service) -> list[str]:
         return [b["url"] for b in await service.store.brokers()]
 
-    @v2.get("/brokers/ownership", summary="Which broker owns which topic")
-    async def ownership() -> list[dict]:
-        return [{"topic": r["topic"], "broker": r["broker_id"], "epoch": r["epoch"]}
-                for r in await service.store.ownership()]
+    @r.get("/ownership", summary="Which broker holds the lease of each owned topic or partition")
+    async def ownership(service: Service) -> list[dict]:
+        return await service.ownership()
 
-    app.include_router(v2)
+    return r
+
+
+def add_routes(app: FastAPI, cluster: str) -> None:
+    from magnetar_admin.api_topics import topic_routes
+
+    for router in (tenant_routes(cluster), namespace_routes(), topic_routes(), broker_routes()):
+        app.include_router(router)

@@ -1,10 +1,23 @@
-"""Admin app: wiring of settings, pool, store, service and routes; `magnetar-admin-service`."""
+"""Admin app: wiring of settings, pool, store, service and routes; `magnetar-admin-service`.
+
+Every error answer is JSON ``{"reason", "code"}``: Magnetar errors through the shared
+runtime, and here also FastAPI's validation errors (400, not 422), unknown paths, and
+database failures (409 for a constraint a concurrent change broke, 503 when the
+database is unreachable).
+"""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import logging
 
-from magnetar_runtime.app import create_app
+import asyncpg
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse, Response
+
+from magnetar_protocol.errors import BadRequest, Conflict, PersistenceError, UnknownError
+from magnetar_runtime.app import create_app, error_response
 from magnetar_runtime.serve import serve
 from magnetar_storage.db import create_pool
 
@@ -13,35 +26,67 @@ from magnetar_admin.service import AdminService
 from magnetar_admin.settings import AdminSettings
 from magnetar_admin.store import AdminStore
 
+log = logging.getLogger("magnetar.admin")
+
 
 def build_app(settings: AdminSettings | None = None) -> FastAPI:
     settings = settings or AdminSettings()
-    state: dict = {}
 
     async def lifespan(app: FastAPI):
         pool = await create_pool(settings.database_url, max_size=settings.db_pool_size)
-        service = AdminService(AdminStore(pool, settings.lease_ttl_ms / 1000),
-                               settings.service_request_timeout_ms / 1000)
+        service = AdminService(AdminStore(pool, settings.lease_ttl_ms / 1000), settings)
         await service.start()
-        state["service"] = service
+        app.state.service = service
         try:
             yield
         finally:
+            app.state.service = None
             await service.stop()
             await pool.close()
 
     async def ready() -> bool:
-        return "service" in state
+        service = getattr(app.state, "service", None)
+        return service is not None and await service.store.ping()
 
     app = create_app("admin", lifespan=lifespan, ready=ready)
-
-    # Routes are declared up front (OpenAPI sees them) and reach the service late.
-    class _Late:
-        def __getattr__(self, item):
-            return getattr(state["service"], item)
-
-    add_routes(app, _Late())
+    app.state.service = None
+    add_routes(app, settings.cluster_name)
+    add_error_handlers(app)
     return app
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        where = "; ".join(f"{' '.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"
+                          for e in exc.errors())
+        return error_response(BadRequest(f"invalid request: {where}"), request)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> Response:
+        code = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
+        return JSONResponse({"reason": f"{exc.detail}: {request.method} {request.url.path}",
+                             "code": code}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(asyncpg.IntegrityConstraintViolationError)
+    async def _constraint(request: Request, exc: asyncpg.PostgresError) -> Response:
+        return error_response(Conflict(f"a concurrent change got in the way ({exc.__class__.__name__}: "
+                                       f"{exc}); look again and retry"), request)
+
+    @app.exception_handler(asyncpg.PostgresError)
+    async def _database(request: Request, exc: asyncpg.PostgresError) -> Response:
+        if isinstance(exc, (asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError)):
+            return error_response(PersistenceError(f"database unavailable: {exc}"), request)
+        log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return error_response(UnknownError(f"database error: {exc.__class__.__name__}: {exc}"), request)
+
+    for unavailable in (asyncpg.InterfaceError, OSError, TimeoutError):
+        app.add_exception_handler(unavailable, _unavailable)
+
+
+async def _unavailable(request: Request, exc: Exception) -> Response:
+    return error_response(PersistenceError(f"database unavailable: {exc.__class__.__name__}: {exc}"),
+                          request)
 
 
 def main() -> None:

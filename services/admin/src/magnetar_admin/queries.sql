@@ -1,4 +1,11 @@
--- Admin SQL.  Metadata changes only; the partition log is written by brokers.
+-- Admin SQL, loaded by store.py with magnetar_storage.queries.load_queries.
+-- Metadata changes and reads only: the partition log is written by brokers.  Deleting a
+-- topic first moves its lease (topic_owners.epoch) on, so the owner's next write, which
+-- compares the epoch under a FOR SHARE lock of the lease row, finds nothing to write to.
+
+
+-- name: ping
+SELECT 1;
 
 -- name: list_tenants
 SELECT tenant FROM tenants ORDER BY tenant;
@@ -7,13 +14,24 @@ SELECT tenant FROM tenants ORDER BY tenant;
 SELECT tenant, admin_roles FROM tenants WHERE tenant = $1;
 
 -- name: create_tenant
-INSERT INTO tenants (tenant, admin_roles) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING tenant;
+INSERT INTO tenants (tenant, admin_roles) VALUES ($1, $2)
+ON CONFLICT (tenant) DO NOTHING
+RETURNING tenant;
+
+-- name: update_tenant
+UPDATE tenants SET admin_roles = $2 WHERE tenant = $1 RETURNING tenant;
+
+-- name: lock_tenant
+-- FOR UPDATE conflicts with the FOR KEY SHARE lock a concurrent namespace insert takes
+-- through its foreign key, so no namespace can appear while the tenant is deleted.
+SELECT tenant FROM tenants WHERE tenant = $1 FOR UPDATE;
+
+-- name: count_namespaces
+SELECT count(*) FROM namespaces WHERE tenant = $1;
 
 -- name: delete_tenant
 DELETE FROM tenants WHERE tenant = $1 RETURNING tenant;
 
--- name: count_namespaces
-SELECT count(*) FROM namespaces WHERE tenant = $1;
 
 -- name: list_namespaces
 SELECT namespace FROM namespaces WHERE tenant = $1 ORDER BY namespace;
@@ -22,17 +40,22 @@ SELECT namespace FROM namespaces WHERE tenant = $1 ORDER BY namespace;
 SELECT deduplication_enabled FROM namespaces WHERE tenant = $1 AND namespace = $2;
 
 -- name: create_namespace
-INSERT INTO namespaces (tenant, namespace) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING namespace;
+INSERT INTO namespaces (tenant, namespace) VALUES ($1, $2)
+ON CONFLICT (tenant, namespace) DO NOTHING
+RETURNING namespace;
+
+-- name: lock_namespace
+-- Blocks topic creation in the namespace (brokers auto-create topics) until commit.
+SELECT namespace FROM namespaces WHERE tenant = $1 AND namespace = $2 FOR UPDATE;
 
 -- name: delete_namespace
 DELETE FROM namespaces WHERE tenant = $1 AND namespace = $2 RETURNING namespace;
 
 -- name: set_deduplication
-UPDATE namespaces SET deduplication_enabled = $3 WHERE tenant = $1 AND namespace = $2 RETURNING namespace;
+UPDATE namespaces SET deduplication_enabled = $3
+WHERE tenant = $1 AND namespace = $2
+RETURNING namespace;
 
--- name: count_topics_in_namespace
-SELECT (SELECT count(*) FROM topics WHERE tenant = $1 AND namespace = $2)
-     + (SELECT count(*) FROM partitioned_topics WHERE tenant = $1 AND namespace = $2);
 
 -- name: list_topics
 SELECT topic FROM topics WHERE tenant = $1 AND namespace = $2 ORDER BY topic;
@@ -40,62 +63,133 @@ SELECT topic FROM topics WHERE tenant = $1 AND namespace = $2 ORDER BY topic;
 -- name: list_partitioned
 SELECT topic FROM partitioned_topics WHERE tenant = $1 AND namespace = $2 ORDER BY topic;
 
+-- name: namespace_topics
+SELECT topic_id, topic FROM topics WHERE tenant = $1 AND namespace = $2;
+
 -- name: get_partitioned
 SELECT partitions FROM partitioned_topics WHERE topic = $1;
-
--- name: create_partitioned
-INSERT INTO partitioned_topics (topic, tenant, namespace, partitions) VALUES ($1, $2, $3, $4)
-ON CONFLICT DO NOTHING RETURNING topic;
-
--- name: create_topic
-INSERT INTO topics (topic, tenant, namespace, partition_index) VALUES ($1, $2, $3, $4)
-ON CONFLICT DO NOTHING RETURNING topic_id;
-
--- name: create_owner_row
-INSERT INTO topic_owners (topic_id) VALUES ($1) ON CONFLICT DO NOTHING;
 
 -- name: get_topic
 SELECT topic_id FROM topics WHERE topic = $1;
 
--- name: topic_owner
-SELECT o.broker_id, o.epoch, o.topic_epoch, b.url,
+-- name: get_topics
+-- $1: topic names; answers the ones that exist.
+SELECT topic, topic_id FROM topics WHERE topic = ANY($1::text[]);
+
+-- name: create_partitioned
+INSERT INTO partitioned_topics (topic, tenant, namespace, partitions) VALUES ($1, $2, $3, $4)
+ON CONFLICT (topic) DO NOTHING
+RETURNING topic;
+
+-- name: create_topics
+-- $4: one partition index per name in $1 (-1: a non-partitioned topic).  Names that
+-- exist already are skipped, so the caller compares the count it gets back.
+INSERT INTO topics (topic, tenant, namespace, partition_index)
+SELECT t.topic, $2, $3, t.partition_index
+FROM unnest($1::text[], $4::integer[]) AS t (topic, partition_index)
+ON CONFLICT (topic) DO NOTHING
+RETURNING topic_id;
+
+-- name: create_owner_rows
+-- A new topic has no owner (broker_id NULL): the first lookup assigns one.
+INSERT INTO topic_owners (topic_id) SELECT unnest($1::bigint[])
+ON CONFLICT (topic_id) DO NOTHING;
+
+-- name: topic_owners
+SELECT o.topic_id, o.broker_id, o.epoch, o.topic_epoch, b.url,
        coalesce(b.heartbeat_at > now() - make_interval(secs => $2::float8), false) AS alive
 FROM topic_owners o LEFT JOIN brokers b ON b.broker_id = o.broker_id
-WHERE o.topic_id = $1;
+WHERE o.topic_id = ANY($1::bigint[]);
 
--- name: fence_topic
-UPDATE topic_owners SET broker_id = NULL, epoch = epoch + 1 WHERE topic_id = $1;
+-- name: fence_topics
+-- Takes the lease rows away from their brokers.  The row lock waits for writes in
+-- flight (they hold FOR SHARE) and makes later ones wait for this transaction.
+UPDATE topic_owners SET broker_id = NULL, epoch = epoch + 1, acquired_at = now()
+WHERE topic_id = ANY($1::bigint[]);
 
--- name: delete_topic_rows
-WITH e AS (DELETE FROM entries WHERE topic_id = $1),
-     s AS (DELETE FROM subscriptions WHERE topic_id = $1),
-     p AS (DELETE FROM producer_sequences WHERE topic_id = $1),
-     x AS (DELETE FROM txn_entries WHERE topic_id = $1),
-     o AS (DELETE FROM txn_outcomes WHERE topic_id = $1),
-     a AS (DELETE FROM pending_acks WHERE topic_id = $1)
-DELETE FROM topics WHERE topic_id = $1;
+-- name: fence_owned_topics
+UPDATE topic_owners SET broker_id = NULL, epoch = epoch + 1, acquired_at = now()
+WHERE topic_id = ANY($1::bigint[]) AND broker_id IS NOT NULL
+RETURNING topic_id;
+
+-- name: delete_entries
+DELETE FROM entries WHERE topic_id = ANY($1::bigint[]);
+
+-- name: delete_txn_entries
+DELETE FROM txn_entries WHERE topic_id = ANY($1::bigint[]);
+
+-- name: delete_txn_outcomes
+DELETE FROM txn_outcomes WHERE topic_id = ANY($1::bigint[]);
+
+-- name: delete_pending_acks
+DELETE FROM pending_acks WHERE topic_id = ANY($1::bigint[]);
+
+-- name: delete_producer_sequences
+DELETE FROM producer_sequences WHERE topic_id = ANY($1::bigint[]);
+
+-- name: delete_subscriptions
+DELETE FROM subscriptions WHERE topic_id = ANY($1::bigint[]);
+
+-- name: delete_topic_owners
+DELETE FROM topic_owners WHERE topic_id = ANY($1::bigint[]);
+
+-- name: delete_topics
+DELETE FROM topics WHERE topic_id = ANY($1::bigint[]);
 
 -- name: delete_partitioned
-DELETE FROM partitioned_topics WHERE topic = $1;
+DELETE FROM partitioned_topics WHERE topic = $1 RETURNING topic;
+
+-- name: delete_namespace_partitioned
+DELETE FROM partitioned_topics WHERE tenant = $1 AND namespace = $2;
+
 
 -- name: log_stats
-SELECT count(*) AS entries, coalesce(sum(num_messages), 0) AS messages,
-       coalesce(sum(length(payload)), 0) AS bytes, max(entry_id) AS last_entry
+-- Committed transactions keep their batches in txn_entries (the log holds a marker),
+-- so both tables count towards the stored bytes.
+SELECT count(*) AS entries,
+       coalesce(sum(num_messages), 0)::bigint AS messages,
+       coalesce(sum(length(payload)), 0)::bigint
+         + (SELECT coalesce(sum(length(payload)), 0)::bigint FROM txn_entries
+            WHERE topic_id = $1) AS bytes,
+       max(entry_id) AS last_entry,
+       (SELECT e.num_messages FROM entries e WHERE e.topic_id = $1
+        ORDER BY e.entry_id DESC LIMIT 1) AS last_entry_messages
 FROM entries WHERE topic_id = $1;
 
 -- name: subscriptions
+-- backlog_messages counts every message after the mark-delete position; the caller
+-- subtracts the ones acknowledged individually (acked_state).
 SELECT s.subscription, s.mark_delete_entry, s.acked_state,
-       (SELECT coalesce(sum(e.num_messages), 0) FROM entries e
-        WHERE e.topic_id = s.topic_id AND e.entry_id > s.mark_delete_entry) AS backlog
-FROM subscriptions s WHERE s.topic_id = $1 ORDER BY s.subscription;
+       (SELECT coalesce(sum(e.num_messages), 0)::bigint FROM entries e
+        WHERE e.topic_id = s.topic_id AND e.entry_id > s.mark_delete_entry) AS backlog_messages,
+       (SELECT coalesce(sum(length(e.payload)), 0)::bigint FROM entries e
+        WHERE e.topic_id = s.topic_id AND e.entry_id > s.mark_delete_entry) AS backlog_bytes
+FROM subscriptions s WHERE s.topic_id = $1
+ORDER BY s.subscription;
+
+-- name: entry_sizes
+SELECT entry_id, num_messages FROM entries
+WHERE topic_id = $1 AND entry_id = ANY($2::bigint[]);
+
+-- name: subscription_topics
+-- Which of the topics $1 have the subscription $2.
+SELECT topic_id FROM subscriptions WHERE topic_id = ANY($1::bigint[]) AND subscription = $2;
 
 -- name: delete_subscription
-DELETE FROM subscriptions WHERE topic_id = $1 AND subscription = $2 RETURNING 1;
+DELETE FROM subscriptions WHERE topic_id = ANY($1::bigint[]) AND subscription = $2
+RETURNING topic_id;
+
 
 -- name: live_brokers
 SELECT broker_id, url, started_at, heartbeat_at FROM brokers
-WHERE heartbeat_at > now() - make_interval(secs => $1::float8) ORDER BY broker_id;
+WHERE heartbeat_at > now() - make_interval(secs => $1::float8)
+ORDER BY broker_id;
 
 -- name: ownership
-SELECT t.topic, o.broker_id, o.epoch FROM topic_owners o JOIN topics t USING (topic_id)
-WHERE o.broker_id IS NOT NULL ORDER BY t.topic;
+SELECT t.topic, o.broker_id, o.epoch, b.url,
+       coalesce(b.heartbeat_at > now() - make_interval(secs => $1::float8), false) AS alive
+FROM topic_owners o
+JOIN topics t ON t.topic_id = o.topic_id
+LEFT JOIN brokers b ON b.broker_id = o.broker_id
+WHERE o.broker_id IS NOT NULL
+ORDER BY t.topic;

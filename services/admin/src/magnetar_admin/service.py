@@ -1,165 +1,213 @@
 """Admin logic: metadata changes, and topic stats that combine the database with the
-owning broker's live view."""
+owning broker's live view (GET /internal/v1/topic-stats, docs/protocol.md).
+
+Deleting a topic, a namespace with ``force`` or a subscription of an owned topic moves
+the lease on first: ``topic_owners.epoch`` grows and ``broker_id`` becomes NULL, so the
+owning broker's next write fails its epoch compare-and-set; then the owner is asked to
+unload the topic at once (best effort: a broker that does not answer notices the lost
+lease at its next heartbeat); then the rows are deleted in one transaction.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import aiohttp
 
-from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import BadRequest, Conflict, SubscriptionNotFound, TopicNotFound
-from magnetar_protocol.topics import TopicName, validate_name_part
+from magnetar_protocol.topics import TopicName
 
+from magnetar_admin import stats as shapes
+from magnetar_admin.settings import AdminSettings
 from magnetar_admin.store import AdminStore
 
 log = logging.getLogger("magnetar.admin")
 
 
-def _individually_acked(state: bytes) -> list[str]:
-    out = []
-    for e in pb.CursorState.FromString(bytes(state)).entries:
-        if not e.acked_bitset:
-            out.append(f"{e.entry_id}:*")
-        else:
-            mask = int.from_bytes(e.acked_bitset, "little")
-            out += [f"{e.entry_id}:{i}" for i in range(mask.bit_length()) if mask >> i & 1]
-    return out
-
-
 class AdminService:
-    def __init__(self, store: AdminStore, timeout_s: float):
+    def __init__(self, store: AdminStore, settings: AdminSettings):
         self.store = store
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.settings = settings
+        self._timeout = aiohttp.ClientTimeout(total=settings.broker_request_timeout_ms / 1000)
         self.http: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
         self.http = aiohttp.ClientSession(timeout=self._timeout)
 
     async def stop(self) -> None:
-        if self.http:
+        if self.http is not None:
             await self.http.close()
 
-    async def broker_json(self, base: str, path: str, method: str = "GET", **params) -> dict | None:
-        """Best effort: a broker that does not answer yields None (stats fall back to the DB)."""
+    # ---------------------------------------------------------------- brokers
+
+    async def broker_json(self, base_url: str, path: str, topic: str, method: str = "GET") -> dict | None:
+        """One call to a broker's internal JSON API; None unless it answered 200."""
         try:
-            async with self.http.request(method, base.rstrip("/") + path, params=params) as resp:
-                return await resp.json() if resp.status == 200 else None
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            log.info("broker %s%s did not answer: %s", base, path, exc)
+            async with self.http.request(method, base_url.rstrip("/") + path,
+                                         params={"topic": topic}) as resp:
+                if resp.status == 200:
+                    return await resp.json()
+                log.info("broker %s%s?topic=%s answered HTTP %s", base_url, path, topic, resp.status)
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            log.info("broker %s%s?topic=%s did not answer: %s", base_url, path, topic, exc)
+        return None
+
+    async def _live(self, owner: dict, unit: TopicName) -> dict | None:
+        if not (owner.get("alive") and owner.get("url")):
             return None
+        return await self.broker_json(owner["url"], "/internal/v1/topic-stats", unit.full)
+
+    async def _unload(self, owners: dict[int, dict], units: dict[int, TopicName]) -> None:
+        calls = [self.broker_json(o["url"], "/internal/v1/unload", units[tid].full, "POST")
+                 for tid, o in owners.items() if o.get("alive") and o.get("url") and tid in units]
+        await asyncio.gather(*calls)
+
+    async def ownership(self) -> list[dict]:
+        return [{"topic": r["topic"], "brokerId": r["broker_id"], "brokerUrl": r["url"],
+                 "ownerEpoch": r["epoch"], "brokerAlive": r["alive"]}
+                for r in await self.store.ownership()]
+
+    # ---------------------------------------------------------------- namespaces
+
+    async def delete_namespace(self, tenant: str, namespace: str, force: bool) -> None:
+        if force:  # stop the owners first; the delete transaction fences again under lock
+            units = await self.store.namespace_topics(tenant, namespace)
+            if units:
+                owners = await self.store.owners(list(units))
+                await self.store.fence(list(units))
+                await self._unload(owners, {tid: TopicName.parse(t) for tid, t in units.items()})
+        await self.store.delete_namespace(tenant, namespace, force)
 
     # ---------------------------------------------------------------- topics
 
     async def create_topic(self, name: TopicName, partitions: int) -> None:
         if name.partition_index >= 0:
-            raise BadRequest(f"{name.full} names a partition; create the partitioned topic instead")
-        if partitions < 0:
-            raise BadRequest("the partition count must be a positive integer")
+            raise BadRequest(f"{name.full} names a partition (…-partition-N); create the "
+                             f"partitioned topic {name.base.full} instead")
         await self.store.create_topic(name, partitions)
 
-    async def units(self, name: TopicName) -> list[TopicName]:
-        """The partitions of a partitioned topic, or the topic itself."""
-        count = await self.store.partitions(name)
-        return [name.partition(i) for i in range(count)] if count else [name]
+    async def units(self, name: TopicName) -> tuple[int, list[TopicName]]:
+        """(partition count, the partitions) of a partitioned topic, else (0, [name])."""
+        count = await self.store.partitions(name) or 0
+        return count, [name.partition(i) for i in range(count)] if count else [name]
 
-    async def delete_topic(self, name: TopicName, force: bool) -> None:
-        count = await self.store.partitions(name)
-        units = [name.partition(i) for i in range(count)] if count else [name]
-        ids = []
-        for unit in units:
-            try:
-                ids.append(await self.store.topic_id(unit))
-            except TopicNotFound:
-                if not count:
-                    raise
-        for topic_id, unit in zip(ids, units):
-            owner = await self.store.owner(topic_id)
-            live = await self.broker_json(owner["url"], "/internal/v1/topic-stats", topic=unit.full) \
-                if owner.get("alive") else None
-            if live and (live["publishers"] or any(s["consumers"] for s in live["subscriptions"].values())) \
-                    and not force:
-                raise Conflict(f"topic {unit.full} has connected producers or consumers; pass force=true")
-            # Fence first: the owner's next write fails its epoch check, so nothing is
-            # written after the rows are gone.  Then ask it to let go at once.
-            await self.store.fence_topic(topic_id)
-            if owner.get("alive"):
-                await self.broker_json(owner["url"], "/internal/v1/unload", method="POST", topic=unit.full)
-        await self.store.delete_topic_rows(ids, name if count else None)
-
-    async def internal_stats(self, unit: TopicName) -> dict:
+    async def unit_id(self, unit: TopicName) -> int:
+        """The topic id of a non-partitioned topic or a partition; 404 otherwise."""
         topic_id = await self.store.topic_id(unit)
-        log_stats = await self.store.log_stats(topic_id)
-        owner = await self.store.owner(topic_id)
-        last = log_stats["last_entry"]
-        return {
-            "entriesAddedCounter": log_stats["entries"],
-            "numberOfEntries": log_stats["entries"],
-            "numberOfMessages": log_stats["messages"],
-            "totalSize": log_stats["bytes"],
-            "lastConfirmedEntry": f"{last}:-1" if last is not None else "-1:-1",
-            "ownerBroker": owner.get("broker_id"),
-            "ownerEpoch": owner.get("epoch"),
-            "topicEpoch": owner.get("topic_epoch"),
-            "cursors": {
-                s["subscription"]: {
-                    "markDeletePosition": f"{s['mark_delete_entry']}:-1",
-                    "individuallyDeletedMessages": _individually_acked(s["acked_state"]),
-                    "messagesConsumedCounter": None,
-                }
-                for s in await self.store.subscriptions(topic_id)
-            },
-        }
+        if topic_id is not None:
+            return topic_id
+        count = await self.store.partitions(unit)
+        if count:
+            raise TopicNotFound(f"{unit.full} is a partitioned topic with {count} partitions: ask "
+                                f"for partitioned-stats / partitioned-internalStats, or name a "
+                                f"partition such as {unit.partition(0).full}")
+        raise TopicNotFound(f"topic {unit.full} does not exist")
+
+    async def existing_ids(self, name: TopicName) -> tuple[int, dict[int, TopicName]]:
+        """(partition count, {topic id: unit}) of a topic that exists; 404 otherwise."""
+        count, units = await self.units(name)
+        by_name = await self.store.topic_ids(units)
+        if not by_name:
+            raise TopicNotFound(f"topic {name.full} does not exist")
+        return count, {tid: TopicName.parse(full) for full, tid in by_name.items()}
+
+    async def delete_topic(self, name: TopicName, force: bool, partitioned: bool) -> None:
+        count = await self.store.partitions(name) or 0
+        if partitioned and not count:
+            raise TopicNotFound(f"partitioned topic {name.full} does not exist")
+        if not partitioned and count:
+            raise Conflict(f"{name.full} is a partitioned topic with {count} partitions: delete it "
+                           "with DELETE .../partitions (magnetar-admin topics delete does)")
+        if not partitioned and name.partition_index >= 0 and await self.store.partitions(name.base):
+            raise Conflict(f"{name.full} is a partition of {name.base.full}; a partition goes "
+                           "only with its partitioned topic")
+        wanted = [name.partition(i) for i in range(count)] if partitioned else [name]
+        by_name = await self.store.topic_ids(wanted)
+        if not partitioned and not by_name:
+            raise TopicNotFound(f"topic {name.full} does not exist")
+        units = {tid: TopicName.parse(full) for full, tid in by_name.items()}
+        owners = await self.store.owners(list(units))
+        if not force:
+            for tid, unit in units.items():
+                live = await self._live(owners.get(tid, {}), unit)
+                if live is None:
+                    continue
+                consumers = sum(len(s.get("consumers", [])) for s in live.get("subscriptions", {}).values())
+                producers = len(live.get("publishers", []))
+                if producers or consumers:
+                    raise Conflict(f"topic {unit.full} has {producers} connected producer(s) and "
+                                   f"{consumers} consumer(s); close them, or delete with force=true")
+        if units:
+            await self.store.fence(list(units))
+            await self._unload(owners, units)
+        await self.store.delete_topic(name, wanted, partitioned)
+
+    # ---------------------------------------------------------------- stats
+
+    async def _subscription_rows(self, topic_id: int) -> list[dict]:
+        rows = []
+        for s in await self.store.subscriptions(topic_id):
+            acks = shapes.decode_acks(s["acked_state"])
+            md = s["mark_delete_entry"]
+            sizes = await self.store.entry_sizes(topic_id, [e for e in acks if e > md])
+            rows.append({"name": s["subscription"], "mark_delete": md, "acks": acks,
+                         "backlog": s["backlog_messages"] - shapes.acked_beyond(acks, md, sizes),
+                         "backlog_bytes": s["backlog_bytes"]})
+        return rows
 
     async def stats(self, unit: TopicName) -> dict:
-        topic_id = await self.store.topic_id(unit)
-        owner = await self.store.owner(topic_id)
-        live = await self.broker_json(owner["url"], "/internal/v1/topic-stats", topic=unit.full) \
-            if owner.get("alive") else None
-        live = live or {}
-        log_stats = await self.store.log_stats(topic_id)
-        subs = {}
-        for s in await self.store.subscriptions(topic_id):
-            live_sub = live.get("subscriptions", {}).get(s["subscription"], {})
-            subs[s["subscription"]] = {
-                "type": live_sub.get("type", "None"),
-                "msgBacklog": s["backlog"],
-                "unackedMessages": live_sub.get("unackedMessages", 0),
-                "consumers": live_sub.get("consumers", []),
-                "pendingAckedMessages": live_sub.get("pendingAckedMessages", 0),
-            }
-        for name, live_sub in live.get("subscriptions", {}).items():
-            subs.setdefault(name, {"type": live_sub["type"], "msgBacklog": live_sub.get("backlogEntries", 0),
-                                   "unackedMessages": live_sub.get("unackedMessages", 0),
-                                   "consumers": live_sub.get("consumers", []), "durable": False})
-        return {
-            "msgRateIn": 0.0, "msgRateOut": 0.0,
-            "msgInCounter": live.get("msgInCounter", 0),
-            "bytesInCounter": live.get("bytesInCounter", 0),
-            "msgOutCounter": live.get("msgOutCounter", 0),
-            "storageSize": log_stats["bytes"],
-            "numberOfMessages": log_stats["messages"],
-            "publishers": live.get("publishers", []),
-            "subscriptions": subs,
-            "accessMode": live.get("accessMode", "Shared"),
-            "exclusiveProducer": live.get("exclusiveProducer"),
-            "topicEpoch": live.get("topicEpoch", owner.get("topic_epoch")),
-            "waitingProducers": live.get("waitingProducers", []),
-            "deduplicationEnabled": live.get("deduplicationEnabled"),
-            "ownerBroker": owner.get("broker_id"),
-        }
+        topic_id = await self.unit_id(unit)
+        owner = (await self.store.owners([topic_id])).get(topic_id, {})
+        live = await self._live(owner, unit)
+        log_row = await self.store.log_stats(topic_id)
+        return shapes.topic_stats(log_row, await self._subscription_rows(topic_id), owner, live)
 
-    async def partitioned_stats(self, name: TopicName) -> dict:
+    async def internal_stats(self, unit: TopicName) -> dict:
+        topic_id = await self.unit_id(unit)
+        owner = (await self.store.owners([topic_id])).get(topic_id, {})
+        log_row = await self.store.log_stats(topic_id)
+        return shapes.internal_stats(log_row, await self._subscription_rows(topic_id), owner)
+
+    async def _partitions(self, name: TopicName) -> list[TopicName]:
         count = await self.store.partitions(name)
         if not count:
-            raise TopicNotFound(f"{name.full} is not a partitioned topic")
-        parts = {u.full: await self.stats(u) for u in await self.units(name)}
-        total = {k: sum(p[k] for p in parts.values())
-                 for k in ("msgInCounter", "bytesInCounter", "msgOutCounter", "storageSize", "numberOfMessages")}
-        return {"metadata": {"partitions": count}, **total, "partitions": parts}
+            if await self.store.topic_id(name) is not None:
+                raise TopicNotFound(f"{name.full} is not a partitioned topic (it has no partitions): "
+                                    "ask for its stats / internalStats")
+            raise TopicNotFound(f"partitioned topic {name.full} does not exist")
+        return [name.partition(i) for i in range(count)]
 
-    async def delete_subscription(self, unit: TopicName, subscription: str) -> None:
-        validate_name_part("subscription", subscription)
-        topic_id = await self.store.topic_id(unit)
-        if not await self.store.delete_subscription(topic_id, subscription):
-            raise SubscriptionNotFound(f"subscription {subscription!r} does not exist on {unit.full}")
+    async def partitioned_stats(self, name: TopicName, per_partition: bool) -> dict:
+        units = await self._partitions(name)
+        parts = await asyncio.gather(*(self.stats(u) for u in units))
+        return shapes.partitioned_stats({u.full: p for u, p in zip(units, parts)}, len(units), per_partition)
+
+    async def partitioned_internal_stats(self, name: TopicName) -> dict:
+        units = await self._partitions(name)
+        parts = await asyncio.gather(*(self.internal_stats(u) for u in units))
+        return shapes.partitioned_internal_stats({u.full: p for u, p in zip(units, parts)}, len(units))
+
+    # ---------------------------------------------------------------- subscriptions
+
+    async def subscriptions(self, name: TopicName) -> list[str]:
+        _, units = await self.existing_ids(name)
+        names: set[str] = set()
+        for tid in units:
+            names.update(s["subscription"] for s in await self.store.subscriptions(tid))
+        return sorted(names)
+
+    async def delete_subscription(self, name: TopicName, subscription: str, force: bool) -> None:
+        _, units = await self.existing_ids(name)
+        owners = await self.store.owners(list(units))
+        if not force:
+            for tid, unit in units.items():
+                live = await self._live(owners.get(tid, {}), unit)
+                consumers = (live or {}).get("subscriptions", {}).get(subscription, {}).get("consumers", [])
+                if consumers:
+                    raise Conflict(f"subscription {subscription!r} on {unit.full} has {len(consumers)} "
+                                   "connected consumer(s); close them, or delete with force=true")
+        deleted, fenced = await self.store.delete_subscription(list(units), subscription)
+        if not deleted:
+            raise SubscriptionNotFound(f"subscription {subscription!r} does not exist on {name.full}")
+        await self._unload({tid: owners[tid] for tid in fenced if tid in owners}, units)

@@ -7,6 +7,13 @@ from magnetar_runtime.settings import ServiceSettings
 
 class AdminSettings(ServiceSettings):
     port: int = 8081
-    # Brokers/coordinators whose heartbeat is older than this are considered gone.
+    # Brokers whose heartbeat is older than this are gone (use the brokers' own value).
     lease_ttl_ms: int = Field(5000, gt=0)
-    service_request_timeout_ms: int = Field(5000, gt=0)
+    # Live stats and unload calls to a broker give up after this long (then the
+    # database alone answers).
+    broker_request_timeout_ms: int = Field(5000, gt=0)
+    # The one cluster a Magnetar deployment is; tenants' allowedClusters may name only it.
+    cluster_name: str = "standalone"
+    # Upper bound of a partitioned topic's partition count (Pulsar's
+    # maxNumPartitionsPerPartitionedTopic; every partition is a row and a lease).
+    max_partitions: int = Field(4096, gt=0)

@@ -1,71 +1,103 @@
-"""The admin service's database access.  SQL text lives in queries.sql."""
+"""The admin service's database access.  SQL text lives in queries.sql.
+
+Every change is one transaction: a request that is refused leaves the database as it
+was.  Deleting topics follows the fencing rule of docs/architecture.md: the lease row
+is updated first in the same transaction (it waits for writes in flight and makes later
+ones fail their epoch check), then the rows go.
+"""
 
 from __future__ import annotations
 
 import asyncpg
 
-from magnetar_protocol.errors import (
-    Conflict,
-    NamespaceNotFound,
-    TenantNotFound,
-    TopicNotFound,
-)
+from magnetar_protocol.errors import Conflict, NamespaceNotFound, TenantNotFound, TopicNotFound
 from magnetar_protocol.topics import TopicName
 from magnetar_storage.queries import load_queries
 
 Q = load_queries("magnetar_admin")
 
+# Tables keyed by topic_id, children first; `topics` goes last.
+_TOPIC_ROWS = ("delete_entries", "delete_txn_entries", "delete_txn_outcomes", "delete_pending_acks",
+               "delete_producer_sequences", "delete_subscriptions", "delete_topic_owners",
+               "delete_topics")
+
 
 class AdminStore:
-    def __init__(self, pool: asyncpg.Pool, ttl_s: float):
+    def __init__(self, pool: asyncpg.Pool, lease_ttl_s: float):
         self.pool = pool
-        self.ttl_s = ttl_s
+        self.ttl_s = lease_ttl_s
+
+    async def ping(self) -> bool:
+        try:
+            return await self.pool.fetchval(Q["ping"]) == 1
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError):
+            return False
 
     # ---------------------------------------------------------------- tenants
 
     async def tenants(self) -> list[str]:
-        return [r[0] for r in await self.pool.fetch(Q["list_tenants"])]
+        return [r["tenant"] for r in await self.pool.fetch(Q["list_tenants"])]
 
-    async def tenant(self, tenant: str) -> dict:
+    async def tenant_roles(self, tenant: str) -> list[str]:
         row = await self.pool.fetchrow(Q["get_tenant"], tenant)
         if row is None:
             raise TenantNotFound(f"tenant {tenant!r} does not exist")
-        return {"adminRoles": list(row["admin_roles"]), "allowedClusters": ["standalone"]}
+        return list(row["admin_roles"])
 
     async def create_tenant(self, tenant: str, roles: list[str]) -> None:
         if await self.pool.fetchval(Q["create_tenant"], tenant, roles) is None:
             raise Conflict(f"tenant {tenant!r} already exists")
 
+    async def update_tenant(self, tenant: str, roles: list[str]) -> None:
+        if await self.pool.fetchval(Q["update_tenant"], tenant, roles) is None:
+            raise TenantNotFound(f"tenant {tenant!r} does not exist")
+
     async def delete_tenant(self, tenant: str) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
-            if await conn.fetchval(Q["count_namespaces"], tenant):
-                raise Conflict(f"tenant {tenant!r} still has namespaces; delete them first")
-            if await conn.fetchval(Q["delete_tenant"], tenant) is None:
+            if await conn.fetchval(Q["lock_tenant"], tenant) is None:
                 raise TenantNotFound(f"tenant {tenant!r} does not exist")
+            count = await conn.fetchval(Q["count_namespaces"], tenant)
+            if count:
+                raise Conflict(f"tenant {tenant!r} still has {count} namespace(s); delete them first")
+            await conn.execute(Q["delete_tenant"], tenant)
 
     # ---------------------------------------------------------------- namespaces
 
     async def namespaces(self, tenant: str) -> list[str]:
-        await self.tenant(tenant)
-        return [f"{tenant}/{r[0]}" for r in await self.pool.fetch(Q["list_namespaces"], tenant)]
+        await self.tenant_roles(tenant)
+        return [f"{tenant}/{r['namespace']}" for r in await self.pool.fetch(Q["list_namespaces"], tenant)]
 
-    async def require_namespace(self, tenant: str, namespace: str) -> bool | None:
+    async def deduplication(self, tenant: str, namespace: str) -> bool | None:
         row = await self.pool.fetchrow(Q["get_namespace"], tenant, namespace)
         if row is None:
             raise NamespaceNotFound(f"namespace {tenant}/{namespace} does not exist")
         return row["deduplication_enabled"]
 
     async def create_namespace(self, tenant: str, namespace: str) -> None:
-        await self.tenant(tenant)
-        if await self.pool.fetchval(Q["create_namespace"], tenant, namespace) is None:
-            raise Conflict(f"namespace {tenant}/{namespace} already exists")
+        async with self.pool.acquire() as conn, conn.transaction():
+            if await conn.fetchrow(Q["get_tenant"], tenant) is None:
+                raise TenantNotFound(f"tenant {tenant!r} does not exist")
+            if await conn.fetchval(Q["create_namespace"], tenant, namespace) is None:
+                raise Conflict(f"namespace {tenant}/{namespace} already exists")
+
+    async def namespace_topics(self, tenant: str, namespace: str) -> dict[int, str]:
+        """{topic id: full name} of the namespace's topics and partitions."""
+        rows = await self.pool.fetch(Q["namespace_topics"], tenant, namespace)
+        return {r["topic_id"]: r["topic"] for r in rows}
 
     async def delete_namespace(self, tenant: str, namespace: str, force: bool) -> None:
+        """Without ``force`` only an empty namespace goes; with it its topics go too."""
         async with self.pool.acquire() as conn, conn.transaction():
-            if await conn.fetchval(Q["count_topics_in_namespace"], tenant, namespace) and not force:
-                raise Conflict(f"namespace {tenant}/{namespace} still has topics; delete them or pass force=true")
-            if await conn.fetchval(Q["delete_namespace"], tenant, namespace) is None:
+            if await conn.fetchval(Q["lock_namespace"], tenant, namespace) is None:
                 raise NamespaceNotFound(f"namespace {tenant}/{namespace} does not exist")
+            ids = [r["topic_id"] for r in await conn.fetch(Q["namespace_topics"], tenant, namespace)]
+            partitioned = await conn.fetch(Q["list_partitioned"], tenant, namespace)
+            if (ids or partitioned) and not force:
+                raise Conflict(f"namespace {tenant}/{namespace} still has {len(ids)} topic(s) or "
+                               "partition(s); delete them first or pass force=true")
+            await self._delete_topic_rows(conn, ids)
+            await conn.execute(Q["delete_namespace_partitioned"], tenant, namespace)
+            await conn.execute(Q["delete_namespace"], tenant, namespace)
 
     async def set_deduplication(self, tenant: str, namespace: str, enabled: bool | None) -> None:
         if await self.pool.fetchval(Q["set_deduplication"], tenant, namespace, enabled) is None:
@@ -74,52 +106,78 @@ class AdminStore:
     # ---------------------------------------------------------------- topics
 
     async def topics(self, tenant: str, namespace: str) -> list[str]:
-        await self.require_namespace(tenant, namespace)
-        return [r[0] for r in await self.pool.fetch(Q["list_topics"], tenant, namespace)]
+        await self.deduplication(tenant, namespace)  # 404 for a missing namespace
+        return [r["topic"] for r in await self.pool.fetch(Q["list_topics"], tenant, namespace)]
 
     async def partitioned_topics(self, tenant: str, namespace: str) -> list[str]:
-        await self.require_namespace(tenant, namespace)
-        return [r[0] for r in await self.pool.fetch(Q["list_partitioned"], tenant, namespace)]
+        await self.deduplication(tenant, namespace)
+        return [r["topic"] for r in await self.pool.fetch(Q["list_partitioned"], tenant, namespace)]
 
     async def partitions(self, name: TopicName) -> int | None:
+        """The partition count of a partitioned topic; None if it is not one."""
         return await self.pool.fetchval(Q["get_partitioned"], name.full)
 
+    async def topic_id(self, name: TopicName) -> int | None:
+        return await self.pool.fetchval(Q["get_topic"], name.full)
+
+    async def topic_ids(self, names: list[TopicName]) -> dict[str, int]:
+        rows = await self.pool.fetch(Q["get_topics"], [n.full for n in names])
+        return {r["topic"]: r["topic_id"] for r in rows}
+
     async def create_topic(self, name: TopicName, partitions: int) -> None:
-        """A non-partitioned topic (partitions 0) or a partitioned one with its partitions."""
-        await self.require_namespace(name.tenant, name.namespace)
+        """A non-partitioned topic (``partitions`` 0) or a partitioned one with a topics
+        row and an unowned lease row per partition, all or nothing."""
         async with self.pool.acquire() as conn, conn.transaction():
-            if await conn.fetchval(Q["get_topic"], name.full) is not None or \
-                    await conn.fetchval(Q["get_partitioned"], name.full) is not None:
+            if await conn.fetchval(Q["lock_namespace"], name.tenant, name.namespace) is None:
+                raise NamespaceNotFound(f"namespace {name.namespace_name} does not exist")
+            if await conn.fetchval(Q["get_partitioned"], name.full) is not None:
+                raise Conflict(f"partitioned topic {name.full} already exists")
+            if await conn.fetchval(Q["get_topic"], name.full) is not None:
                 raise Conflict(f"topic {name.full} already exists")
-            units = [(name, -1)]
             if partitions:
-                await conn.execute(Q["create_partitioned"], name.full, name.tenant, name.namespace, partitions)
-                units = [(name.partition(i), i) for i in range(partitions)]
-            for unit, index in units:
-                topic_id = await conn.fetchval(Q["create_topic"], unit.full, name.tenant, name.namespace, index)
-                if topic_id is None:
-                    raise Conflict(f"topic {unit.full} already exists")
-                await conn.execute(Q["create_owner_row"], topic_id)
+                await conn.execute(Q["create_partitioned"], name.full, name.tenant, name.namespace,
+                                   partitions)
+                units = [(name.partition(i).full, i) for i in range(partitions)]
+            else:
+                units = [(name.full, -1)]
+            ids = [r["topic_id"] for r in await conn.fetch(
+                Q["create_topics"], [u[0] for u in units], name.tenant, name.namespace,
+                [u[1] for u in units])]
+            if len(ids) != len(units):
+                raise Conflict(f"a partition of {name.full} already exists as a topic")
+            await conn.execute(Q["create_owner_rows"], ids)
 
-    async def topic_id(self, name: TopicName) -> int:
-        topic_id = await self.pool.fetchval(Q["get_topic"], name.full)
-        if topic_id is None:
-            raise TopicNotFound(f"topic {name.full} does not exist")
-        return topic_id
+    async def owners(self, topic_ids: list[int]) -> dict[int, dict]:
+        rows = await self.pool.fetch(Q["topic_owners"], topic_ids, self.ttl_s)
+        return {r["topic_id"]: dict(r) for r in rows}
 
-    async def owner(self, topic_id: int) -> dict:
-        row = await self.pool.fetchrow(Q["topic_owner"], topic_id, self.ttl_s)
-        return dict(row) if row else {}
+    async def fence(self, topic_ids: list[int]) -> None:
+        """Take the topics' leases away now (committed), so their owners stop writing."""
+        await self.pool.execute(Q["fence_topics"], topic_ids)
 
-    async def fence_topic(self, topic_id: int) -> None:
-        await self.pool.execute(Q["fence_topic"], topic_id)
-
-    async def delete_topic_rows(self, topic_ids: list[int], partitioned: TopicName | None) -> None:
+    async def delete_topic(self, name: TopicName, units: list[TopicName], partitioned: bool) -> None:
+        """Delete a topic (or a partitioned topic and its partitions ``units``) with
+        everything stored for it, in one transaction."""
         async with self.pool.acquire() as conn, conn.transaction():
-            for topic_id in topic_ids:
-                await conn.execute(Q["delete_topic_rows"], topic_id)
-            if partitioned is not None:
-                await conn.execute(Q["delete_partitioned"], partitioned.full)
+            if partitioned:
+                if await conn.fetchval(Q["delete_partitioned"], name.full) is None:
+                    raise TopicNotFound(f"partitioned topic {name.full} does not exist")
+            rows = await conn.fetch(Q["get_topics"], [u.full for u in units])
+            if not partitioned and not rows:
+                raise TopicNotFound(f"topic {name.full} does not exist")
+            await self._delete_topic_rows(conn, [r["topic_id"] for r in rows])
+
+    @staticmethod
+    async def _delete_topic_rows(conn: asyncpg.Connection, topic_ids: list[int]) -> None:
+        if not topic_ids:
+            return
+        # Lease first: waits for in-flight writes (FOR SHARE), and every later write of
+        # any broker waits for this transaction and then finds no lease row.
+        await conn.execute(Q["fence_topics"], topic_ids)
+        for query in _TOPIC_ROWS:
+            await conn.execute(Q[query], topic_ids)
+
+    # ---------------------------------------------------------------- stats
 
     async def log_stats(self, topic_id: int) -> dict:
         return dict(await self.pool.fetchrow(Q["log_stats"], topic_id))
@@ -127,11 +185,29 @@ class AdminStore:
     async def subscriptions(self, topic_id: int) -> list[dict]:
         return [dict(r) for r in await self.pool.fetch(Q["subscriptions"], topic_id)]
 
-    async def delete_subscription(self, topic_id: int, subscription: str) -> bool:
-        return await self.pool.fetchval(Q["delete_subscription"], topic_id, subscription) is not None
+    async def entry_sizes(self, topic_id: int, entry_ids: list[int]) -> dict[int, int]:
+        if not entry_ids:
+            return {}
+        rows = await self.pool.fetch(Q["entry_sizes"], topic_id, entry_ids)
+        return {r["entry_id"]: r["num_messages"] for r in rows}
+
+    async def delete_subscription(self, topic_ids: list[int], subscription: str) -> tuple[list[int], list[int]]:
+        """Delete the subscription from every topic of ``topic_ids`` that has it, in one
+        transaction.  Those topics' leases move on in it when a broker holds them (the
+        broker keeps the cursor in memory and must reload).  Returns the topic ids the
+        subscription was deleted from, and the ids of the topics fenced."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            having = [r["topic_id"] for r in await conn.fetch(Q["subscription_topics"], topic_ids, subscription)]
+            if not having:
+                return [], []
+            fenced = [r["topic_id"] for r in await conn.fetch(Q["fence_owned_topics"], having)]
+            deleted = [r["topic_id"] for r in await conn.fetch(Q["delete_subscription"], having, subscription)]
+            return deleted, fenced
+
+    # ---------------------------------------------------------------- brokers
 
     async def brokers(self) -> list[dict]:
         return [dict(r) for r in await self.pool.fetch(Q["live_brokers"], self.ttl_s)]
 
     async def ownership(self) -> list[dict]:
-        return [dict(r) for r in await self.pool.fetch(Q["ownership"])]
+        return [dict(r) for r in await self.pool.fetch(Q["ownership"], self.ttl_s)]

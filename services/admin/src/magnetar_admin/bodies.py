@@ -1,0 +1,85 @@
+"""Rules for request bodies and names.  Pure: no I/O.
+
+Bodies are parsed as JSON whatever their content type (``curl -d 4`` sends form
+content type), and every rejection names what was wrong and what is expected.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from magnetar_protocol.errors import BadRequest
+from magnetar_protocol.topics import TopicName, validate_name_part
+
+MISSING = object()  # an empty body
+
+
+def parse_json(raw: bytes) -> Any:
+    """The body as JSON; MISSING when it is empty."""
+    if not raw.strip():
+        return MISSING
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}") from None
+
+
+def partition_count(body: Any, limit: int) -> int:
+    """The body of PUT .../partitions: the count as a JSON integer (Pulsar), or
+    {"partitions": N}."""
+    value = body.get("partitions", MISSING) if isinstance(body, dict) else body
+    if value is MISSING:
+        raise BadRequest("the body must be the partition count, a JSON integer such as 4")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"the partition count must be an integer (got {json.dumps(value)})")
+    if value <= 0:
+        raise BadRequest(f"the partition count must be at least 1 (got {value})")
+    if value > limit:
+        raise BadRequest(f"the partition count {value} is above the limit {limit} "
+                         "(MAGNETAR_MAX_PARTITIONS)")
+    return value
+
+
+def boolean(body: Any, what: str) -> bool:
+    if not isinstance(body, bool):
+        shown = "an empty body" if body is MISSING else json.dumps(body)
+        raise BadRequest(f"the body must be true or false to set {what} (got {shown})")
+    return body
+
+
+def tenant_info(body: Any, cluster: str) -> list[str]:
+    """A TenantInfo body (optional) -> its admin roles.  ``allowedClusters`` may name
+    only this deployment's cluster: Magnetar has no other."""
+    if body is MISSING or body is None:
+        return []
+    if not isinstance(body, dict):
+        raise BadRequest('the body must be a TenantInfo object: {"adminRoles": [...], '
+                         '"allowedClusters": [...]}')
+    roles = body.get("adminRoles") or []
+    if not isinstance(roles, list) or not all(isinstance(r, str) and r for r in roles):
+        raise BadRequest("adminRoles must be a list of role names")
+    clusters = body.get("allowedClusters") or []
+    if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
+        raise BadRequest("allowedClusters must be a list of cluster names")
+    unknown = sorted(set(clusters) - {cluster})
+    if unknown:
+        raise BadRequest(f"cluster(s) {', '.join(unknown)} do not exist; this Magnetar is the "
+                         f"one cluster {cluster!r}")
+    return sorted(set(roles))
+
+
+def tenant(name: str) -> str:
+    return validate_name_part("tenant", name)
+
+
+def namespace(tenant_name: str, name: str) -> tuple[str, str]:
+    return validate_name_part("tenant", tenant_name), validate_name_part("namespace", name)
+
+
+def topic(tenant_name: str, namespace_name: str, local: str) -> TopicName:
+    return TopicName.parse(f"persistent://{tenant_name}/{namespace_name}/{local}")
+
+
+def subscription(name: str) -> str:
+    return validate_name_part("subscription", name)
