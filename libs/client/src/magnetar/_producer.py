@@ -17,6 +17,7 @@ from collections import deque
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     MagnetarError,
+    error_for_code,
     MessageTooBig,
     ProducerNotFound,
     SessionNotFound,
@@ -27,8 +28,21 @@ from magnetar._core import RETRYABLE, Core, backoff_until
 from magnetar._types import MessageId, ProducerAccessMode, Result
 
 
+MAX_BATCHES_PER_REQUEST = 64
+
+
+async def _register(batch: "_Batch") -> Exception | None:
+    """Register the partition with the batch's transaction; the failure, if any."""
+    try:
+        await batch.txn.register_partition(batch.producer_topic)
+        return None
+    except MagnetarError as exc:
+        return exc
+
+
 class _Batch:
-    __slots__ = ("messages", "waiters", "size", "lowest", "highest", "txn", "created", "payload")
+    __slots__ = ("messages", "waiters", "size", "lowest", "highest", "txn", "created", "payload",
+                 "producer_topic")
 
     def __init__(self, txn, created: float):
         self.messages: list[pb.SingleMessage] = []
@@ -39,6 +53,7 @@ class _Batch:
         self.txn = txn
         self.created = created
         self.payload = b""
+        self.producer_topic = ""
 
 
 class PartitionProducer:
@@ -126,6 +141,7 @@ class PartitionProducer:
             batch = None
         if batch is None:
             batch = _Batch(txn, time.monotonic())
+            batch.producer_topic = self.topic
             batch.lowest = seq
             if txn is None:
                 self.current = batch
@@ -176,14 +192,17 @@ class PartitionProducer:
     async def _send_all(self) -> None:
         try:
             while self.ready:
-                batch = self.ready[0]
+                group = [self.ready[i] for i in range(min(len(self.ready), MAX_BATCHES_PER_REQUEST))]
                 try:
-                    reply = await self._send(batch)
-                except Exception as exc:  # every message of the batch learns why
-                    self._settle(batch, error=exc)
-                else:
-                    self._settle(batch, reply=reply)
-                self.ready.popleft()
+                    outcomes = await self._send_group(group)
+                except Exception as exc:  # every message of the group learns why
+                    outcomes = [exc] * len(group)
+                for batch, outcome in zip(group, outcomes):
+                    if isinstance(outcome, Exception):
+                        self._settle(batch, error=outcome)
+                    else:
+                        self._settle(batch, reply=outcome)
+                    self.ready.popleft()
                 if not self.ready:
                     self._seal_pending()
         finally:
@@ -191,39 +210,76 @@ class PartitionProducer:
             if not self.ready:
                 self.idle.set()
 
-    async def _send(self, batch: _Batch) -> pb.SendResponse:
-        if self.fenced is not None:
-            raise self.fenced
-        if batch.txn is not None:
-            await batch.txn.register_partition(self.topic)
-        req = pb.SendRequest(batch=batch.payload, num_messages=len(batch.messages),
-                             sequence_id=batch.lowest, highest_sequence_id=batch.highest)
-        if batch.txn is not None:
-            req.txn.CopyFrom(batch.txn.txn_id.to_wire())
-        deadline = batch.created + self.producer.options["send_timeout_s"]
+    async def _send_group(self, group: list[_Batch]) -> list:
+        """Send batches in one request, in order; retry from the first retryable failure
+        on (the broker never stores a later batch before an earlier one)."""
+        outcomes: dict[int, object] = {}
+        pending = []
+        for batch in group:
+            if self.fenced is not None:
+                outcomes[id(batch)] = self.fenced
+            elif batch.txn is not None and (failure := await _register(batch)) is not None:
+                outcomes[id(batch)] = failure
+            else:
+                pending.append(batch)
+        deadline = min(b.created for b in group) + self.producer.options["send_timeout_s"]
         attempt = 0
-        while True:
-            req.producer_id = self.producer_id
+        while pending:
+            req = pb.SendBatchesRequest(batches=[self._request(b) for b in pending])
+            cause: Exception | None = None
             try:
-                return await self.core.call(self.url, "/v1/producers/send", req, pb.SendResponse,
-                                            timeout=max(deadline - time.monotonic(), 1.0))
+                reply = await self.core.call(self.url, "/v1/producers/send-batches", req, pb.SendBatchesResponse,
+                                             timeout=max(deadline - time.monotonic(), 1.0))
             except (SessionNotFound, ProducerNotFound) as exc:
                 self.core.drop_session(self.url, self.session_id)
                 cause = exc
             except RETRYABLE as exc:
                 cause = exc
             except MagnetarError as exc:
-                if exc.code == pb.PRODUCER_FENCED:
-                    self.fenced = exc
-                raise
+                for b in pending:
+                    outcomes[id(b)] = exc
+                break
+            else:
+                retry = []
+                for b, result in zip(pending, reply.results):
+                    if retry:
+                        retry.append(b)
+                    elif result.HasField("error"):
+                        err = error_for_code(result.error.code, result.error.message)
+                        if err.retryable:
+                            cause = err
+                            retry.append(b)
+                        else:
+                            if err.code == pb.PRODUCER_FENCED:
+                                self.fenced = err
+                            outcomes[id(b)] = err
+                    else:
+                        outcomes[id(b)] = result.response
+                pending = retry
+                if not pending:
+                    break
+                if isinstance(cause, (SessionNotFound, ProducerNotFound)):
+                    self.core.drop_session(self.url, self.session_id)
             if time.monotonic() >= deadline:
-                raise Timeout(f"send to {self.topic} timed out; last error: {cause}") from cause
+                timeout = Timeout(f"send to {self.topic} timed out; last error: {cause}")
+                for b in pending:
+                    outcomes[id(b)] = timeout
+                break
             await backoff_until(deadline, attempt, f"send to {self.topic}", cause)
             attempt += 1
             try:
                 await self.connect()
             except (Timeout, *RETRYABLE):
                 continue
+        return [outcomes[id(b)] for b in group]
+
+    def _request(self, batch: _Batch) -> pb.SendRequest:
+        req = pb.SendRequest(producer_id=self.producer_id, batch=batch.payload,
+                             num_messages=len(batch.messages), sequence_id=batch.lowest,
+                             highest_sequence_id=batch.highest)
+        if batch.txn is not None:
+            req.txn.CopyFrom(batch.txn.txn_id.to_wire())
+        return req
 
     def _settle(self, batch: _Batch, reply: pb.SendResponse | None = None, error: Exception | None = None) -> None:
         n = len(batch.messages)

@@ -311,6 +311,26 @@ class SendResponse(_message.Message):
     partition: int
     def __init__(self, entry_id: _Optional[int] = ..., duplicate: _Optional[bool] = ..., last_sequence_id: _Optional[int] = ..., partition: _Optional[int] = ...) -> None: ...
 
+class SendBatchesRequest(_message.Message):
+    __slots__ = ("batches",)
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedCompositeFieldContainer[SendRequest]
+    def __init__(self, batches: _Optional[_Iterable[_Union[SendRequest, _Mapping]]] = ...) -> None: ...
+
+class SendResult(_message.Message):
+    __slots__ = ("response", "error")
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    response: SendResponse
+    error: Error
+    def __init__(self, response: _Optional[_Union[SendResponse, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
+class SendBatchesResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SendResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
+
 class CloseProducerRequest(_message.Message):
     __slots__ = ("producer_id",)
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]

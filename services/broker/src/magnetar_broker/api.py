@@ -22,6 +22,7 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
         ("/v1/sessions/close", pb.CloseSessionRequest, service.close_session),
         ("/v1/producers/create", pb.CreateProducerRequest, service.create_producer),
         ("/v1/producers/send", pb.SendRequest, service.send),
+        ("/v1/producers/send-batches", pb.SendBatchesRequest, service.send_batches),
         ("/v1/producers/close", pb.CloseProducerRequest, service.close_producer),
         ("/v1/consumers/subscribe", pb.SubscribeRequest, service.subscribe),
         ("/v1/consumers/fetch", pb.FetchRequest, service.fetch),

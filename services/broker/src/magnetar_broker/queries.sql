@@ -205,27 +205,9 @@ WHERE topic_id = $1 AND entry_id >= $2 AND entry_id < $3
 ORDER BY entry_id
 LIMIT $4;
 
--- name: insert_pending_acks
-WITH owner AS (
-    SELECT 1 FROM topic_owners
-    WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
-    FOR SHARE
-)
-INSERT INTO pending_acks (topic_id, subscription, entry_id, batch_index, txn_most, txn_least, cumulative)
-SELECT $1, $4, a.entry_id, a.batch_index, $7, $8, $9
-FROM unnest($5::bigint[], $6::integer[]) AS a (entry_id, batch_index)
-WHERE EXISTS (SELECT 1 FROM owner)
-ON CONFLICT (topic_id, subscription, entry_id, batch_index) DO UPDATE
-    SET txn_most = excluded.txn_most, txn_least = excluded.txn_least, cumulative = excluded.cumulative
-RETURNING 1;
-
 -- name: load_pending_acks
 SELECT entry_id, batch_index, txn_most, txn_least, cumulative FROM pending_acks
 WHERE topic_id = $1 AND subscription = $2;
-
--- name: delete_pending_acks
-DELETE FROM pending_acks
-WHERE topic_id = $1 AND subscription = $2 AND txn_most = $3 AND txn_least = $4;
 
 -- name: save_cursor_locked
 UPDATE subscriptions SET mark_delete_entry = $3, acked_state = $4, updated_at = now()
@@ -242,3 +224,15 @@ SELECT t.status,
                  AND s.topic = $3 AND s.subscription = $4)
        AS registered
 FROM transactions t WHERE t.coordinator_id = $1 AND t.txn_id = $2;
+
+-- name: delete_pending_acks_many
+DELETE FROM pending_acks p
+USING unnest($3::bigint[], $4::bigint[]) AS t (most, least)
+WHERE p.topic_id = $1 AND p.subscription = $2 AND p.txn_most = t.most AND p.txn_least = t.least;
+
+-- name: insert_pending_acks_many
+INSERT INTO pending_acks (topic_id, subscription, entry_id, batch_index, txn_most, txn_least, cumulative)
+SELECT $1, $2, a.* FROM unnest($3::bigint[], $4::integer[], $5::bigint[], $6::bigint[], $7::boolean[])
+    AS a (entry_id, batch_index, most, least, cumulative)
+ON CONFLICT (topic_id, subscription, entry_id, batch_index) DO UPDATE
+    SET txn_most = excluded.txn_most, txn_least = excluded.txn_least, cumulative = excluded.cumulative;

@@ -11,6 +11,8 @@ import uuid
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     BadRequest,
+    MagnetarError,
+    to_wire,
     ConsumerNotFound,
     NotAllowedError,
     ProducerNotFound,
@@ -144,6 +146,22 @@ class BrokerService:
         producer = self._producer(req.producer_id)
         self.sessions.get(producer.session_id, time.monotonic())
         return await producer.log.publish(producer, req)
+
+    async def send_batches(self, req: pb.SendBatchesRequest) -> pb.SendBatchesResponse:
+        if not req.batches:
+            raise BadRequest("send-batches: no batches")
+        producer_ids = {b.producer_id for b in req.batches}
+        if len(producer_ids) != 1:
+            raise BadRequest("send-batches: every batch must belong to one producer")
+        producer = self._producer(req.batches[0].producer_id)
+        self.sessions.get(producer.session_id, time.monotonic())
+        reply = pb.SendBatchesResponse()
+        for result in await producer.log.publish_many(producer, req.batches):
+            if isinstance(result, MagnetarError):
+                reply.results.add(error=to_wire(result))
+            else:
+                reply.results.add(response=result)
+        return reply
 
     async def close_producer(self, req: pb.CloseProducerRequest) -> pb.CloseProducerResponse:
         if producer := self.producers.get(req.producer_id):

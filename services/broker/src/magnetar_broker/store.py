@@ -166,14 +166,6 @@ class BrokerStore:
             await writes(conn, topic_epoch)
             return topic_epoch
 
-    async def add_pending_acks(self, topic_id: int, epoch: int, subscription: str,
-                               positions: list[tuple[int, int]], txn: tuple[int, int],
-                               cumulative: bool) -> bool:
-        return await self.pool.fetchval(
-            Q["insert_pending_acks"], topic_id, self.broker_id, epoch, subscription,
-            [p[0] for p in positions], [p[1] for p in positions], txn[0], txn[1], cumulative,
-        ) is not None
-
     async def load_pending_acks(self, topic_id: int, subscription: str) -> list[tuple]:
         return [tuple(r) for r in await self.pool.fetch(Q["load_pending_acks"], topic_id, subscription)]
 

@@ -16,10 +16,8 @@ from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     BadRequest,
     ConsumerBusy,
-    InvalidTxnStatusError,
     NotAllowedError,
     NotOwner,
-    TransactionNotFound,
 )
 from magnetar_runtime.groupcommit import GroupCommit
 
@@ -27,12 +25,11 @@ from magnetar_broker import metrics
 from magnetar_broker.cursor import WHOLE, Cursor, full_mask
 from magnetar_broker.dispatch import Deliveries, HashRing, failover_active, key_hash, mask_indices
 from magnetar_broker.pendingack import PendingAcks
-from magnetar_broker.store import Q, Entry
+from magnetar_broker.store import Entry
+from magnetar_broker.subscription_txn import SUB_NAMES, TransactionalAcks
 from magnetar_broker.topic import PartitionLog
-from magnetar_broker.txnbuffer import ended_error, txn_str
+from magnetar_broker.txnbuffer import txn_str
 
-SUB_NAMES = {pb.SUB_EXCLUSIVE: "Exclusive", pb.SUB_SHARED: "Shared",
-             pb.SUB_FAILOVER: "Failover", pb.SUB_KEY_SHARED: "Key_Shared"}
 MAX_UNACKED_PER_CONSUMER = 50_000
 # KeyShared: messages read for other consumers wait in the redelivery queue; past this
 # many, stop reading new entries until the slow consumer catches up (as Pulsar does).
@@ -52,7 +49,7 @@ class Consumer:
     closed: bool = False
 
 
-class Subscription:
+class Subscription(TransactionalAcks):
     def __init__(self, log: PartitionLog, name: str, cursor: Cursor, durable: bool):
         self.log = log
         self.name = name
@@ -73,6 +70,8 @@ class Subscription:
         self.txn_acks = PendingAcks()
         self.txn_outcomes: dict[tuple[int, int], bool] = {}
         self._txn_registered: set[tuple[int, int]] = set()
+        self._txn_acker: GroupCommit = GroupCommit(self._ack_txns, 256)
+        self._txn_ender: GroupCommit = GroupCommit(self._end_txns, 256)
 
     # ---------------------------------------------------------------- consumers
 
@@ -229,125 +228,6 @@ class Subscription:
         self.log.wake()
         if self.durable:
             await self._saver.submit(None)
-
-    # ---------------------------------------------------------------- transactions
-
-    async def _check_txn(self, txn: tuple[int, int]) -> None:
-        store = self.log.store
-        outcome = self.txn_outcomes.get(txn)
-        if outcome is None:
-            outcome = await store.outcome(self.log.topic_id, self.name, txn)
-        if outcome is not None:
-            self.txn_outcomes[txn] = outcome
-            raise ended_error(txn, outcome)
-        if txn not in self._txn_registered:
-            status, registered = await store.txn_registered(txn, self.log.name.full, self.name)
-            if status is None:
-                raise TransactionNotFound(f"transaction {txn_str(txn)} does not exist")
-            if status != pb.TXN_OPEN:
-                raise InvalidTxnStatusError(f"transaction {txn_str(txn)} is no longer open")
-            if not registered:
-                raise NotAllowedError(
-                    f"subscription {self.name!r} on {self.log.name.full} is not registered with "
-                    f"transaction {txn_str(txn)}: call AddSubscriptionToTxn first")
-            self._txn_registered.add(txn)
-
-    async def ack_txn(self, positions, cumulative: bool, txn: tuple[int, int]) -> None:
-        """Acknowledge in a transaction: pending until it ends; durable before the reply."""
-        if not self.durable:
-            raise NotAllowedError("a reader cannot acknowledge in a transaction")
-        if cumulative and self.sub_type in (pb.SUB_SHARED, pb.SUB_KEY_SHARED):
-            raise NotAllowedError(
-                f"cumulative ack is not allowed on {SUB_NAMES[self.sub_type]} subscription {self.name!r}")
-        end = self.log.next_entry_id
-        wanted = [(p.entry_id, p.batch_index) for p in positions]
-        if not wanted or any(e >= end for e, _ in wanted):
-            raise BadRequest(f"transactional ack on {self.log.name.full} names no position or one past the end")
-        await self._check_txn(txn)
-        async with self._lock:
-            if cumulative:
-                wanted = [max(wanted)]
-                self.txn_acks.check_cumulative(txn, *wanted[0], self.cursor)
-            else:
-                wanted = self.txn_acks.check_individual(txn, wanted, self.cursor)
-                if not wanted:
-                    return
-            if not await self.log.store.add_pending_acks(
-                    self.log.topic_id, self.log.epoch, self.name, wanted, txn, cumulative):
-                self.log.lose("fenced while recording a transactional ack")
-                self.log.check_open()
-            self.txn_acks.add(txn, wanted, cumulative)
-            for entry_id, index in wanted:
-                # Held by the transaction now: not the consumer's to redeliver.
-                if cumulative:
-                    self.deliveries.acked_cumulative(entry_id, index)
-                else:
-                    self.deliveries.acked(entry_id, index)
-
-    async def end_txn(self, txn: tuple[int, int], commit: bool) -> None:
-        """EndTxnOnSubscription: commit makes the acks final, abort redelivers."""
-        store = self.log.store
-        async with self._lock, self._persist_lock:
-            outcome = self.txn_outcomes.get(txn)
-            if outcome is None:
-                outcome = await store.outcome(self.log.topic_id, self.name, txn)
-            if outcome is not None:
-                self.txn_outcomes[txn] = outcome
-                if outcome != commit:
-                    raise ended_error(txn, outcome)
-                return
-            individual, cumulative = self.txn_acks.take(txn)
-            if commit:
-                for entry_id, index in individual:
-                    self.cursor.ack(entry_id, index)
-                if cumulative:
-                    self.cursor.ack_cumulative(*cumulative)
-                    self.deliveries.acked_cumulative(*cumulative)
-
-            async def writes(conn, _topic_epoch):
-                if commit:
-                    await conn.execute(Q["save_cursor_locked"], self.log.topic_id, self.name,
-                                       self.cursor.mark_delete, self.cursor.encode())
-                await conn.execute(Q["delete_pending_acks"], self.log.topic_id, self.name, *txn)
-                await conn.execute(Q["insert_outcomes"], self.log.topic_id, self.name,
-                                   [txn[0]], [txn[1]], [commit])
-
-            try:
-                written = await store.write_locked(self.log.topic_id, self.log.epoch, writes)
-            except Exception as exc:
-                self.log.lose(f"ending transaction {txn_str(txn)} failed: {exc}")
-                raise
-            if written is None:
-                self.log.lose("fenced while ending a transaction")
-                self.log.check_open()
-            self.txn_outcomes[txn] = commit
-            if not commit:
-                await self._requeue(individual, cumulative)
-        self.log.wake()
-
-    async def _requeue(self, individual, cumulative) -> None:
-        """An aborted transaction's acknowledged messages go back out, count + 1."""
-        masks: dict[int, int] = {}
-        for entry_id, index in individual:
-            if index == WHOLE:
-                entry = await self.log.read_one(entry_id)
-                masks[entry_id] = full_mask(entry.num_messages) if entry else 0
-            else:
-                masks[entry_id] = masks.get(entry_id, 0) | 1 << index
-        if cumulative:
-            last_entry, last_index = cumulative
-            for entry_id in range(self.cursor.mark_delete + 1, last_entry + 1):
-                entry = await self.log.read_one(entry_id)
-                if entry is None:
-                    continue
-                mask = full_mask(entry.num_messages)
-                if entry_id == last_entry and last_index != WHOLE:
-                    mask &= full_mask(last_index + 1)
-                masks[entry_id] = masks.get(entry_id, 0) | (mask & self.cursor.unacked_mask(entry_id, entry.num_messages))
-        for entry_id, mask in masks.items():
-            if mask:
-                self.deliveries.requeue(entry_id, mask)
-        metrics.REDELIVERIES.inc(sum(m.bit_count() for m in masks.values()))
 
     def redeliver(self, consumer: Consumer, positions) -> int:
         chosen = None if not positions else [(p.entry_id, p.batch_index) for p in positions]

@@ -141,6 +141,45 @@ class PartitionLog:
         return self.persisted_seq[producer_name]
 
     async def publish(self, producer: Producer, req: pb.SendRequest) -> pb.SendResponse:
+        return (await self.publish_many(producer, [req]))[0]
+
+    async def publish_many(self, producer: Producer, reqs) -> list:
+        """Admit batches in order, then hand them to the writer together, so they share a
+        group commit and a later one is never stored before an earlier one.  Returns a
+        SendResponse or an exception per batch; after a retryable failure every later
+        batch fails too (the client resends them in order)."""
+        admitted: list = []
+        for req in reqs:
+            try:
+                admitted.append(await self._admit(producer, req))
+            except MagnetarError as exc:
+                admitted.append(exc)
+                if exc.retryable:
+                    admitted += [exc] * (len(reqs) - len(admitted))
+                    break
+        started = time.perf_counter()
+        futures = [self._writer.submit(a) if isinstance(a, (_Append, TxnAppend)) else None for a in admitted]
+        results = []
+        for a, fut in zip(admitted, futures):
+            if fut is None:
+                results.append(a)
+                continue
+            try:
+                position = await fut
+            except MagnetarError as exc:
+                results.append(exc)
+                continue
+            producer.msg_in += a.num_messages
+            producer.bytes_in += len(a.batch)
+            # A transactional send's position is its place in the transaction; consumers
+            # see the messages at the commit marker's entry id.
+            results.append(pb.SendResponse(entry_id=position, last_sequence_id=a.highest,
+                                           partition=self.partition_index))
+        metrics.PUBLISH_LATENCY.observe(time.perf_counter() - started)
+        return results
+
+    async def _admit(self, producer: Producer, req: pb.SendRequest):
+        """Validate and deduplicate one batch: a queue item, or the duplicate's answer."""
         self.check_open()
         producer.check_not_fenced()
         batch, n = req.batch, req.num_messages
@@ -177,19 +216,9 @@ class PartitionLog:
                     batch, n, lowest, highest = drop_persisted(batch, last)
                 break
             self.pushed_seq[name] = highest
-        started = time.perf_counter()
         if txn is None:
-            item = _Append(producer, name, lowest, highest, n, batch)
-        else:
-            item = TxnAppend(producer, name, lowest, highest, n, batch, txn)
-        position = await self._writer.submit(item)
-        metrics.PUBLISH_LATENCY.observe(time.perf_counter() - started)
-        producer.msg_in += n
-        producer.bytes_in += len(batch)
-        # A transactional send's position is its place in the transaction; consumers see
-        # the messages at the commit marker's entry id.
-        return pb.SendResponse(entry_id=position, last_sequence_id=highest,
-                               partition=self.partition_index)
+            return _Append(producer, name, lowest, highest, n, batch)
+        return TxnAppend(producer, name, lowest, highest, n, batch, txn)
 
     async def end_txn(self, txn: tuple[int, int], commit: bool) -> None:
         """EndTxnOnPartition: idempotent; the opposite of a recorded outcome is refused."""

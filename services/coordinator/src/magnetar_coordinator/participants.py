@@ -20,13 +20,20 @@ class Participants:
         self.rpc = rpc
         self._live_brokers = live_brokers  # async () -> list[url]
         self._ttl = lease_ttl_s
+        # Partition -> owner URL, trusted until a call there fails (then looked up again).
+        self._owners: dict[str, str] = {}
 
     async def _owner(self, topic: str) -> str:
+        if cached := self._owners.get(topic):
+            return cached
         brokers = await self._live_brokers(self._ttl)
         if not brokers:
             raise MagnetarError("no live broker")
         reply = await self.rpc.call(random.choice(brokers), "/v1/topics/lookup",
                                     pb.LookupRequest(topic=topic), pb.LookupResponse)
+        if len(self._owners) > 100_000:
+            self._owners.clear()
+        self._owners[topic] = reply.broker_url
         return reply.broker_url
 
     async def _until_done(self, what: str, topic: str, path: str, request, response_type) -> None:
@@ -44,8 +51,10 @@ class Participants:
                 log.error("%s on %s refused: %s", what, topic, exc)
                 return
             except MagnetarError as exc:
+                self._owners.pop(topic, None)
                 log.info("%s on %s: %s; retrying in %.2fs", what, topic, exc, delay)
             except Exception:
+                self._owners.pop(topic, None)
                 log.exception("%s on %s failed; retrying in %.2fs", what, topic, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)

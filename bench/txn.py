@@ -1,0 +1,122 @@
+"""Transaction benchmarks (issue #3), all in one run on one cluster (fsync on):
+
+  (a) 1,000-message transactions of 1 KB vs the same messages without transactions;
+  (b) commit latency of a 1,000-message vs a 10-message transaction;
+  (c) consume-transform-produce transactions per second (1 ack + 2 sends to 2 topics)
+      with 16 concurrent clients, and their p50/p99 commit latency.
+
+    .venv/bin/python bench/txn.py [--transactions 30] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import bench_cluster, durable_postgres, percentile, report  # noqa: E402
+
+import magnetar.asyncio as magnetar  # noqa: E402
+
+KB = b"k" * 1024
+
+
+async def plain_vs_txn(client, transactions: int) -> dict:
+    producer = await client.create_producer("bench-txn-a", batching_max_publish_delay_ms=5,
+                                            batching_max_allowed_size_in_bytes=256 * 1024)
+    total = transactions * 1000
+
+    async def burst(txn=None):
+        await asyncio.gather(*(producer.send(KB, txn=txn) for _ in range(1000)))
+
+    started = time.perf_counter()
+    for _ in range(transactions):
+        await burst()
+    plain = total / (time.perf_counter() - started)
+    started = time.perf_counter()
+    for _ in range(transactions):
+        txn = await client.new_transaction()
+        await burst(txn)
+        await txn.commit()
+    transactional = total / (time.perf_counter() - started)
+    return {"plain_msgs_per_s": round(plain), "txn_msgs_per_s": round(transactional),
+            "txn / plain": round(transactional / plain, 2)}
+
+
+async def commit_latency(client, size: int, rounds: int) -> float:
+    producer = await client.create_producer(f"bench-txn-b{size}", batching_max_publish_delay_ms=5)
+    latencies = []
+    for _ in range(rounds):
+        txn = await client.new_transaction()
+        await asyncio.gather(*(producer.send(KB, txn=txn) for _ in range(size)))
+        started = time.perf_counter()
+        await txn.commit()
+        latencies.append(time.perf_counter() - started)
+    return percentile(latencies, 50)
+
+
+async def consume_transform_produce(client, workers: int, seconds: float) -> dict:
+    source = await client.create_producer("bench-ctp-in", batching_max_publish_delay_ms=5,
+                                          max_pending_messages=50000)
+    await asyncio.gather(*(source.send(b"%d" % i) for i in range(int(workers * seconds * 400))))
+    out1 = await client.create_producer("bench-ctp-out1", batching_max_publish_delay_ms=0.2)
+    out2 = await client.create_producer("bench-ctp-out2", batching_max_publish_delay_ms=0.2)
+    latencies: list[float] = []
+    deadline = time.monotonic() + seconds
+
+    async def worker(i: int) -> None:
+        consumer = await client.subscribe("bench-ctp-in", "ctp", consumer_type=magnetar.ConsumerType.Shared,
+                                          initial_position=magnetar.InitialPosition.Earliest,
+                                          receiver_queue_size=50)
+        while time.monotonic() < deadline:
+            msg = await consumer.receive(timeout_millis=5000)
+            txn = await client.new_transaction()
+            await asyncio.gather(out1.send(msg.data(), txn=txn), out2.send(msg.data(), txn=txn),
+                                 consumer.acknowledge(msg, txn=txn))
+            started = time.perf_counter()
+            await txn.commit()
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(workers)))
+    elapsed = time.perf_counter() - started
+    return {"clients": workers, "transactions": len(latencies), "txn_per_s": round(len(latencies) / elapsed),
+            "p50_commit_ms": round(percentile(latencies, 50) * 1000, 2),
+            "p99_commit_ms": round(percentile(latencies, 99) * 1000, 2)}
+
+
+async def run(url: str, args) -> None:
+    client = magnetar.Client(url)
+    print("(a) 1,000-message transactions vs plain sends ...", flush=True)
+    a = await plain_vs_txn(client, args.transactions)
+    print("(b) commit latency by transaction size ...", flush=True)
+    small = await commit_latency(client, 10, 20)
+    large = await commit_latency(client, 1000, 10)
+    print(f"(c) consume-transform-produce with {args.clients} clients ...", flush=True)
+    c = await consume_transform_produce(client, args.clients, args.seconds)
+    await client.close()
+    report("(a) 1 KB messages in 1,000-message transactions", a)
+    report("(b) commit latency p50", {"10 messages ms": round(small * 1000, 2),
+                                      "1,000 messages ms": round(large * 1000, 2),
+                                      "ratio": round(large / small, 2)})
+    report("(c) consume-transform-produce (1 ack + 2 sends)", c)
+
+
+def main() -> None:
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transactions", type=int, default=30)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=10)
+    args = parser.parse_args()
+    with durable_postgres() as url, bench_cluster(url, brokers=1, coordinators=1) as cluster:
+        asyncio.run(run(cluster.service_url, args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""Transactional acknowledgements of a subscription (PIP-31 pending ack), mixed into
+Subscription: conflict checks (pendingack.py), durable pending rows, and the commit or
+abort of a transaction's acks.  Concurrent acks, and concurrent ends, of one
+subscription share one database transaction (group commit)."""
+
+from __future__ import annotations
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import (
+    BadRequest,
+    InvalidTxnStatusError,
+    MagnetarError,
+    NotAllowedError,
+    TransactionNotFound,
+)
+
+from magnetar_broker import metrics
+from magnetar_broker.cursor import WHOLE, full_mask
+from magnetar_broker.store import Q
+from magnetar_broker.txnbuffer import ended_error, txn_str
+
+SUB_NAMES = {pb.SUB_EXCLUSIVE: "Exclusive", pb.SUB_SHARED: "Shared",
+             pb.SUB_FAILOVER: "Failover", pb.SUB_KEY_SHARED: "Key_Shared"}
+
+
+class TransactionalAcks:
+    # ---------------------------------------------------------------- transactions
+
+    async def _check_txn(self, txn: tuple[int, int]) -> None:
+        store = self.log.store
+        outcome = self.txn_outcomes.get(txn)
+        if outcome is None:
+            outcome = await store.outcome(self.log.topic_id, self.name, txn)
+        if outcome is not None:
+            self.txn_outcomes[txn] = outcome
+            raise ended_error(txn, outcome)
+        if txn not in self._txn_registered:
+            status, registered = await store.txn_registered(txn, self.log.name.full, self.name)
+            if status is None:
+                raise TransactionNotFound(f"transaction {txn_str(txn)} does not exist")
+            if status != pb.TXN_OPEN:
+                raise InvalidTxnStatusError(f"transaction {txn_str(txn)} is no longer open")
+            if not registered:
+                raise NotAllowedError(
+                    f"subscription {self.name!r} on {self.log.name.full} is not registered with "
+                    f"transaction {txn_str(txn)}: call AddSubscriptionToTxn first")
+            self._txn_registered.add(txn)
+
+    async def ack_txn(self, positions, cumulative: bool, txn: tuple[int, int]) -> None:
+        """Acknowledge in a transaction: pending until it ends; durable before the reply.
+        Concurrent transactional acks on a subscription share one database write."""
+        if not self.durable:
+            raise NotAllowedError("a reader cannot acknowledge in a transaction")
+        if cumulative and self.sub_type in (pb.SUB_SHARED, pb.SUB_KEY_SHARED):
+            raise NotAllowedError(
+                f"cumulative ack is not allowed on {SUB_NAMES[self.sub_type]} subscription {self.name!r}")
+        end = self.log.next_entry_id
+        wanted = [(p.entry_id, p.batch_index) for p in positions]
+        if not wanted or any(e >= end for e, _ in wanted):
+            raise BadRequest(f"transactional ack on {self.log.name.full} names no position or one past the end")
+        await self._check_txn(txn)
+        await self._txn_acker.submit((wanted, cumulative, txn))
+
+    async def _ack_txns(self, items: list) -> list:
+        results: list = []
+        rows: list[tuple] = []
+        accepted: list = []
+        async with self._lock:
+            for wanted, cumulative, txn in items:
+                try:
+                    if cumulative:
+                        wanted = [max(wanted)]
+                        self.txn_acks.check_cumulative(txn, *wanted[0], self.cursor)
+                    else:
+                        wanted = self.txn_acks.check_individual(txn, wanted, self.cursor)
+                except MagnetarError as exc:
+                    results.append(exc)
+                    continue
+                # Held at once, so a later item of this group sees the conflict.
+                if wanted:
+                    self.txn_acks.add(txn, wanted, cumulative)
+                rows += [(e, i, txn[0], txn[1], cumulative) for e, i in wanted]
+                accepted.append((wanted, cumulative))
+                results.append(None)
+            if rows:
+                async def writes(conn, _topic_epoch):
+                    await conn.execute(Q["insert_pending_acks_many"], self.log.topic_id, self.name,
+                                       *map(list, zip(*rows)))
+
+                try:
+                    written = await self.log.store.write_locked(self.log.topic_id, self.log.epoch, writes)
+                except Exception as exc:
+                    self.log.lose(f"recording transactional acks failed: {exc}")
+                    raise
+                if written is None:
+                    self.log.lose("fenced while recording a transactional ack")
+                    self.log.check_open()
+            for wanted, cumulative in accepted:
+                for entry_id, index in wanted:
+                    # Held by the transaction now: not the consumer's to redeliver.
+                    if cumulative:
+                        self.deliveries.acked_cumulative(entry_id, index)
+                    else:
+                        self.deliveries.acked(entry_id, index)
+        return results
+
+    async def end_txn(self, txn: tuple[int, int], commit: bool) -> None:
+        """EndTxnOnSubscription: commit makes the acks final, abort redelivers.  Ends
+        arriving together share one database transaction."""
+        await self._txn_ender.submit((txn, commit))
+        self.log.wake()
+
+    async def _end_txns(self, items: list) -> list:
+        store = self.log.store
+        results: list = []
+        decided: list[tuple] = []
+        async with self._lock, self._persist_lock:
+            for txn, commit in items:
+                outcome = self.txn_outcomes.get(txn)
+                if outcome is None:
+                    outcome = await store.outcome(self.log.topic_id, self.name, txn)
+                if outcome is not None:
+                    self.txn_outcomes[txn] = outcome
+                    results.append(None if outcome == commit else ended_error(txn, outcome))
+                    continue
+                individual, cumulative = self.txn_acks.take(txn)
+                if commit:
+                    for entry_id, index in individual:
+                        self.cursor.ack(entry_id, index)
+                    if cumulative:
+                        self.cursor.ack_cumulative(*cumulative)
+                        self.deliveries.acked_cumulative(*cumulative)
+                self.txn_outcomes[txn] = commit  # a duplicate later in this group sees it
+                decided.append((txn, commit, individual, cumulative))
+                results.append(None)
+            if decided:
+                any_commit = any(d[1] for d in decided)
+
+                async def writes(conn, _topic_epoch):
+                    if any_commit:
+                        await conn.execute(Q["save_cursor_locked"], self.log.topic_id, self.name,
+                                           self.cursor.mark_delete, self.cursor.encode())
+                    txns = [d[0] for d in decided]
+                    await conn.execute(Q["delete_pending_acks_many"], self.log.topic_id, self.name,
+                                       [t[0] for t in txns], [t[1] for t in txns])
+                    await conn.execute(Q["insert_outcomes"], self.log.topic_id, self.name,
+                                       [t[0] for t in txns], [t[1] for t in txns], [d[1] for d in decided])
+
+                try:
+                    written = await store.write_locked(self.log.topic_id, self.log.epoch, writes)
+                except Exception as exc:
+                    self.log.lose(f"ending transactions failed: {exc}")
+                    raise
+                if written is None:
+                    self.log.lose("fenced while ending a transaction")
+                    self.log.check_open()
+                for txn, commit, individual, cumulative in decided:
+                    if not commit:
+                        await self._requeue(individual, cumulative)
+        return results
+
+    async def _requeue(self, individual, cumulative) -> None:
+        """An aborted transaction's acknowledged messages go back out, count + 1."""
+        masks: dict[int, int] = {}
+        for entry_id, index in individual:
+            if index == WHOLE:
+                entry = await self.log.read_one(entry_id)
+                masks[entry_id] = full_mask(entry.num_messages) if entry else 0
+            else:
+                masks[entry_id] = masks.get(entry_id, 0) | 1 << index
+        if cumulative:
+            last_entry, last_index = cumulative
+            for entry_id in range(self.cursor.mark_delete + 1, last_entry + 1):
+                entry = await self.log.read_one(entry_id)
+                if entry is None:
+                    continue
+                mask = full_mask(entry.num_messages)
+                if entry_id == last_entry and last_index != WHOLE:
+                    mask &= full_mask(last_index + 1)
+                masks[entry_id] = masks.get(entry_id, 0) | (mask & self.cursor.unacked_mask(entry_id, entry.num_messages))
+        for entry_id, mask in masks.items():
+            if mask:
+                self.deliveries.requeue(entry_id, mask)
+        metrics.REDELIVERIES.inc(sum(m.bit_count() for m in masks.values()))
+
