@@ -27,8 +27,11 @@ from magnetar_runtime.local.postgres import free_port
 from magnetar_admin.app import build_app
 from magnetar_admin.settings import AdminSettings
 
-SNAPSHOT_TABLES = ("tenants", "namespaces", "partitioned_topics", "topics", "topic_owners", "entries",
-                   "producer_sequences", "subscriptions", "txn_entries", "brokers")
+# Every table the admin service writes or deletes from (brokers' heartbeats move on their own).
+SNAPSHOT = {t: f"SELECT * FROM {t}" for t in (
+    "tenants", "namespaces", "partitioned_topics", "topics", "topic_owners", "entries",
+    "producer_sequences", "subscriptions", "txn_entries", "txn_outcomes", "pending_acks")}
+SNAPSHOT["brokers"] = "SELECT broker_id, url FROM brokers"
 
 NO_BODY = object()
 
@@ -86,8 +89,8 @@ def snapshot(database_url: str) -> dict[str, list]:
     async def go():
         conn = await asyncpg.connect(database_url)
         try:
-            return {t: sorted(repr(tuple(r.values())) for r in await conn.fetch(f"SELECT * FROM {t}"))
-                    for t in SNAPSHOT_TABLES}
+            return {t: sorted(repr(tuple(r.values())) for r in await conn.fetch(query))
+                    for t, query in SNAPSHOT.items()}
         finally:
             await conn.close()
     return asyncio.run(go())

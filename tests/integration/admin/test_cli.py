@@ -1,0 +1,204 @@
+"""``magnetar-admin`` run as a subprocess (the installed console script) against a running
+admin service: table and JSON output, and exit codes 0 (done), 1 (refused, reason and
+fix on stderr), 2 (usage) and 3 (cannot connect)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import subprocess
+import threading
+
+import pytest
+
+from magnetar_runtime.local.cluster import command_path
+from magnetar_runtime.local.postgres import free_port
+
+from tests.integration.admin.conftest import own
+
+CLI = command_path("magnetar-admin")
+
+
+def cli(*args: str, url: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("MAGNETAR_ADMIN_URL", "MAGNETAR_AUTH_TOKEN")}
+    argv = [CLI] + (["--admin-url", url] if url else []) + list(args)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=base | (env or {}))
+
+
+def ok(admin, *args: str) -> str:
+    p = cli(*args, url=admin.url)
+    assert p.returncode == 0, f"magnetar-admin {' '.join(args)} -> {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p.stdout
+
+
+def js(admin, *args: str):
+    return json.loads(ok(admin, "--output", "json", *args))
+
+
+def refused(admin, *args: str) -> str:
+    before = admin.snapshot()
+    p = cli(*args, url=admin.url)
+    assert p.returncode == 1, f"magnetar-admin {' '.join(args)} -> {p.returncode}\n{p.stdout}\n{p.stderr}"
+    assert p.stdout == ""
+    assert admin.snapshot() == before
+    return p.stderr
+
+
+def usage(*args: str, url: str = "http://127.0.0.1:9") -> str:
+    p = cli(*args, url=url)
+    assert p.returncode == 2, f"magnetar-admin {' '.join(args)} -> {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p.stderr
+
+
+def test_tenants_and_namespaces(admin):
+    assert ok(admin, "tenants", "list").split() == ["TENANT", "public"]
+    assert ok(admin, "tenants", "create", "acme", "--admin-roles", "ops,dev").strip() == "Created tenant acme"
+    assert js(admin, "tenants", "list") == ["acme", "public"]
+    assert js(admin, "tenants", "get", "acme") == {"adminRoles": ["dev", "ops"], "allowedClusters": ["standalone"]}
+    assert js(admin, "namespaces", "create", "acme/orders") == {"result": "ok", "namespace": "acme/orders"}
+    assert ok(admin, "namespaces", "list", "acme").split() == ["NAMESPACE", "acme/orders"]
+    assert ok(admin, "namespaces", "get-deduplication", "acme/orders").strip() == "broker default (not set)"
+    ok(admin, "namespaces", "set-deduplication", "acme/orders", "--disable")
+    assert admin.sql("SELECT deduplication_enabled FROM namespaces WHERE tenant = 'acme'") == [
+        {"deduplication_enabled": False}]
+    assert js(admin, "namespaces", "get-deduplication", "acme/orders") is False
+    ok(admin, "namespaces", "set-deduplication", "acme/orders", "--enable")
+    assert ok(admin, "namespaces", "get-deduplication", "acme/orders").strip() == "enabled"
+    ok(admin, "namespaces", "remove-deduplication", "acme/orders")
+    assert js(admin, "namespaces", "get-deduplication", "acme/orders") is None
+    ok(admin, "namespaces", "delete", "acme/orders")
+    ok(admin, "tenants", "delete", "acme")
+    assert admin.sql("SELECT tenant FROM tenants") == [{"tenant": "public"}]
+
+
+def test_topics(admin):
+    assert "with 3 partitions" in ok(admin, "topics", "create", "orders", "-p", "3")
+    assert js(admin, "topics", "create", "public/default/solo") == {
+        "result": "ok", "topic": "persistent://public/default/solo", "partitions": 0}
+    listed = ok(admin, "topics", "list", "public/default").split()
+    assert listed == ["TOPIC"] + [f"persistent://public/default/orders-partition-{i}" for i in range(3)] + [
+        "persistent://public/default/solo"]
+    assert js(admin, "topics", "list", "public/default", "--partitioned") == ["persistent://public/default/orders"]
+    assert js(admin, "namespaces", "topics", "public/default")[-1] == "persistent://public/default/solo"
+
+    admin.sql("INSERT INTO subscriptions (topic_id, subscription, mark_delete_entry) SELECT topic_id, 'audit', -1 "
+              "FROM topics WHERE topic LIKE '%orders-partition-%'")
+    table = ok(admin, "topics", "stats", "orders")
+    assert "(3 partitions)" in table and "persistent://public/default/orders-partition-2" in table
+    assert [line.split()[0] for line in table.splitlines() if line.startswith("audit")] == ["audit"]
+    stats = js(admin, "topics", "stats", "orders")
+    assert stats["metadata"] == {"partitions": 3} and "audit" in stats["subscriptions"]
+    assert js(admin, "topics", "stats", "persistent://public/default/solo")["liveStats"] is False
+    assert "database-only stats" in ok(admin, "topics", "stats", "solo")
+    lines = ok(admin, "topics", "stats-internal", "solo").splitlines()
+    assert ["lastConfirmedEntry", "-1:-1"] in [line.split() for line in lines]
+    internal = js(admin, "topics", "stats-internal", "orders")
+    assert len(internal["partitions"]) == 3
+    assert ok(admin, "topics", "subscriptions", "orders").split() == ["SUBSCRIPTION", "audit"]
+    ok(admin, "topics", "unsubscribe", "orders", "-s", "audit")
+    assert admin.sql("SELECT count(*) AS n FROM subscriptions") == [{"n": 0}]
+
+    assert "and its 3 partitions" in ok(admin, "topics", "delete", "orders")
+    assert js(admin, "topics", "delete", "solo") == {
+        "result": "ok", "topic": "persistent://public/default/solo", "partitions": 0}
+    assert admin.sql("SELECT count(*) AS n FROM topics") == [{"n": 0}]
+    assert admin.sql("SELECT count(*) AS n FROM partitioned_topics") == [{"n": 0}]
+
+
+def test_brokers(admin, fake_broker):
+    admin.ok("PUT", "/admin/v2/persistent/public/default/solo")
+    own(admin.database_url, "persistent://public/default/solo", fake_broker.broker_id, epoch=4)
+    assert ok(admin, "brokers", "list").split() == ["BROKER", "URL", fake_broker.url]
+    rows = js(admin, "brokers", "ownership")
+    assert rows == [{"topic": "persistent://public/default/solo", "brokerId": fake_broker.broker_id,
+                     "brokerUrl": fake_broker.url, "ownerEpoch": 4, "brokerAlive": True}]
+    assert fake_broker.broker_id in ok(admin, "brokers", "ownership")
+
+
+def test_refusals_exit_1_with_the_reason_and_a_fix(admin):
+    admin.ok("PUT", "/admin/v2/persistent/public/default/solo")
+    err = refused(admin, "topics", "stats", "nope")
+    assert "persistent://public/default/nope does not exist" in err and "HTTP 404 TopicNotFound" in err
+    assert "magnetar-admin topics create nope" in err
+    err = refused(admin, "topics", "create", "acme/orders/t")
+    assert "namespace acme/orders does not exist" in err and "namespaces create acme/orders" in err
+    err = refused(admin, "namespaces", "create", "acme/orders")
+    assert "tenant 'acme' does not exist" in err and "tenants create acme" in err
+    err = refused(admin, "tenants", "create", "public")
+    assert "already exists" in err and "HTTP 409" in err
+    err = refused(admin, "namespaces", "delete", "public/default")
+    assert "force" in err and "--force" in err
+    err = refused(admin, "topics", "unsubscribe", "solo", "-s", "ghost")
+    assert "'ghost'" in err and "topics subscriptions solo" in err
+    err = refused(admin, "tenants", "create", "zeta", "--allowed-clusters", "elsewhere")
+    assert "elsewhere" in err and "HTTP 400" in err
+
+
+def test_usage_errors_exit_2():
+    assert "required" in usage()
+    assert "invalid choice" in usage("planets", "list")
+    assert "invalid topic 'bad$name'" in usage("topics", "create", "bad$name")
+    assert "at least 1" in usage("topics", "create", "t", "-p", "0")
+    assert "invalid int value" in usage("topics", "create", "t", "-p", "many")
+    assert "TENANT/NAMESPACE" in usage("namespaces", "create", "justone")
+    assert "--enable" in usage("namespaces", "set-deduplication", "public/default")
+    assert "not an http" in usage("tenants", "list", url="localhost:8081")
+    assert "invalid choice" in usage("--output", "yaml", "tenants", "list")
+
+
+def test_cannot_connect_exits_3_naming_the_url_and_the_fix():
+    url = f"http://127.0.0.1:{free_port()}"
+    p = cli("tenants", "list", url=url)
+    assert p.returncode == 3
+    assert url in p.stderr and "--admin-url" in p.stderr and "MAGNETAR_ADMIN_URL" in p.stderr
+    p = cli("tenants", "list", env={"MAGNETAR_ADMIN_URL": url})  # the environment's URL is used
+    assert p.returncode == 3 and url in p.stderr
+
+
+def test_url_from_environment_and_options_after_the_command(admin):
+    p = cli("tenants", "list", "--output", "json", env={"MAGNETAR_ADMIN_URL": admin.url})
+    assert p.returncode == 0 and json.loads(p.stdout) == ["public"]
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    seen: list = []
+    status, body, content_type = 200, b"[]", "application/json"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        type(self).seen.append(dict(self.headers))
+        self.send_response(self.status)
+        self.send_header("content-type", self.content_type)
+        self.send_header("content-length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+
+@pytest.fixture
+def recorder():
+    handler = type("Handler", (_Recorder,), {"seen": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield handler, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_auth_token_is_sent_as_a_bearer_token(recorder):
+    handler, url = recorder
+    p = cli("--auth-token", "s3cret", "tenants", "list", url=url)
+    assert p.returncode == 0
+    assert handler.seen[-1]["Authorization"] == "Bearer s3cret"
+    assert cli("tenants", "list", url=url, env={"MAGNETAR_AUTH_TOKEN": "t2"}).returncode == 0
+    assert handler.seen[-1]["Authorization"] == "Bearer t2"
+
+
+def test_an_error_page_that_is_not_json_still_exits_1_with_its_text(recorder):
+    handler, url = recorder
+    handler.status, handler.body, handler.content_type = 502, b"Bad Gateway from the proxy", "text/plain"
+    p = cli("tenants", "list", url=url)
+    assert p.returncode == 1 and "Bad Gateway from the proxy" in p.stderr and "HTTP 502" in p.stderr
