@@ -136,7 +136,8 @@ class LocalCluster:
                             ("admin", None if admin is None else int(admin))):
             if value is not None:
                 counts[kind] = value
-        self.database_url = database_url or os.environ.get("MAGNETAR_DATABASE_URL") or ""
+        self._given_database_url = database_url or os.environ.get("MAGNETAR_DATABASE_URL") or ""
+        self.database_url = self._given_database_url  # or our PostgreSQL's, once started
         self.postgres: LocalPostgres | None = None
         self.durable = durable
         self.extra_env = dict(env or {})
@@ -322,6 +323,7 @@ class LocalCluster:
             if self.postgres is not None:
                 self.postgres.stop()
                 self.postgres = None
+                self.database_url = self._given_database_url  # a new start starts it again
 
     def __enter__(self) -> "LocalCluster":
         return self.start()
