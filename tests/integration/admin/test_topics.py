@@ -185,3 +185,14 @@ def test_subscription_refusals_change_nothing(admin):
     assert "missing" in admin.refused("DELETE", f"{P}/public/default/missing/subscription/s", status=404)
     assert "subscription name" in admin.refused("DELETE", f"{P}/public/default/solo/subscription/a%20b",
                                                 status=400)
+
+
+def test_concurrent_creations_of_one_topic_make_exactly_one(admin):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: admin.call("PUT", f"{P}/public/default/race/partitions", 4)[0],
+                                range(8)))
+    assert sorted(answers) == [204] + [409] * 7
+    assert admin.sql("SELECT count(*) AS n FROM topics") == [{"n": 4}]
+    assert admin.sql("SELECT count(*) AS n FROM topic_owners") == [{"n": 4}]

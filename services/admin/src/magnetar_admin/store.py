@@ -128,15 +128,17 @@ class AdminStore:
         """A non-partitioned topic (``partitions`` 0) or a partitioned one with a topics
         row and an unowned lease row per partition, all or nothing."""
         async with self.pool.acquire() as conn, conn.transaction():
-            if await conn.fetchval(Q["lock_namespace"], name.tenant, name.namespace) is None:
+            # A namespace deleted meanwhile fails the foreign keys: 409 (app.py).
+            if await conn.fetchrow(Q["get_namespace"], name.tenant, name.namespace) is None:
                 raise NamespaceNotFound(f"namespace {name.namespace_name} does not exist")
             if await conn.fetchval(Q["get_partitioned"], name.full) is not None:
                 raise Conflict(f"partitioned topic {name.full} already exists")
             if await conn.fetchval(Q["get_topic"], name.full) is not None:
                 raise Conflict(f"topic {name.full} already exists")
             if partitions:
-                await conn.execute(Q["create_partitioned"], name.full, name.tenant, name.namespace,
-                                   partitions)
+                if await conn.fetchval(Q["create_partitioned"], name.full, name.tenant, name.namespace,
+                                       partitions) is None:
+                    raise Conflict(f"partitioned topic {name.full} already exists")
                 units = [(name.partition(i).full, i) for i in range(partitions)]
             else:
                 units = [(name.full, -1)]
