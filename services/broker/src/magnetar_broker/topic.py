@@ -141,7 +141,10 @@ class PartitionLog:
         return self.persisted_seq[producer_name]
 
     async def publish(self, producer: Producer, req: pb.SendRequest) -> pb.SendResponse:
-        return (await self.publish_many(producer, [req]))[0]
+        result = (await self.publish_many(producer, [req]))[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
 
     async def publish_many(self, producer: Producer, reqs) -> list:
         """Admit batches in order, then hand them to the writer together, so they share a

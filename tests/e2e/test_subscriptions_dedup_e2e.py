@@ -1,0 +1,165 @@
+"""Issue #2 end to end: subscription types, negative acks, deduplication state across
+re-creation, broker SIGKILL and the namespace switch, and limit/unknown-id errors."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import urllib.request
+
+import pytest
+
+import magnetar
+from magnetar_protocol import magnetar_pb2 as pb
+
+pytestmark = pytest.mark.e2e
+
+
+def _read_all(client, topic: str) -> list[bytes]:
+    reader = client.create_reader(topic, magnetar.MessageId.earliest)
+    out = []
+    while reader.has_message_available():
+        out.append(reader.read_next(timeout_millis=10000).data())
+    reader.close()
+    return out
+
+
+def test_failover_delivers_to_the_active_consumer_and_moves_on_close(cluster, client):
+    producer = client.create_producer("failover")
+    a = client.subscribe("failover", "f", consumer_type=magnetar.ConsumerType.Failover, consumer_name="a",
+                         initial_position=magnetar.InitialPosition.Earliest)
+    b = client.subscribe("failover", "f", consumer_type=magnetar.ConsumerType.Failover, consumer_name="b",
+                         initial_position=magnetar.InitialPosition.Earliest)
+    producer.send(b"one")
+    assert a.receive(timeout_millis=5000).data() == b"one"  # "a" sorts first: active
+    with pytest.raises(magnetar.Timeout):
+        b.receive(timeout_millis=500)
+    a.close()  # its unacknowledged message moves to the new active consumer
+    assert b.receive(timeout_millis=5000).data() == b"one"
+
+
+def test_exclusive_subscription_refuses_a_second_consumer(cluster, client):
+    client.subscribe("exclusive-sub", "only")
+    with pytest.raises(magnetar.ConsumerBusy):
+        client.subscribe("exclusive-sub", "only")
+    with pytest.raises(magnetar.ConsumerBusy):
+        client.subscribe("exclusive-sub", "only", consumer_type=magnetar.ConsumerType.Shared)
+
+
+def test_key_shared_keeps_each_key_on_one_consumer(cluster, client):
+    consumers = [client.subscribe("keyed", "k", consumer_type=magnetar.ConsumerType.KeyShared,
+                                  consumer_name=f"c{i}", initial_position=magnetar.InitialPosition.Earliest)
+                 for i in range(2)]
+    producer = client.create_producer("keyed")
+    for i in range(200):
+        producer.send_async(f"{i % 10}:{i}".encode(), lambda r, m: None, partition_key=f"key{i % 10}")
+    producer.flush()
+    owner_of_key: dict[str, int] = {}
+    order: dict[str, list[int]] = {}
+    received = 0
+    deadline = time.monotonic() + 30
+    while received < 200 and time.monotonic() < deadline:
+        for index, consumer in enumerate(consumers):
+            try:
+                msg = consumer.receive(timeout_millis=100)
+            except magnetar.Timeout:
+                continue
+            key, seq = msg.data().decode().split(":")
+            assert owner_of_key.setdefault(key, index) == index, f"key {key} went to two consumers"
+            order.setdefault(key, []).append(int(seq))
+            consumer.acknowledge(msg)
+            received += 1
+    assert received == 200
+    assert all(seqs == sorted(seqs) for seqs in order.values())  # per-key order kept
+    assert set(owner_of_key.values()) == {0, 1}  # both consumers got keys
+
+
+def test_negative_ack_redelivers_after_the_delay_with_a_count(cluster, client):
+    consumer = client.subscribe("nacked", "s", negative_ack_redelivery_delay_ms=300,
+                                initial_position=magnetar.InitialPosition.Earliest)
+    client.create_producer("nacked").send(b"retry me")
+    first = consumer.receive(timeout_millis=5000)
+    assert first.redelivery_count() == 0
+    consumer.negative_acknowledge(first)
+    again = consumer.receive(timeout_millis=5000)
+    assert again.data() == b"retry me" and again.redelivery_count() == 1
+
+
+def test_dedup_state_survives_recreation_and_broker_sigkill(cluster):
+    client = magnetar.Client(",".join(cluster.broker_urls))
+    try:
+        topic = "persistent://public/default/dedup-survives"
+        producer = client.create_producer(topic, producer_name="writer")
+        for i in range(5):
+            producer.send(f"m{i}".encode())
+        producer.close()
+        again = client.create_producer(topic, producer_name="writer")
+        assert again.last_sequence_id() == 4
+        again.send(b"dup", sequence_id=3)  # at or below the last id: dropped, no error
+        cluster.kill(cluster.owner_of(topic), signal.SIGKILL)
+        again.send(b"dup-after-kill", sequence_id=4)
+        again.send(b"m5")  # continues at 5 on the new owner
+        again.close()
+        third = client.create_producer(topic, producer_name="writer")
+        assert third.last_sequence_id() == 5
+        assert _read_all(client, topic) == [f"m{i}".encode() for i in range(6)]
+    finally:
+        client.close()
+
+
+def test_namespace_can_turn_deduplication_off(cluster, client):
+    req = urllib.request.Request(f"{cluster.admin_url}/admin/v2/namespaces/public/default/deduplication",
+                                 data=json.dumps(False).encode(), method="POST",
+                                 headers={"content-type": "application/json"})
+    urllib.request.urlopen(req, timeout=10).close()
+    producer = client.create_producer("no-dedup", producer_name="p")
+    producer.send(b"a", sequence_id=7)
+    producer.send(b"b", sequence_id=7)  # stored too: the policy is off
+    assert _read_all(client, "no-dedup") == [b"a", b"b"]
+
+
+def _raw(cluster, path: str, message) -> tuple[int, pb.Error | None]:
+    req = urllib.request.Request(cluster.broker_urls[0] + path, data=message.SerializeToString(),
+                                 method="POST", headers={"content-type": "application/x-protobuf"})
+    try:
+        urllib.request.urlopen(req, timeout=10).close()
+        return 200, None
+    except urllib.error.HTTPError as err:
+        return err.code, pb.Error.FromString(err.read())
+
+
+def test_unknown_ids_and_limits_are_clear_errors(cluster):
+    status, err = _raw(cluster, "/v1/producers/send", pb.SendRequest(producer_id=999, batch=b"x", num_messages=1))
+    assert status == 404 and err.code == pb.PRODUCER_NOT_FOUND and "999" in err.message
+    status, err = _raw(cluster, "/v1/consumers/fetch", pb.FetchRequest(consumer_id=12345, max_messages=1))
+    assert status == 404 and err.code == pb.CONSUMER_NOT_FOUND
+    status, err = _raw(cluster, "/v1/producers/create", pb.CreateProducerRequest(session_id="nope", topic="t"))
+    assert status == 404 and err.code == pb.SESSION_NOT_FOUND
+    # A batch over the broker's message-count limit is refused and stores nothing.
+    with urllib.request.urlopen(urllib.request.Request(
+            cluster.broker_urls[0] + "/v1/sessions/open", data=b"", method="POST",
+            headers={"content-type": "application/x-protobuf"}), timeout=10) as resp:
+        session = pb.OpenSessionResponse.FromString(resp.read()).session_id
+    _raw(cluster, "/v1/topics/lookup", pb.LookupRequest(topic="limits-raw"))
+    owner = cluster.owner_of("persistent://public/default/limits-raw")
+    req = urllib.request.Request(cluster.url(owner) + "/v1/producers/create",
+                                 data=pb.CreateProducerRequest(session_id=session, topic="limits-raw")
+                                 .SerializeToString(), method="POST",
+                                 headers={"content-type": "application/x-protobuf"})
+    if owner != "broker-0":  # the session lives on broker-0; open one on the owner
+        with urllib.request.urlopen(urllib.request.Request(
+                cluster.url(owner) + "/v1/sessions/open", data=b"", method="POST",
+                headers={"content-type": "application/x-protobuf"}), timeout=10) as resp:
+            session = pb.OpenSessionResponse.FromString(resp.read()).session_id
+        req.data = pb.CreateProducerRequest(session_id=session, topic="limits-raw").SerializeToString()
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        producer_id = pb.CreateProducerResponse.FromString(resp.read()).producer_id
+    too_many = pb.SendRequest(producer_id=producer_id, batch=b"\x0a\x00", num_messages=10001,
+                              sequence_id=0, highest_sequence_id=10000)
+    req = urllib.request.Request(cluster.url(owner) + "/v1/producers/send", data=too_many.SerializeToString(),
+                                 method="POST", headers={"content-type": "application/x-protobuf"})
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(req, timeout=10)
+    err = pb.Error.FromString(caught.value.read())
+    assert caught.value.code == 400 and err.code == pb.BAD_REQUEST and "10000" in err.message
