@@ -27,6 +27,7 @@ def test_tenant_refusals_change_nothing(admin):
     assert "nope" in admin.refused("GET", f"{T}/nope", status=404, code="TenantNotFound")
     assert "nope" in admin.refused("DELETE", f"{T}/nope", status=404, code="TenantNotFound")
     assert "nope" in admin.refused("POST", f"{T}/nope", {"adminRoles": []}, status=404)
+    assert "TenantInfo" in admin.refused("POST", f"{T}/acme", status=400)  # an update needs a body
     assert "bad$name" in admin.refused("PUT", f"{T}/bad$name", status=400, code="InvalidTopicName")
     assert "'..'" in admin.refused("PUT", f"{T}/a..b", status=400)
     assert "other-dc" in admin.refused("PUT", f"{T}/new", {"allowedClusters": ["other-dc"]}, status=400)

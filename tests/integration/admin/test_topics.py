@@ -2,7 +2,7 @@
 deletion with fencing before the owner is told to unload, subscriptions; every refusal
 with its reason and an unchanged database."""
 
-from tests.integration.admin.conftest import own
+from tests.integration.admin.conftest import FakeBroker, own
 
 P = "/admin/v2/persistent"
 NS = "/admin/v2/namespaces"
@@ -116,6 +116,25 @@ def test_delete_refuses_while_clients_are_connected_unless_forced(admin, fake_br
     assert admin.call("DELETE", f"{P}/public/default/busy?force=true") == (204, None)
     assert ("POST", "/internal/v1/unload?topic=persistent://public/default/busy") in fake_broker.requests
     assert admin.ok("GET", f"{P}/public/default") == []
+
+
+def test_delete_refuses_when_a_live_owner_does_not_answer_unless_forced(admin, database_url):
+    admin.ok("PUT", f"{P}/public/default/silent")
+    mute = FakeBroker(database_url, "mute-broker")
+    mute.close()  # its heartbeat is fresh in the database, but nothing listens
+    own(database_url, "persistent://public/default/silent", "mute-broker")
+    reason = admin.refused("DELETE", f"{P}/public/default/silent", status=409)
+    assert "mute-broker" in reason and "did not answer" in reason and "force=true" in reason
+    admin.ok("DELETE", f"{P}/public/default/silent?force=true")
+    assert admin.sql("SELECT count(*) AS n FROM topics") == [{"n": 0}]
+
+
+def test_delete_when_the_owner_says_it_does_not_own_the_topic(admin, fake_broker):
+    admin.ok("PUT", f"{P}/public/default/moved")
+    own(admin.database_url, "persistent://public/default/moved", fake_broker.broker_id)
+    # fake_broker.stats has no entry for it: the broker answers 409 NotOwner, so no client is there
+    admin.ok("DELETE", f"{P}/public/default/moved")
+    assert admin.sql("SELECT count(*) AS n FROM topics") == [{"n": 0}]
 
 
 def test_delete_of_a_topic_owned_by_a_dead_broker_does_not_call_it(admin, fake_broker):

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 
-from magnetar_protocol.errors import ServiceNotReady
+from magnetar_protocol.errors import BadRequest, ServiceNotReady
 
 from magnetar_admin import bodies
 from magnetar_admin.service import AdminService
@@ -67,6 +67,8 @@ def tenant_routes(settings_cluster: str) -> APIRouter:
     @r.post("/tenants/{tenant}", summary="Update a tenant's configuration", **NO_CONTENT,
             openapi_extra=body_doc(TENANT_INFO))
     async def update_tenant(tenant: str, service: Service, body: Body) -> Response:
+        if body is bodies.MISSING:
+            raise BadRequest('the body must be a TenantInfo object: {"adminRoles": [...]}')
         roles = bodies.tenant_info(body, settings_cluster)
         await service.store.update_tenant(bodies.tenant(tenant), roles)
         return Response(status_code=204)

@@ -22,6 +22,7 @@ from magnetar_runtime.serve import serve
 from magnetar_storage.db import create_pool
 
 from magnetar_admin.api import add_routes
+from magnetar_admin.api_transactions import add_transaction_routes
 from magnetar_admin.service import AdminService
 from magnetar_admin.settings import AdminSettings
 from magnetar_admin.store import AdminStore
@@ -51,6 +52,7 @@ def build_app(settings: AdminSettings | None = None) -> FastAPI:
     app = create_app("admin", lifespan=lifespan, ready=ready)
     app.state.service = None
     add_routes(app, settings.cluster_name)
+    add_transaction_routes(app)
     add_error_handlers(app)
     return app
 

@@ -41,25 +41,52 @@ class AdminService:
 
     # ---------------------------------------------------------------- brokers
 
-    async def broker_json(self, base_url: str, path: str, topic: str, method: str = "GET") -> dict | None:
-        """One call to a broker's internal JSON API; None unless it answered 200."""
+    async def broker_call(self, base_url: str, path: str, topic: str,
+                          method: str = "GET") -> tuple[int | None, dict | None]:
+        """One call to a broker's internal JSON API: (HTTP status or None when it did not
+        answer, the JSON answer when the status is 200)."""
         try:
             async with self.http.request(method, base_url.rstrip("/") + path,
                                          params={"topic": topic}) as resp:
                 if resp.status == 200:
-                    return await resp.json()
+                    return 200, await resp.json()
                 log.info("broker %s%s?topic=%s answered HTTP %s", base_url, path, topic, resp.status)
+                return resp.status, None
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             log.info("broker %s%s?topic=%s did not answer: %s", base_url, path, topic, exc)
-        return None
+            return None, None
 
     async def _live(self, owner: dict, unit: TopicName) -> dict | None:
+        """The live stats of the topic from its owner; None when no live broker owns it
+        or the owner did not give them."""
         if not (owner.get("alive") and owner.get("url")):
             return None
-        return await self.broker_json(owner["url"], "/internal/v1/topic-stats", unit.full)
+        return (await self.broker_call(owner["url"], "/internal/v1/topic-stats", unit.full))[1]
+
+    async def _check_idle(self, owner: dict, unit: TopicName, subscription: str | None = None) -> None:
+        """409 unless the topic (or one subscription of it) has no connected clients.  An
+        owner that does not answer cannot vouch for that: 409 too (force skips this)."""
+        if not (owner.get("alive") and owner.get("url")):
+            return
+        status, live = await self.broker_call(owner["url"], "/internal/v1/topic-stats", unit.full)
+        if status is None:
+            raise Conflict(f"broker {owner['broker_id']} ({owner['url']}) owns {unit.full} but did not "
+                           "answer, so connected clients cannot be ruled out; retry, or use force=true")
+        subs = (live or {}).get("subscriptions", {})
+        if subscription is not None:
+            consumers = len(subs.get(subscription, {}).get("consumers", []))
+            if consumers:
+                raise Conflict(f"subscription {subscription!r} on {unit.full} has {consumers} connected "
+                               "consumer(s); close them, or delete with force=true")
+            return
+        consumers = sum(len(s.get("consumers", [])) for s in subs.values())
+        producers = len((live or {}).get("publishers", []))
+        if producers or consumers:
+            raise Conflict(f"topic {unit.full} has {producers} connected producer(s) and {consumers} "
+                           "consumer(s); close them, or delete with force=true")
 
     async def _unload(self, owners: dict[int, dict], units: dict[int, TopicName]) -> None:
-        calls = [self.broker_json(o["url"], "/internal/v1/unload", units[tid].full, "POST")
+        calls = [self.broker_call(o["url"], "/internal/v1/unload", units[tid].full, "POST")
                  for tid, o in owners.items() if o.get("alive") and o.get("url") and tid in units]
         await asyncio.gather(*calls)
 
@@ -130,14 +157,7 @@ class AdminService:
         owners = await self.store.owners(list(units))
         if not force:
             for tid, unit in units.items():
-                live = await self._live(owners.get(tid, {}), unit)
-                if live is None:
-                    continue
-                consumers = sum(len(s.get("consumers", [])) for s in live.get("subscriptions", {}).values())
-                producers = len(live.get("publishers", []))
-                if producers or consumers:
-                    raise Conflict(f"topic {unit.full} has {producers} connected producer(s) and "
-                                   f"{consumers} consumer(s); close them, or delete with force=true")
+                await self._check_idle(owners.get(tid, {}), unit)
         if units:
             await self.store.fence(list(units))
             await self._unload(owners, units)
@@ -202,11 +222,7 @@ class AdminService:
         owners = await self.store.owners(list(units))
         if not force:
             for tid, unit in units.items():
-                live = await self._live(owners.get(tid, {}), unit)
-                consumers = (live or {}).get("subscriptions", {}).get(subscription, {}).get("consumers", [])
-                if consumers:
-                    raise Conflict(f"subscription {subscription!r} on {unit.full} has {len(consumers)} "
-                                   "connected consumer(s); close them, or delete with force=true")
+                await self._check_idle(owners.get(tid, {}), unit, subscription)
         deleted, fenced = await self.store.delete_subscription(list(units), subscription)
         if not deleted:
             raise SubscriptionNotFound(f"subscription {subscription!r} does not exist on {name.full}")
