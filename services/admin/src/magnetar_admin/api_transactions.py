@@ -10,7 +10,7 @@ from datetime import datetime
 from fastapi import APIRouter, FastAPI
 
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import TransactionCoordinatorNotFoundError, TransactionNotFound
+from magnetar_protocol.errors import TopicNotFound, TransactionCoordinatorNotFoundError, TransactionNotFound
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_runtime.rpc import RpcClient
 from magnetar_storage.queries import load_queries
@@ -27,6 +27,14 @@ def _ms(t: datetime | None) -> int | None:
 
 def _topic(tenant: str, namespace: str, topic: str) -> TopicName:
     return TopicName.parse(f"persistent://{tenant}/{namespace}/{topic}")
+
+
+async def _topic_id(service, tenant: str, namespace: str, topic: str) -> int:
+    name = _topic(tenant, namespace, topic)
+    topic_id = await service.store.topic_id(name)
+    if topic_id is None:
+        raise TopicNotFound(f"topic {name.full} does not exist")
+    return topic_id
 
 
 async def _metadata(service, most: int, least: int) -> dict:
@@ -89,8 +97,8 @@ def transaction_routes(rpc: RpcClient) -> APIRouter:
                 summary="The topic's transaction buffer (from its owning broker)")
     async def buffer_stats(tenant: str, namespace: str, topic: str, service: Service) -> dict:
         name = _topic(tenant, namespace, topic)
-        topic_id = await service.store.topic_id(name)
-        owner = await service.store.owner(topic_id)
+        topic_id = await _topic_id(service, tenant, namespace, topic)
+        owner = (await service.store.owners([topic_id])).get(topic_id, {})
         live = None
         if owner.get("alive") and owner.get("url"):
             live = (await service.broker_call(owner["url"], "/internal/v1/transaction-buffer-stats", name.full))[1]
@@ -99,7 +107,7 @@ def transaction_routes(rpc: RpcClient) -> APIRouter:
     @router.get("/transactionInBufferStats/{tenant}/{namespace}/{topic}/{most}/{least}",
                 summary="One transaction in a topic's buffer")
     async def in_buffer(tenant: str, namespace: str, topic: str, most: int, least: int, service: Service) -> dict:
-        topic_id = await service.store.topic_id(_topic(tenant, namespace, topic))
+        topic_id = await _topic_id(service, tenant, namespace, topic)
         row = await service.store.pool.fetchrow(Q["txn_in_buffer"], topic_id, most, least)
         state = "OPEN" if row["committed"] is None else ("COMMITTED" if row["committed"] else "ABORTED")
         return {"txnId": f"({most},{least})", "state": state, "batches": row["batches"],
@@ -111,7 +119,7 @@ def transaction_routes(rpc: RpcClient) -> APIRouter:
     async def pending_ack_stats(tenant: str, namespace: str, topic: str, subscription: str,
                                 service: Service) -> dict:
         validate_name_part("subscription", subscription)
-        topic_id = await service.store.topic_id(_topic(tenant, namespace, topic))
+        topic_id = await _topic_id(service, tenant, namespace, topic)
         rows = await service.store.pool.fetch(Q["pending_acks"], topic_id, subscription)
         return {"ongoingTxnSize": len(rows),
                 "ongoingTxns": {f"({r[0]},{r[1]})": {"pendingAckPositions": r["positions"],
@@ -122,7 +130,7 @@ def transaction_routes(rpc: RpcClient) -> APIRouter:
     async def in_pending_ack(tenant: str, namespace: str, topic: str, subscription: str, most: int,
                              least: int, service: Service) -> dict:
         validate_name_part("subscription", subscription)
-        topic_id = await service.store.topic_id(_topic(tenant, namespace, topic))
+        topic_id = await _topic_id(service, tenant, namespace, topic)
         pool = service.store.pool
         mine = [r for r in await pool.fetch(Q["pending_acks"], topic_id, subscription) if (r[0], r[1]) == (most, least)]
         outcome = await pool.fetchval(Q["sub_outcome"], topic_id, subscription, most, least)

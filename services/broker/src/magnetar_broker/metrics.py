@@ -16,3 +16,14 @@ COMMIT_BATCHES = Histogram(
 OWNED_TOPICS = Gauge("magnetar_broker_owned_topics", "Partitions served by this broker")
 SESSIONS = Gauge("magnetar_broker_sessions", "Open client sessions")
 REDELIVERIES = Counter("magnetar_broker_redeliveries_total", "Messages queued for redelivery")
+
+# Transaction buffer (tb) and pending ack (tp), named as Pulsar names them.
+TB_ACTIVE = Gauge("pulsar_txn_tb_active_total", "Open transactions in this broker's transaction buffers")
+TB_COMMITTED = Counter("pulsar_txn_tb_committed", "Transactions committed on a partition")
+TB_ABORTED = Counter("pulsar_txn_tb_aborted", "Transactions aborted on a partition")
+TP_COMMITTED = Counter("pulsar_txn_tp_committed_count", "Transactions committed on a subscription")
+TP_ABORTED = Counter("pulsar_txn_tp_aborted_count", "Transactions aborted on a subscription")
+TP_COMMIT_LATENCY = Histogram(
+    "pulsar_txn_tp_commit_latency_seconds", "EndTxnOnSubscription: request to durable",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
+)

@@ -5,6 +5,8 @@ subscription share one database transaction (group commit)."""
 
 from __future__ import annotations
 
+import time
+
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     BadRequest,
@@ -111,6 +113,7 @@ class TransactionalAcks:
         self.log.wake()
 
     async def _end_txns(self, items: list) -> list:
+        started = time.perf_counter()
         store = self.log.store
         results: list = []
         decided: list[tuple] = []
@@ -155,8 +158,10 @@ class TransactionalAcks:
                     self.log.lose("fenced while ending a transaction")
                     self.log.check_open()
                 for txn, commit, individual, cumulative in decided:
+                    (metrics.TP_COMMITTED if commit else metrics.TP_ABORTED).inc()
                     if not commit:
                         await self._requeue(individual, cumulative)
+                metrics.TP_COMMIT_LATENCY.observe(time.perf_counter() - started)
         return results
 
     async def _requeue(self, individual, cumulative) -> None:

@@ -357,6 +357,7 @@ class PartitionLog:
         if self.closed:
             return
         self.closed = True
+        metrics.TB_ACTIVE.dec(sum(1 for b in self.txnbuf.txns.values() if b.committed is None))
         log.warning("stopped serving %s: %s", self.name.full, reason)
         self._writer.fail_pending(NotOwner(f"{self.name.full} is no longer served here"))
         self.wake()

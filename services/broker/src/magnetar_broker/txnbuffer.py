@@ -22,6 +22,7 @@ from magnetar_protocol.errors import (
 
 from magnetar_runtime.failpoints import failpoint
 
+from magnetar_broker import metrics
 from magnetar_broker.store import Q, BrokerStore, Entry
 
 TxnKey = tuple[int, int]
@@ -78,6 +79,8 @@ class TxnBuffer:
         buf = self.txns.get(txn)
         if buf is None:
             batches, messages, committed = await self.store.txn_state(self.topic_id, txn)
+            if txn not in self.txns and committed is None:
+                metrics.TB_ACTIVE.inc()
             buf = self.txns.setdefault(txn, TxnBuf(batches, messages, [] if batches == 0 else None,
                                                    committed=committed))
         return buf
@@ -200,12 +203,16 @@ class TxnBuffer:
             else:
                 cached.append(Entry(entry_id, row[1], row[4], now_ms, row[6]))
         for txn, buf in staged.items():
-            if buf.committed is not None:
+            was_open = self.txns[txn].committed is None
+            if buf.committed is not None and was_open:
                 buf.payloads = None  # the marker holds them now
+                metrics.TB_ACTIVE.dec()
                 if buf.committed:
                     self.committed_count += 1
+                    metrics.TB_COMMITTED.inc()
                 else:
                     self.aborted_count += 1
+                    metrics.TB_ABORTED.inc()
             self.txns[txn] = buf
         for name, seq in sequences.items():
             plog.persisted_seq[name] = max(seq, plog.persisted_seq.get(name, -1))
