@@ -247,9 +247,16 @@ def _sql(url: str, statement: str):
     return run_sync(go)
 
 
-def test_magnetar_local_run_restarts_the_dead_keeps_data_and_leaves_nothing_behind():
-    # A folder 0700 like /root: as root, PostgreSQL (another user) must still reach it.
-    data_dir = Path(tempfile.mkdtemp(prefix="magnetar-local-run-")) / ".magnetar"
+@pytest.fixture
+def private_dir():
+    """A folder 0700 like /root: as root, PostgreSQL (another user) must still reach it."""
+    path = Path(tempfile.mkdtemp(prefix="magnetar-local-run-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_magnetar_local_run_restarts_the_dead_keeps_data_and_leaves_nothing_behind(private_dir):
+    data_dir = private_dir / ".magnetar"
     first = _Run(data_dir)
     try:
         urls = first.banner()
@@ -283,4 +290,3 @@ def test_magnetar_local_run_restarts_the_dead_keeps_data_and_leaves_nothing_behi
         assert all(_gone(pid) for pid in urls["pids"].values())
     finally:
         again.stop()
-        shutil.rmtree(data_dir.parent, ignore_errors=True)
