@@ -177,3 +177,14 @@ def test_stats_refusals(admin):
     assert "perPartition" in admin.refused("GET", f"{P}/public/default/orders/partitioned-stats?perPartition=x",
                                            status=400)
     assert "persistent://public/nope/t" in admin.refused("GET", f"{P}/public/nope/t/stats", status=404)
+
+
+def test_cursor_shapes_rules():
+    from magnetar_admin import stats as shapes
+
+    acks = {5: shapes.WHOLE, 6: shapes.WHOLE, 8: shapes.WHOLE, 9: 0b101, 3: shapes.WHOLE}
+    assert shapes.deleted_ranges_text(acks) == "[(2:-1..3:-1], (4:-1..6:-1], (7:-1..8:-1]]"
+    assert shapes.batch_deleted_indexes(acks) == {"9": [0, 2]}
+    # entry 3 is at or before the mark-delete position; entry 9 holds 2 messages only;
+    # entry 8 is not in the log any more
+    assert shapes.acked_beyond(acks, 4, {3: 1, 5: 2, 6: 1, 9: 2}) == 2 + 1 + 2
