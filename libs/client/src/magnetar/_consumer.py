@@ -44,6 +44,7 @@ class PartitionConsumer:
         self.task: asyncio.Task | None = None
 
     async def connect(self) -> None:
+        self.consumer_id = 0  # never reuse an id from an earlier broker
         o = self.consumer.options
         attempt = 0
         deadline = time.monotonic() + self.core.operation_timeout_s

@@ -82,6 +82,8 @@ class PartitionProducer:
     # ---------------------------------------------------------------- connection
 
     async def connect(self, first: bool = False) -> None:
+        # Never reuse an id from an earlier broker: clear it until the new one is known.
+        self.producer_id = 0
         opts = self.producer.options
         wait_forever = opts["access_mode"] == ProducerAccessMode.WaitForExclusive
         attempt = 0
@@ -271,6 +273,12 @@ class PartitionProducer:
                 await self.connect()
             except (Timeout, *RETRYABLE):
                 continue
+            except MagnetarError as exc:  # e.g. fenced: another exclusive producer took over
+                if exc.code == pb.PRODUCER_FENCED:
+                    self.fenced = exc
+                for b in pending:
+                    outcomes[id(b)] = exc
+                break
         return [outcomes[id(b)] for b in group]
 
     def _request(self, batch: _Batch) -> pb.SendRequest:

@@ -15,10 +15,12 @@ from magnetar_protocol.topics import TopicName, validate_name_part
 
 from magnetar_broker.access import MODE_NAMES as ACCESS_MODES
 from magnetar_broker.access import Outcome
+from magnetar_broker.sessions import new_object_id
 from magnetar_broker.topic import PartitionLog, Producer
 
 if TYPE_CHECKING:
     from magnetar_broker.service import BrokerService
+
 
 log = logging.getLogger("magnetar.broker.producers")
 
@@ -34,7 +36,7 @@ class ProducerHandlers:
         if name:
             validate_name_part("producer", name)
         else:
-            name = f"{self.service.broker_id}-{next(self.service._ids)}-{uuid.uuid4().hex[:8]}"
+            name = f"{self.service.broker_id}-{next(self.service._names)}-{uuid.uuid4().hex[:8]}"
         requested = req.topic_epoch if req.HasField("topic_epoch") else None
         deadline = time.monotonic() + min(req.wait_ms, self.service.settings.max_fetch_wait_ms) / 1000
         session.inflight += 1
@@ -84,7 +86,7 @@ class ProducerHandlers:
             await plog.persist_topic_epoch(decision.epoch)
         last = await plog.last_sequence_id(name)
         plog.check_open()
-        producer = Producer(next(self.service._ids), name, session.session_id, mode, plog,
+        producer = Producer(new_object_id(), name, session.session_id, mode, plog,
                             topic_epoch=decision.epoch)
         plog.producers[producer.producer_id] = producer
         plog.access.attach(producer.producer_id, mode, name, decision.epoch)

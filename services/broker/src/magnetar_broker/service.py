@@ -25,13 +25,14 @@ from magnetar_broker.access import MODE_NAMES as ACCESS_MODES
 from magnetar_broker.cursor import Cursor
 from magnetar_broker.ownership import Ownership
 from magnetar_broker.producers import ProducerHandlers
-from magnetar_broker.sessions import SessionRegistry
+from magnetar_broker.sessions import SessionRegistry, new_object_id
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
 from magnetar_broker.subscription import Consumer, Subscription
 from magnetar_broker.topic import PartitionLog, Producer
 
 log = logging.getLogger("magnetar.broker")
+
 
 LATEST = (1 << 63) - 1
 
@@ -45,7 +46,7 @@ class BrokerService:
         self.sessions = SessionRegistry(settings.session_timeout_ms / 1000)
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
-        self._ids = itertools.count(1)
+        self._names = itertools.count(1)
         self.heartbeat_loop = BackgroundLoop(
             "broker-heartbeat", settings.heartbeat_interval_ms / 1000, self.ownership.heartbeat_once)
         self.session_loop = BackgroundLoop("session-expiry", 0.5, self.expire_sessions)
@@ -190,7 +191,7 @@ class BrokerService:
             sub = plog.subscriptions.get(sub_name)
             if sub is None:
                 sub = await self._open_subscription(plog, sub_name, req)
-            consumer = Consumer(next(self._ids), req.consumer_name or f"consumer-{uuid.uuid4().hex[:6]}",
+            consumer = Consumer(new_object_id(), req.consumer_name or f"consumer-{uuid.uuid4().hex[:6]}",
                                 req.session_id, req.priority_level, sub)
             sub.add_consumer(consumer, req.sub_type)
         self.consumers[consumer.consumer_id] = consumer

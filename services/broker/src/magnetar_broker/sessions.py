@@ -6,10 +6,17 @@ closed with it.  A session with a request in flight (a long-poll fetch) is alive
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from dataclasses import dataclass, field
 
 from magnetar_protocol.errors import SessionNotFound
+
+
+def new_object_id() -> int:
+    """A producer or consumer id: random 63 bits, so an id a client kept from another
+    broker (or an earlier life of this one) never names someone else's object here."""
+    return secrets.randbits(63) or 1
 
 
 @dataclass(eq=False)
