@@ -163,3 +163,47 @@ def test_unknown_ids_and_limits_are_clear_errors(cluster):
         urllib.request.urlopen(req, timeout=10)
     err = pb.Error.FromString(caught.value.read())
     assert caught.value.code == 400 and err.code == pb.BAD_REQUEST and "10000" in err.message
+
+
+def _until_resubscribed(cluster, topic: str, old_owner: str, timeout: float = 30.0) -> None:
+    """Wait until the consumer has subscribed again on the topic's new owner."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        owner = cluster.owner_of(topic)
+        if owner not in (None, old_owner):
+            try:
+                with urllib.request.urlopen(f"{cluster.url(owner)}/internal/v1/topic-stats?topic={topic}",
+                                            timeout=5) as resp:
+                    if json.loads(resp.read())["subscriptions"].get("s", {}).get("consumers"):
+                        return
+            except urllib.error.HTTPError:
+                pass
+        time.sleep(0.05)
+    raise AssertionError("the consumer never subscribed on the new owner")
+
+
+def test_messages_queued_before_a_reconnect_are_not_received_twice(cluster):
+    client = magnetar.Client(",".join(cluster.broker_urls))
+    try:
+        topic = "persistent://public/default/requeue"
+        consumer = client.subscribe(topic, "s", initial_position=magnetar.InitialPosition.Earliest)
+        producer = client.create_producer(topic)
+        for i in range(5):
+            producer.send(f"m{i}".encode())
+        first = consumer.receive(timeout_millis=5000)  # the rest sit in the receive queue
+        old_owner = cluster.owner_of(topic)
+        cluster.kill(old_owner, signal.SIGKILL)
+        _until_resubscribed(cluster, topic, old_owner)
+        # The new owner redelivers every unacknowledged message; the queued copies from
+        # the old connection must not come out as well.
+        got = [first.data()]
+        while True:
+            try:
+                got.append(consumer.receive(timeout_millis=4000).data())
+            except magnetar.Timeout:
+                break
+        assert sorted(set(got)) == [f"m{i}".encode() for i in range(5)]
+        later = got[1:]
+        assert len(later) == len(set(later)), f"received twice after the reconnect: {later}"
+    finally:
+        client.close()

@@ -42,6 +42,10 @@ class PartitionConsumer:
         self.acks: deque[pb.Position] = deque()  # appended from any thread
         self.cumulative: pb.Position | None = None
         self.task: asyncio.Task | None = None
+        # Bumped on every (re)subscribe: messages queued under an earlier connection are
+        # dropped at receive, since the broker redelivers them (as Pulsar's client
+        # clears its receiver queue on reconnect).
+        self.generation = 0
 
     async def connect(self) -> None:
         self.consumer_id = 0  # never reuse an id from an earlier broker
@@ -68,6 +72,8 @@ class PartitionConsumer:
                         req.start_inclusive = o["start_inclusive"] or start.entry_id() in (0, LATEST_ENTRY)
                 reply = await self.core.call(self.url, "/v1/consumers/subscribe", req, pb.SubscribeResponse)
                 self.consumer_id = reply.consumer_id
+                if o["durable"]:
+                    self.generation += 1
                 return
             except (SessionNotFound, ConsumerNotFound) as exc:
                 self.core.drop_session(self.url, self.session_id)
@@ -111,6 +117,8 @@ class PartitionConsumer:
                 continue
             for entry in reply.entries:
                 for msg in expand(entry, self.partition, self.topic):
+                    msg._source = self
+                    msg._generation = self.generation
                     queue.put_nowait(msg)
                 if entry.num_messages:
                     last = msg.message_id() if entry.indices else MessageId(
@@ -177,24 +185,30 @@ class Consumer:
         return self.parts[msg_id.partition()]
 
     async def receive(self, timeout_millis: int | None = None) -> Message:
-        try:
-            if timeout_millis is None:
-                msg = await self.queue.get()
-            else:
-                msg = await asyncio.wait_for(self.queue.get(), timeout_millis / 1000)
-        except TimeoutError:
-            raise Timeout(f"no message on {self.topic_name} within {timeout_millis} ms") from None
-        self.space.set()
-        return msg
+        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
+        while True:
+            try:
+                if deadline is None:
+                    msg = await self.queue.get()
+                else:
+                    msg = await asyncio.wait_for(self.queue.get(), max(deadline - time.monotonic(), 0))
+            except TimeoutError:
+                raise Timeout(f"no message on {self.topic_name} within {timeout_millis} ms") from None
+            self.space.set()
+            if msg._generation == msg._source.generation:
+                return msg
 
     def receive_from_thread(self, timeout_millis: int | None) -> Message:
         """The sync API's receive: called on the user's thread."""
-        try:
-            msg = self.queue.get(timeout=None if timeout_millis is None else timeout_millis / 1000)
-        except thread_queue.Empty:
-            raise Timeout(f"no message on {self.topic_name} within {timeout_millis} ms") from None
-        self.space.set()
-        return msg
+        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
+        while True:
+            try:
+                msg = self.queue.get(timeout=None if deadline is None else max(deadline - time.monotonic(), 0))
+            except thread_queue.Empty:
+                raise Timeout(f"no message on {self.topic_name} within {timeout_millis} ms") from None
+            self.space.set()
+            if msg._generation == msg._source.generation:  # else queued before a reconnect
+                return msg
 
     def ack_from_thread(self, msg_or_id, cumulative: bool = False) -> None:
         """A plain ack from the user's thread: queued for the grouped flush."""

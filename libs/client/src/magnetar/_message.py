@@ -8,7 +8,7 @@ from magnetar._types import MessageId
 
 
 class Message:
-    __slots__ = ("_msg", "_id", "_topic", "_publish_time", "_redelivery", "_producer")
+    __slots__ = ("_msg", "_id", "_topic", "_publish_time", "_redelivery", "_producer", "_source", "_generation")
 
     def __init__(self, msg: pb.SingleMessage, message_id: MessageId, topic: str, publish_time: int,
                  redelivery_count: int, producer_name: str):
@@ -18,6 +18,8 @@ class Message:
         self._publish_time = publish_time
         self._redelivery = redelivery_count
         self._producer = producer_name
+        self._source = None  # the partition consumer that fetched it, and in which connection
+        self._generation = 0
 
     def data(self) -> bytes:
         return self._msg.payload
