@@ -12,7 +12,7 @@ from magnetar_protocol.errors import *  # noqa: F401,F403 - the one error hierar
 from magnetar._consumer import Consumer
 from magnetar._core import Core
 from magnetar._message import Message
-from magnetar._producer import Producer
+from magnetar._partitioned import Producer
 from magnetar._transaction import Transaction, open_transaction
 from magnetar._transport import Transport
 from magnetar._types import (
