@@ -123,3 +123,14 @@ class RssSampler:
         self._stop.set()
         self._thread.join()
         return self.peak
+
+
+def paced(total: int, rate: float):
+    """Yield 0..total-1, each at its due time for `rate` per second.  Sleeps rather than
+    spins: a spinning thread starves the client's event-loop thread of the GIL."""
+    started = time.perf_counter()
+    for i in range(total):
+        due = started + i / rate
+        while time.perf_counter() < due:
+            time.sleep(0.0002)
+        yield i

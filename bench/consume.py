@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import RssSampler, bench_cluster, durable_postgres, percentile, report  # noqa: E402
+from _common import paced, RssSampler, bench_cluster, durable_postgres, percentile, report  # noqa: E402
 
 import magnetar  # noqa: E402
 
@@ -73,11 +73,7 @@ def tail_latency(client, topic: str, rate: int, seconds: float, size: int) -> di
     receiver = threading.Thread(target=receive_all)
     receiver.start()
     filler = b"z" * max(size - 8, 0)
-    started = time.perf_counter()
-    for i in range(total):
-        due = started + i / rate
-        while time.perf_counter() < due:
-            time.sleep(0.0002)  # sleep, never spin (a spinning thread starves the client loop)
+    for i in paced(total, rate):
         producer.send_async(struct.pack("d", time.perf_counter()) + filler, lambda r, m: None)
     producer.flush()
     receiver.join()

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import bench_cluster, copy_ceiling, durable_postgres, percentile, report, RssSampler  # noqa: E402
+from _common import paced, bench_cluster, copy_ceiling, durable_postgres, percentile, report, RssSampler  # noqa: E402
 
 import magnetar  # noqa: E402
 
@@ -69,11 +69,7 @@ def produce_at_rate(client, topic: str, rate: int, seconds: float, size: int) ->
     payload = b"y" * size
     latencies: list[float] = []
     total = int(rate * seconds)
-    started = time.perf_counter()
-    for i in range(total):
-        due = started + i / rate
-        while time.perf_counter() < due:
-            time.sleep(0.0002)  # sleep, never spin: a spinning thread starves the client's loop of the GIL
+    for i in paced(total, rate):
         t = time.perf_counter()
         producer.send_async(payload, lambda r, m, t=t: latencies.append(time.perf_counter() - t))
     producer.flush()
@@ -99,14 +95,14 @@ def main() -> None:
             client = magnetar.Client(cluster.service_url)
             # Offered load first, before the full-speed run fills the WAL and the heap.
             print(f"producing at an offered {args.rate:,} msgs/s ...", flush=True)
-            paced = produce_at_rate(client, "bench-paced", args.rate, 5.0, args.size)
+            offered = produce_at_rate(client, "bench-paced", args.rate, 5.0, args.size)
             print("producing at full speed ...", flush=True)
             full = produce_full_speed(client, "bench-produce", args.messages, args.size)
             client.close()
             peak = rss.stop()
     report(f"COPY ceiling ({args.size} B)", ceiling)
     report(f"produce, send_async at full speed ({args.size} B, dedup on)", full)
-    report("produce at offered load", paced)
+    report("produce at offered load", offered)
     report("summary", {"produce / COPY ceiling": round(full["msgs_per_s"] / ceiling["msgs_per_s"], 2),
                        "broker peak RSS MB": round(peak / 1e6)})
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -13,6 +11,7 @@ import urllib.request
 import pytest
 
 import magnetar
+from tests.e2e.helpers import exclusive_producer_process, read_all, send_line
 from magnetar import ProducerAccessMode as Mode
 
 pytestmark = pytest.mark.e2e
@@ -24,13 +23,6 @@ def _stats(cluster, topic: str) -> dict:
         return json.loads(resp.read())
 
 
-def _read_all(client, topic: str) -> list[bytes]:
-    reader = client.create_reader(topic, magnetar.MessageId.earliest)
-    out = []
-    while reader.has_message_available():
-        out.append(reader.read_next(timeout_millis=10000).data())
-    reader.close()
-    return out
 
 
 def test_exclusive_rules(cluster, client):
@@ -90,7 +82,7 @@ def test_exclusive_with_fencing_takes_over_at_once(cluster, client):
     for _ in range(2):  # on the next send and every send after
         with pytest.raises(magnetar.ProducerFenced):
             old.send(b"zombie")
-    assert _read_all(client, "fence") == [b"old", b"boss"]
+    assert read_all(client, "fence") == [b"old", b"boss"]
 
 
 def test_reconnect_keeps_epoch_through_broker_sigkill(cluster, client):
@@ -102,39 +94,23 @@ def test_reconnect_keeps_epoch_through_broker_sigkill(cluster, client):
     assert _stats(cluster, "epoch-survives")["topicEpoch"] == 1
     with pytest.raises(magnetar.ProducerBusy):
         client.create_producer(topic)
-    assert _read_all(client, topic) == [b"before", b"after"]
+    assert read_all(client, topic) == [b"before", b"after"]
 
 
-FROZEN_PRODUCER = """
-import sys, magnetar
-client = magnetar.Client(sys.argv[1])
-producer = client.create_producer("leader", access_mode=magnetar.ProducerAccessMode.Exclusive)
-print("ready", flush=True)
-for line in sys.stdin:
-    try:
-        producer.send(line.strip().encode())
-        print("ok", flush=True)
-    except magnetar.MagnetarError as exc:
-        print(type(exc).__name__, flush=True)
-"""
 
 
 def test_frozen_exclusive_producer_is_fenced_after_takeover(cluster, client):
-    old = subprocess.Popen([sys.executable, "-c", FROZEN_PRODUCER, ",".join(cluster.broker_urls)],
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    old = exclusive_producer_process(",".join(cluster.broker_urls), "leader")
     try:
-        assert old.stdout.readline().strip() == "ready"
-        old.stdin.write("old-1\n")
-        assert old.stdout.readline().strip() == "ok"
+        assert send_line(old, "old-1") == "ok"
         old.send_signal(signal.SIGSTOP)  # past its session lease: exclusivity lapses
         successor = client.create_producer("leader", access_mode=Mode.WaitForExclusive)
         successor.send(b"new-1")
         old.send_signal(signal.SIGCONT)
         for line in ("old-2", "old-3"):
-            old.stdin.write(line + "\n")
-            assert old.stdout.readline().strip() == "ProducerFenced"
+            assert send_line(old, line) == "ProducerFenced"
         successor.send(b"new-2")
-        assert _read_all(client, "leader") == [b"old-1", b"new-1", b"new-2"]
+        assert read_all(client, "leader") == [b"old-1", b"new-1", b"new-2"]
     finally:
         old.kill()
         old.wait()

@@ -5,26 +5,18 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 
 import pytest
 
 import magnetar
+from tests.e2e.helpers import exclusive_producer_process, read_all, send_line
 from magnetar import ProducerAccessMode as Mode
 
 pytestmark = pytest.mark.e2e
 
 
-def _read_all(client, topic: str) -> list[bytes]:
-    reader = client.create_reader(topic, magnetar.MessageId.earliest)
-    out = []
-    while reader.has_message_available():
-        out.append(reader.read_next(timeout_millis=10000).data())
-    reader.close()
-    return out
 
 
 def test_sigterm_releases_leases_so_partitions_move_at_once(cluster):
@@ -40,7 +32,7 @@ def test_sigterm_releases_leases_so_partitions_move_at_once(cluster):
         producer.send(b"after")  # re-lookup: another broker takes it without waiting for a lease TTL
         assert time.monotonic() - started < 2.0  # the test cluster's lease TTL is 2 s
         assert cluster.owner_of(topic) not in (None, owner)
-        assert _read_all(client, topic) == [b"before", b"after"]
+        assert read_all(client, topic) == [b"before", b"after"]
     finally:
         client.close()
 
@@ -61,37 +53,21 @@ def test_access_mode_applies_per_partition(cluster, client):
         client.create_producer("excl-parts")
 
 
-FROZEN = """
-import sys, magnetar
-client = magnetar.Client(sys.argv[1])
-producer = client.create_producer("leader-crash", access_mode=magnetar.ProducerAccessMode.Exclusive)
-print("ready", flush=True)
-for line in sys.stdin:
-    try:
-        producer.send(line.strip().encode())
-        print("ok", flush=True)
-    except magnetar.MagnetarError as exc:
-        print(type(exc).__name__, flush=True)
-"""
 
 
 def test_frozen_holder_is_fenced_after_owning_broker_sigkill(cluster, client):
     topic = "persistent://public/default/leader-crash"
-    old = subprocess.Popen([sys.executable, "-c", FROZEN, ",".join(cluster.broker_urls)],
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    old = exclusive_producer_process(",".join(cluster.broker_urls), topic)
     try:
-        assert old.stdout.readline().strip() == "ready"
-        old.stdin.write("old-1\n")
-        assert old.stdout.readline().strip() == "ok"
+        assert send_line(old, "old-1") == "ok"
         old.send_signal(signal.SIGSTOP)
         cluster.kill(cluster.owner_of(topic), signal.SIGKILL)  # exclusivity must survive only in the epoch
         successor = client.create_producer(topic, access_mode=Mode.WaitForExclusive)
         successor.send(b"new-1")
         old.send_signal(signal.SIGCONT)
         for line in ("old-2", "old-3"):
-            old.stdin.write(line + "\n")
-            assert old.stdout.readline().strip() == "ProducerFenced"
-        assert _read_all(client, topic) == [b"old-1", b"new-1"]
+            assert send_line(old, line) == "ProducerFenced"
+        assert read_all(client, topic) == [b"old-1", b"new-1"]
     finally:
         old.kill()
         old.wait()

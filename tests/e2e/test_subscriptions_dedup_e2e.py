@@ -11,18 +11,12 @@ import urllib.request
 import pytest
 
 import magnetar
+from tests.e2e.helpers import read_all
 from magnetar_protocol import magnetar_pb2 as pb
 
 pytestmark = pytest.mark.e2e
 
 
-def _read_all(client, topic: str) -> list[bytes]:
-    reader = client.create_reader(topic, magnetar.MessageId.earliest)
-    out = []
-    while reader.has_message_available():
-        out.append(reader.read_next(timeout_millis=10000).data())
-    reader.close()
-    return out
 
 
 def test_failover_delivers_to_the_active_consumer_and_moves_on_close(cluster, client):
@@ -103,7 +97,7 @@ def test_dedup_state_survives_recreation_and_broker_sigkill(cluster):
         again.close()
         third = client.create_producer(topic, producer_name="writer")
         assert third.last_sequence_id() == 5
-        assert _read_all(client, topic) == [f"m{i}".encode() for i in range(6)]
+        assert read_all(client, topic) == [f"m{i}".encode() for i in range(6)]
     finally:
         client.close()
 
@@ -116,7 +110,7 @@ def test_namespace_can_turn_deduplication_off(cluster, client):
     producer = client.create_producer("no-dedup", producer_name="p")
     producer.send(b"a", sequence_id=7)
     producer.send(b"b", sequence_id=7)  # stored too: the policy is off
-    assert _read_all(client, "no-dedup") == [b"a", b"b"]
+    assert read_all(client, "no-dedup") == [b"a", b"b"]
 
 
 def _raw(cluster, path: str, message) -> tuple[int, pb.Error | None]:

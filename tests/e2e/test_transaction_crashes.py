@@ -8,17 +8,11 @@ import threading
 import pytest
 
 import magnetar
+from tests.e2e.helpers import read_all
 
 pytestmark = pytest.mark.e2e
 
 
-def _read_all(client, topic: str) -> list[bytes]:
-    reader = client.create_reader(topic, magnetar.MessageId.earliest)
-    out = []
-    while reader.has_message_available():
-        out.append(reader.read_next(timeout_millis=10000).data())
-    reader.close()
-    return out
 
 
 def test_coordinator_killed_after_committing_is_durable_completes_after_restart(cluster):
@@ -41,11 +35,11 @@ def test_coordinator_killed_after_committing_is_durable_completes_after_restart(
         committer = threading.Thread(target=commit)
         committer.start()
         cluster.services["coordinator-0"].process.wait(30)  # it killed itself at the failpoint
-        assert _read_all(client, "crash-after-committing") == []  # not yet told to anyone
+        assert read_all(client, "crash-after-committing") == []  # not yet told to anyone
         cluster.start("coordinator-0")  # same TCID, no failpoint: recovery re-drives the commit
         committer.join(60)
         assert outcome == {"ok": True}
-        assert _read_all(client, "crash-after-committing") == [f"m{i}".encode() for i in range(5)]
+        assert read_all(client, "crash-after-committing") == [f"m{i}".encode() for i in range(5)]
     finally:
         client.close()
 
@@ -69,7 +63,7 @@ def test_coordinator_killed_before_committing_times_out_and_nothing_is_visible(c
                 _commit_when_coordinator_answers(late, txn)
         finally:
             late.close()
-        assert _read_all(client, "crash-before-committing") == [b"plain"]
+        assert read_all(client, "crash-before-committing") == [b"plain"]
     finally:
         client.close()
 
@@ -115,6 +109,6 @@ def test_broker_killed_during_end_txn_on_partition_completes_on_new_owner_once(c
         txn.commit()  # the owner dies writing the marker; the coordinator retries elsewhere
         assert not cluster.services[owner].alive
         assert cluster.owner_of(topic) != owner
-        assert _read_all(client, topic) == [b"before", b"t0", b"t1", b"t2"]
+        assert read_all(client, topic) == [b"before", b"t0", b"t1", b"t2"]
     finally:
         client.close()

@@ -114,3 +114,30 @@ def proto_route(
             return Response(to_wire(err).SerializeToString(), err.http_status, media_type=PROTOBUF)
 
     app.router.routes.append(Route(path, endpoint, methods=["POST"]))
+
+
+def service_app(name: str, settings, make_service, add_routes) -> FastAPI:
+    """The app of a service with a database pool and a ``service`` object that has
+    ``start()``, ``stop()`` and ``ready``: the pool and service live as long as the app,
+    routes are added once the service exists, /readyz follows ``service.ready``."""
+    from magnetar_storage.db import create_pool
+
+    state: dict = {}
+
+    async def lifespan(app: FastAPI):
+        pool = await create_pool(settings.database_url, max_size=settings.db_pool_size)
+        service = make_service(pool)
+        state["service"] = service
+        add_routes(app, service)
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+            await pool.close()
+
+    async def ready() -> bool:
+        service = state.get("service")
+        return bool(service and service.ready)
+
+    return create_app(name, lifespan=lifespan, ready=ready)

@@ -1,0 +1,46 @@
+"""Small helpers shared by the end-to-end tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import magnetar
+
+
+def read_all(client, topic: str) -> list[bytes]:
+    """Every message a reader from the earliest position sees now."""
+    reader = client.create_reader(topic, magnetar.MessageId.earliest)
+    out = []
+    while reader.has_message_available():
+        out.append(reader.read_next(timeout_millis=10000).data())
+    reader.close()
+    return out
+
+
+_EXCLUSIVE_PRODUCER = """
+import sys, magnetar
+client = magnetar.Client(sys.argv[1])
+producer = client.create_producer(sys.argv[2], access_mode=magnetar.ProducerAccessMode.Exclusive)
+print("ready", flush=True)
+for line in sys.stdin:
+    try:
+        producer.send(line.strip().encode())
+        print("ok", flush=True)
+    except magnetar.MagnetarError as exc:
+        print(type(exc).__name__, flush=True)
+"""
+
+
+def exclusive_producer_process(service_url: str, topic: str) -> subprocess.Popen:
+    """An Exclusive producer in its own process (so it can be frozen and killed): each
+    line written to its stdin is sent; it answers "ok" or the exception's class name."""
+    proc = subprocess.Popen([sys.executable, "-c", _EXCLUSIVE_PRODUCER, service_url, topic],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def send_line(proc: subprocess.Popen, payload: str) -> str:
+    proc.stdin.write(payload + "\n")
+    return proc.stdout.readline().strip()
