@@ -19,7 +19,7 @@ from magnetar_protocol.errors import (
     Timeout,
 )
 
-from magnetar._core import RETRYABLE, Core, backoff_until
+from magnetar._core import RETRYABLE, Core
 from magnetar._message import Message, expand
 from magnetar._types import LATEST_ENTRY, MessageId
 
@@ -50,37 +50,30 @@ class PartitionConsumer:
     async def connect(self) -> None:
         self.consumer_id = 0  # never reuse an id from an earlier broker
         o = self.consumer.options
-        attempt = 0
-        deadline = time.monotonic() + self.core.operation_timeout_s
-        while True:
-            try:
-                self.url = await self.core.lookup(self.topic)
-                self.session_id = await self.core.session(self.url)
-                req = pb.SubscribeRequest(
-                    session_id=self.session_id, topic=self.topic, subscription=o["subscription"],
-                    sub_type=int(o["consumer_type"]), initial_position=int(o["initial_position"]),
-                    consumer_name=o["consumer_name"], priority_level=o["priority_level"], durable=o["durable"])
-                if not o["durable"]:
-                    if self.last_delivered is not None:
-                        entry, index = self.last_delivered
-                        req.start_position.CopyFrom(pb.Position(entry_id=entry, batch_index=index))
-                        req.start_inclusive = False
-                    else:
-                        start: MessageId = o["start"]
-                        req.start_position.CopyFrom(pb.Position(entry_id=start.entry_id(),
-                                                                batch_index=start.batch_index()))
-                        req.start_inclusive = o["start_inclusive"] or start.entry_id() in (0, LATEST_ENTRY)
-                reply = await self.core.call(self.url, "/v1/consumers/subscribe", req, pb.SubscribeResponse)
-                self.consumer_id = reply.consumer_id
-                if o["durable"]:
-                    self.generation += 1
-                return
-            except (SessionNotFound, ConsumerNotFound) as exc:
-                self.core.drop_session(self.url, self.session_id)
-                await backoff_until(deadline, attempt, f"subscribe to {self.topic}", exc)
-            except RETRYABLE as exc:
-                await backoff_until(deadline, attempt, f"subscribe to {self.topic}", exc)
-            attempt += 1
+
+        def request(session_id: str) -> pb.SubscribeRequest:
+            req = pb.SubscribeRequest(
+                session_id=session_id, topic=self.topic, subscription=o["subscription"],
+                sub_type=int(o["consumer_type"]), initial_position=int(o["initial_position"]),
+                consumer_name=o["consumer_name"], priority_level=o["priority_level"], durable=o["durable"])
+            if not o["durable"]:
+                if self.last_delivered is not None:  # a reader resumes after what it got
+                    entry, index = self.last_delivered
+                    req.start_position.CopyFrom(pb.Position(entry_id=entry, batch_index=index))
+                    req.start_inclusive = False
+                else:
+                    start: MessageId = o["start"]
+                    req.start_position.CopyFrom(pb.Position(entry_id=start.entry_id(),
+                                                            batch_index=start.batch_index()))
+                    req.start_inclusive = o["start_inclusive"] or start.entry_id() in (0, LATEST_ENTRY)
+            return req
+
+        self.url, self.session_id, reply = await self.core.attach(
+            self.topic, "/v1/consumers/subscribe", request, pb.SubscribeResponse,
+            f"subscribe to {self.topic}", time.monotonic() + self.core.operation_timeout_s)
+        self.consumer_id = reply.consumer_id
+        if o["durable"]:
+            self.generation += 1
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._fetch_loop())

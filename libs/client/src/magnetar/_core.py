@@ -99,6 +99,26 @@ class Core:
         reply = await self.any_broker("/v1/topics/lookup", pb.LookupRequest(topic=topic), pb.LookupResponse)
         return reply.broker_url.rstrip("/")
 
+    async def attach(self, topic: str, path: str, make_request, response_type, what: str,
+                     deadline: float, timeout: float | None = None):
+        """Find the topic's owner, open (or reuse) a session there and send
+        ``make_request(session_id)``, retrying through ownership moves and lapsed
+        sessions until ``deadline``.  Returns (owner url, session id, reply)."""
+        attempt = 0
+        url = session_id = ""
+        while True:
+            try:
+                url = await self.lookup(topic)
+                session_id = await self.session(url)
+                reply = await self.call(url, path, make_request(session_id), response_type, timeout)
+                return url, session_id, reply
+            except (SessionNotFound, ProducerNotFound, ConsumerNotFound) as exc:
+                self.drop_session(url, session_id)
+                await backoff_until(deadline, attempt, what, exc)
+            except RETRYABLE as exc:
+                await backoff_until(deadline, attempt, what, exc)
+            attempt += 1
+
     # ---------------------------------------------------------------- sessions
 
     async def session(self, url: str) -> str:

@@ -84,31 +84,24 @@ class PartitionProducer:
         self.producer_id = 0
         opts = self.producer.options
         wait_forever = opts["access_mode"] == ProducerAccessMode.WaitForExclusive
-        attempt = 0
-        deadline = time.monotonic() + self.core.operation_timeout_s
+
+        def request(session_id: str) -> pb.CreateProducerRequest:
+            req = pb.CreateProducerRequest(
+                session_id=session_id, topic=self.topic, producer_name=self.name or "",
+                access_mode=int(opts["access_mode"]), user_provided_name=bool(self.name),
+                wait_ms=5000 if wait_forever else 0)
+            if self.topic_epoch is not None:
+                req.topic_epoch = self.topic_epoch
+            return req
+
         while True:
-            try:
-                self.url = await self.core.lookup(self.topic)
-                self.session_id = await self.core.session(self.url)
-                req = pb.CreateProducerRequest(
-                    session_id=self.session_id, topic=self.topic, producer_name=self.name or "",
-                    access_mode=int(opts["access_mode"]), user_provided_name=bool(self.name),
-                    wait_ms=5000 if wait_forever else 0)
-                if self.topic_epoch is not None:
-                    req.topic_epoch = self.topic_epoch
-                reply = await self.core.call(self.url, "/v1/producers/create", req, pb.CreateProducerResponse,
-                                             timeout=self.core.operation_timeout_s + 6)
-                if reply.waiting:  # WaitForExclusive: keep our place in the queue
-                    self.name = reply.producer_name
-                    deadline = time.monotonic() + self.core.operation_timeout_s
-                    continue
+            deadline = float("inf") if wait_forever else time.monotonic() + self.core.operation_timeout_s
+            self.url, self.session_id, reply = await self.core.attach(
+                self.topic, "/v1/producers/create", request, pb.CreateProducerResponse,
+                f"producer on {self.topic}", deadline, timeout=self.core.operation_timeout_s + 6)
+            if not reply.waiting:
                 break
-            except (SessionNotFound, ProducerNotFound) as exc:
-                self.core.drop_session(self.url, self.session_id)
-                await backoff_until(float("inf") if wait_forever else deadline, attempt, f"producer on {self.topic}", exc)
-            except RETRYABLE as exc:
-                await backoff_until(float("inf") if wait_forever else deadline, attempt, f"producer on {self.topic}", exc)
-            attempt += 1
+            self.name = reply.producer_name  # WaitForExclusive: keep our place in the queue
         self.producer_id = reply.producer_id
         self.name = reply.producer_name
         self.max_message_size = reply.max_message_size or self.max_message_size
