@@ -201,3 +201,19 @@ def test_messages_queued_before_a_reconnect_are_not_received_twice(cluster):
         assert len(later) == len(set(later)), f"received twice after the reconnect: {later}"
     finally:
         client.close()
+
+
+def test_shared_consumers_split_a_big_batch_by_permits(cluster, client):
+    producer = client.create_producer("big-batch", batching_max_publish_delay_ms=50)
+    for i in range(100):
+        producer.send_async(f"m{i}".encode(), lambda r, m: None)
+    producer.flush()  # one stored entry of 100 messages
+    first = client.subscribe("big-batch", "work", consumer_type=magnetar.ConsumerType.Shared,
+                             initial_position=magnetar.InitialPosition.Earliest, receiver_queue_size=10)
+    held = [first.receive(timeout_millis=5000) for _ in range(10)]  # received, not acknowledged
+    assert len({m.message_id().entry_id() for m in held}) == 1
+    second = client.subscribe("big-batch", "work", consumer_type=magnetar.ConsumerType.Shared,
+                              receiver_queue_size=10)
+    # The first consumer got its permits' worth of the entry, not all 100 messages.
+    got = [second.receive(timeout_millis=5000) for _ in range(10)]
+    assert not {m.data() for m in got} & {m.data() for m in held}

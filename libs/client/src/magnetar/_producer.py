@@ -208,11 +208,15 @@ class PartitionProducer:
         on (the broker never stores a later batch before an earlier one)."""
         outcomes: dict[int, object] = {}
         pending = []
+        # Every transaction in the group registers this partition at once, not in turn.
+        transactional = [b for b in group if b.txn is not None and self.fenced is None]
+        failures = dict(zip(map(id, transactional),
+                            await asyncio.gather(*(_register(b) for b in transactional))))
         for batch in group:
             if self.fenced is not None:
                 outcomes[id(batch)] = self.fenced
-            elif batch.txn is not None and (failure := await _register(batch)) is not None:
-                outcomes[id(batch)] = failure
+            elif failures.get(id(batch)) is not None:
+                outcomes[id(batch)] = failures[id(batch)]
             else:
                 pending.append(batch)
         deadline = min(b.created for b in group) + self.producer.options["send_timeout_s"]

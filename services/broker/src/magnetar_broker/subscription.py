@@ -139,6 +139,8 @@ class Subscription(TransactionalAcks):
             mask = self.deliveries.redeliver[entry_id] & self.cursor.unacked_mask(entry_id, entry.num_messages)
             mask &= ~self.txn_acks.mask(entry_id, entry.num_messages)
             mask &= self._routed_to(consumer, entry)
+            if self.sub_type == pb.SUB_SHARED and mask.bit_count() > budget:
+                mask = _first_bits(mask, budget)
             if mask:
                 budget -= self._deliver(consumer, entry, mask, out, redelivered=True)
             elif not self.deliveries.redeliver[entry_id] & self.cursor.unacked_mask(entry_id, entry.num_messages):
@@ -159,8 +161,13 @@ class Subscription(TransactionalAcks):
                 if not due:
                     continue
                 mine = due & self._routed_to(consumer, entry)
+                if self.sub_type == pb.SUB_SHARED and mine.bit_count() > budget:
+                    # A Shared consumer takes at most its permits from a big batch, so
+                    # one consumer cannot hoard a whole entry while the others starve.
+                    mine = _first_bits(mine, budget)
                 if due & ~mine:
-                    # KeyShared: park other consumers' messages (not a redelivery).
+                    # Park what this consumer does not take (KeyShared: other consumers'
+                    # keys; Shared: the rest of a big batch).  Not a redelivery.
                     self.deliveries.redeliver[entry.entry_id] = (
                         self.deliveries.redeliver.get(entry.entry_id, 0) | (due & ~mine))
                 if mine:
@@ -280,3 +287,14 @@ class Subscription(TransactionalAcks):
                 for c in self.consumers.values()
             ],
         }
+
+
+def _first_bits(mask: int, count: int) -> int:
+    """The lowest ``count`` set bits of ``mask``."""
+    out = 0
+    while mask and count > 0:
+        low = mask & -mask
+        out |= low
+        mask ^= low
+        count -= 1
+    return out

@@ -151,6 +151,12 @@ class PartitionLog:
         group commit and a later one is never stored before an earlier one.  Returns a
         SendResponse or an exception per batch; after a retryable failure every later
         batch fails too (the client resends them in order)."""
+        # Registration checks of new transactions hit the database: run them together
+        # (cached afterwards); admission below stays in order.
+        new_txns = {(r.txn.most_bits, r.txn.least_bits) for r in reqs if r.HasField("txn")}
+        new_txns = [t for t in new_txns if not (t in self.txnbuf.txns and self.txnbuf.txns[t].registered)]
+        if new_txns:
+            await asyncio.gather(*(self.txnbuf.check_send(t) for t in new_txns), return_exceptions=True)
         admitted: list = []
         for req in reqs:
             try:
