@@ -1,17 +1,22 @@
-"""Public value types: message ids, transaction ids, enums (as ``pulsar-client`` names them)."""
+"""Public value types: message ids, transaction ids and enums, as ``pulsar-client``
+names them."""
 
 from __future__ import annotations
 
 import enum
-import functools
 from typing import NamedTuple
+
+from google.protobuf.message import DecodeError
 
 from magnetar_protocol import magnetar_pb2 as pb
 
-LATEST_ENTRY = (1 << 63) - 1
+LATEST_ENTRY = (1 << 63) - 1  # the wire's "latest" entry id (docs/protocol.md)
+_U64 = 1 << 64
 
 
 class ProducerAccessMode(enum.IntEnum):
+    """PIP-68 access modes (see docs/producers.md)."""
+
     Shared = pb.ACCESS_SHARED
     Exclusive = pb.ACCESS_EXCLUSIVE
     WaitForExclusive = pb.ACCESS_WAIT_FOR_EXCLUSIVE
@@ -19,6 +24,8 @@ class ProducerAccessMode(enum.IntEnum):
 
 
 class ConsumerType(enum.IntEnum):
+    """Subscription types."""
+
     Exclusive = pb.SUB_EXCLUSIVE
     Shared = pb.SUB_SHARED
     Failover = pb.SUB_FAILOVER
@@ -26,12 +33,23 @@ class ConsumerType(enum.IntEnum):
 
 
 class InitialPosition(enum.IntEnum):
+    """Where a new durable subscription starts."""
+
     Latest = pb.INITIAL_LATEST
     Earliest = pb.INITIAL_EARLIEST
 
 
+class PartitionsRoutingMode(enum.IntEnum):
+    """Where a message without a partition key goes on a partitioned topic (a message
+    with a key always goes to ``crc32(key) % partitions``)."""
+
+    RoundRobinDistribution = 0  # the next partition for each batch
+    UseSinglePartition = 1      # one partition, chosen at random when the producer starts
+
+
 class Result(enum.Enum):
-    """The first argument of a ``send_async`` callback on success."""
+    """The first argument of a ``send_async`` callback on success (on failure it is the
+    exception)."""
 
     Ok = "Ok"
 
@@ -46,6 +64,8 @@ class TransactionState(enum.Enum):
 
 
 class TxnID(NamedTuple):
+    """A transaction id; ``str()`` is ``"(most,least)"`` as the admin API prints it."""
+
     most_bits: int
     least_bits: int
 
@@ -56,65 +76,102 @@ class TxnID(NamedTuple):
         return pb.TxnId(most_bits=self.most_bits, least_bits=self.least_bits)
 
 
-@functools.total_ordering
 class MessageId:
-    """Where a message sits: (partition, entry id, index in the batch, batch size)."""
+    """Where a message sits: (partition, entry id, index in its batch, batch size).
+
+    Ordered as Pulsar orders ids (entry, then partition, then batch index), so
+    ``MessageId.earliest`` sorts before and ``MessageId.latest`` after every message.
+    A message dropped as a duplicate, or sent in a transaction, has entry id -1.
+    """
 
     __slots__ = ("_partition", "_entry_id", "_batch_index", "_batch_size")
     earliest: "MessageId"
     latest: "MessageId"
 
-    def __init__(self, partition: int = -1, entry_id: int = -1, batch_index: int = -1, batch_size: int = 0):
+    def __init__(self, partition: int = -1, entry_id: int = -1, batch_index: int = -1,
+                 batch_size: int = 0) -> None:
         self._partition = partition
         self._entry_id = entry_id
         self._batch_index = batch_index
         self._batch_size = batch_size
 
     def partition(self) -> int:
+        """The partition index, -1 for a non-partitioned topic."""
         return self._partition
 
     def entry_id(self) -> int:
         return self._entry_id
 
     def batch_index(self) -> int:
+        """Position in the batch; -1 means the whole entry."""
         return self._batch_index
 
     def batch_size(self) -> int:
         return self._batch_size
 
-    def ledger_id(self) -> int:  # pulsar-client compatibility: one "ledger" per partition
+    def ledger_id(self) -> int:
+        """pulsar-client compatibility: Magnetar has one "ledger" per partition."""
         return 0
 
     def _key(self) -> tuple[int, int, int]:
-        return (self._partition, self._entry_id, self._batch_index)
+        return (self._entry_id, self._partition, self._batch_index)
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, MessageId) and self._key() == other._key()
+        if not isinstance(other, MessageId):
+            return NotImplemented
+        return self._key() == other._key()
 
-    def __lt__(self, other: "MessageId") -> bool:
+    def __lt__(self, other) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
         return self._key() < other._key()
+
+    def __le__(self, other) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
+        return self._key() <= other._key()
+
+    def __gt__(self, other) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
+        return self._key() > other._key()
+
+    def __ge__(self, other) -> bool:
+        if not isinstance(other, MessageId):
+            return NotImplemented
+        return self._key() >= other._key()
 
     def __hash__(self) -> int:
         return hash(self._key())
 
     def __repr__(self) -> str:
-        return f"MessageId({self._partition}, {self._entry_id}, {self._batch_index})"
+        return (f"MessageId(partition={self._partition}, entry_id={self._entry_id}, "
+                f"batch_index={self._batch_index}, batch_size={self._batch_size})")
 
     def __str__(self) -> str:
         return f"({self._partition},{self._entry_id},{self._batch_index})"
 
     def serialize(self) -> bytes:
-        return pb.MessageIdData(partition=self._partition, entry_id=max(self._entry_id, 0),
+        """Bytes for ``MessageId.deserialize`` (a ``magnetar.v1.MessageIdData``)."""
+        return pb.MessageIdData(partition=self._partition, entry_id=self._entry_id % _U64,
                                 batch_index=self._batch_index, batch_size=self._batch_size
-                                ).SerializeToString() + (b"" if self._entry_id >= 0 else b"\x00")
+                                ).SerializeToString()
 
     @staticmethod
     def deserialize(data: bytes) -> "MessageId":
-        negative = data.endswith(b"\x00") and len(data) > 0
-        wire = pb.MessageIdData.FromString(data[:-1] if negative else data)
-        return MessageId(wire.partition, -1 if negative else wire.entry_id, wire.batch_index, wire.batch_size)
+        try:
+            wire = pb.MessageIdData.FromString(data)
+            entry = wire.entry_id
+        except DecodeError:
+            # The first client release appended a zero byte for entry id -1.
+            if not data.endswith(b"\x00"):
+                raise
+            wire, entry = pb.MessageIdData.FromString(data[:-1]), -1
+        if entry > LATEST_ENTRY:  # negative ids travel as two's complement
+            entry -= _U64
+        return MessageId(wire.partition, entry, wire.batch_index, wire.batch_size)
 
-    def to_position(self, inclusive: bool = True) -> pb.Position:
+    def to_position(self) -> pb.Position:
         return pb.Position(entry_id=self._entry_id, batch_index=self._batch_index)
 
 

@@ -1,0 +1,55 @@
+"""Grouped acks and delayed negative acks."""
+
+from magnetar_protocol import magnetar_pb2 as pb
+
+from magnetar._acks import AckGroup, NackTracker, ack_requests
+
+
+def test_acks_are_taken_as_one_group():
+    group = AckGroup()
+    assert group.add(1, 0) == 1
+    assert group.add(1, 1) == 2
+    group.cumulative(0, 5)
+    assert len(group) == 3
+    assert group.take() == ([(1, 0), (1, 1)], (0, 5))
+    assert len(group) == 0 and group.take() == ([], None)
+
+
+def test_the_highest_cumulative_ack_wins():
+    group = AckGroup()
+    group.cumulative(5, 2)
+    group.cumulative(4, 9)
+    group.cumulative(5, 3)
+    assert group.take()[1] == (5, 3)
+
+
+def test_put_back_keeps_order_ahead_of_newer_acks():
+    group = AckGroup()
+    group.add(1, 0)
+    group.add(2, 0)
+    taken, cumulative = group.take()
+    group.add(3, 0)
+    group.put_back(taken, (7, 0))
+    assert group.take() == ([(1, 0), (2, 0), (3, 0)], (7, 0))
+
+
+def test_requests_hold_individual_positions_once_and_the_cumulative_separately():
+    reqs = ack_requests(9, [(1, 0), (1, 1), (1, 0)], (0, 3))
+    assert [r.ack_type for r in reqs] == [pb.ACK_INDIVIDUAL, pb.ACK_CUMULATIVE]
+    assert all(r.consumer_id == 9 for r in reqs)
+    assert [(p.entry_id, p.batch_index) for p in reqs[0].positions] == [(1, 0), (1, 1)]
+    assert [(p.entry_id, p.batch_index) for p in reqs[1].positions] == [(0, 3)]
+    assert ack_requests(9, [], None) == []
+
+
+def test_nacks_come_due_after_the_delay_grouped_by_partition():
+    nacks = NackTracker(delay_s=1.0)
+    nacks.add(0, (5, 0), now=10.0)
+    nacks.add(1, (6, 0), now=10.2)
+    nacks.add(0, (7, 1), now=10.4)
+    assert nacks.next_due() == 11.0
+    assert nacks.take_due(10.99) == {}
+    assert nacks.take_due(11.2) == {0: [(5, 0)], 1: [(6, 0)]}
+    assert nacks.next_due() == 11.4 and len(nacks) == 1
+    assert nacks.take_due(12.0) == {0: [(7, 1)]}
+    assert nacks.next_due() is None
