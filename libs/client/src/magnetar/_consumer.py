@@ -1,6 +1,10 @@
-"""Consumers and readers: one fetch loop per partition feeding a receive queue, grouped
-acknowledgements (as Pulsar's ack grouping tracker), delayed negative acks, and
-transactional acks that wait for the broker's answer."""
+"""The ``magnetar.asyncio`` consumer: one PartitionConsumer per partition feeding one
+receiver queue (a partitioned topic's messages are merged), grouped plain acks,
+delayed negative acks, and transactional acks that wait for the broker's answer.
+
+The sync API reads the receiver queue from the user's thread (a thread-safe C queue),
+so receiving and plain acks cost no hop to the client's thread.
+"""
 
 from __future__ import annotations
 
@@ -9,310 +13,250 @@ import logging
 import queue as thread_queue
 import time
 import uuid
-from collections import deque
 
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import (
-    ConsumerNotFound,
-    MagnetarError,
-    SessionNotFound,
-    Timeout,
-)
+from magnetar_protocol.errors import MagnetarError, NotAllowedError, Timeout
 
-from magnetar._core import RETRYABLE, Core
-from magnetar._message import Message, expand
-from magnetar._types import LATEST_ENTRY, MessageId
+from magnetar._acks import ACK_GROUP_MAX, ACK_GROUP_S, NackTracker
+from magnetar._errors import AlreadyClosed
+from magnetar._message import Message
+from magnetar._partition_consumer import PartitionConsumer
+from magnetar._reader import gather_last, has_more, initial_start
+from magnetar._types import ConsumerType, MessageId
 
 log = logging.getLogger("magnetar.consumer")
-ACK_GROUP_S = 0.01
-ACK_GROUP_MAX = 1000
-FETCH_WAIT_MS = 2000
-
-
-class PartitionConsumer:
-    def __init__(self, consumer: "Consumer", topic: str, partition: int):
-        self.consumer = consumer
-        self.core: Core = consumer.core
-        self.topic = topic
-        self.partition = partition
-        self.url = ""
-        self.session_id = ""
-        self.consumer_id = 0
-        self.last_delivered: tuple[int, int] | None = None  # readers resume after it
-        self.acks: deque[pb.Position] = deque()  # appended from any thread
-        self.cumulative: pb.Position | None = None
-        self.task: asyncio.Task | None = None
-        # Bumped on every (re)subscribe: messages queued under an earlier connection are
-        # dropped at receive, since the broker redelivers them (as Pulsar's client
-        # clears its receiver queue on reconnect).
-        self.generation = 0
-
-    async def connect(self) -> None:
-        self.consumer_id = 0  # never reuse an id from an earlier broker
-        o = self.consumer.options
-
-        def request(session_id: str) -> pb.SubscribeRequest:
-            req = pb.SubscribeRequest(
-                session_id=session_id, topic=self.topic, subscription=o["subscription"],
-                sub_type=int(o["consumer_type"]), initial_position=int(o["initial_position"]),
-                consumer_name=o["consumer_name"], priority_level=o["priority_level"], durable=o["durable"])
-            if not o["durable"]:
-                if self.last_delivered is not None:  # a reader resumes after what it got
-                    entry, index = self.last_delivered
-                    req.start_position.CopyFrom(pb.Position(entry_id=entry, batch_index=index))
-                    req.start_inclusive = False
-                else:
-                    start: MessageId = o["start"]
-                    req.start_position.CopyFrom(pb.Position(entry_id=start.entry_id(),
-                                                            batch_index=start.batch_index()))
-                    req.start_inclusive = o["start_inclusive"] or start.entry_id() in (0, LATEST_ENTRY)
-            return req
-
-        self.url, self.session_id, reply = await self.core.attach(
-            self.topic, "/v1/consumers/subscribe", request, pb.SubscribeResponse,
-            f"subscribe to {self.topic}", time.monotonic() + self.core.operation_timeout_s)
-        self.consumer_id = reply.consumer_id
-        if o["durable"]:
-            self.generation += 1
-
-    def start(self) -> None:
-        self.task = asyncio.create_task(self._fetch_loop())
-
-    async def _fetch_loop(self) -> None:
-        queue = self.consumer.queue
-        attempt = 0
-        while not self.consumer.closed:
-            room = self.consumer.options["receiver_queue_size"] - queue.qsize()
-            if room <= 0:
-                await self.consumer.space.wait(lambda: self.consumer.options["receiver_queue_size"] > queue.qsize())
-                continue
-            try:
-                reply = await self.core.call(
-                    self.url, "/v1/consumers/fetch",
-                    pb.FetchRequest(consumer_id=self.consumer_id, max_messages=room, wait_ms=FETCH_WAIT_MS),
-                    pb.FetchResponse, timeout=FETCH_WAIT_MS / 1000 + 10)
-                attempt = 0
-            except asyncio.CancelledError:
-                raise
-            except (SessionNotFound, ConsumerNotFound, *RETRYABLE) as exc:
-                if isinstance(exc, (SessionNotFound, ConsumerNotFound)):
-                    self.core.drop_session(self.url, self.session_id)
-                await asyncio.sleep(min(0.05 * 2 ** attempt, 1.0))
-                attempt += 1
-                try:
-                    await self.connect()
-                except MagnetarError as again:
-                    log.info("reconnecting %s: %s", self.topic, again)
-                continue
-            except MagnetarError as exc:
-                log.warning("fetch on %s failed: %s", self.topic, exc)
-                await asyncio.sleep(1)
-                continue
-            for entry in reply.entries:
-                for msg in expand(entry, self.partition, self.topic):
-                    msg._source = self
-                    msg._generation = self.generation
-                    queue.put_nowait(msg)
-                if entry.num_messages:
-                    last = msg.message_id() if entry.indices else MessageId(
-                        self.partition, entry.entry_id, entry.num_messages - 1, entry.num_messages)
-                    self.last_delivered = (last.entry_id(), last.batch_index())
-
-    async def send_acks(self) -> None:
-        individual = []
-        while self.acks:
-            individual.append(self.acks.popleft())
-        cumulative, self.cumulative = self.cumulative, None
-        try:
-            if individual:
-                await self.core.call(self.url, "/v1/consumers/ack",
-                                     pb.AckRequest(consumer_id=self.consumer_id, positions=individual),
-                                     pb.AckResponse)
-            if cumulative is not None:
-                await self.core.call(self.url, "/v1/consumers/ack",
-                                     pb.AckRequest(consumer_id=self.consumer_id, ack_type=pb.ACK_CUMULATIVE,
-                                                   positions=[cumulative]), pb.AckResponse)
-        except MagnetarError as exc:
-            # Plain acks are best effort, as in Pulsar: unacknowledged messages come back.
-            log.info("acknowledgement on %s not delivered: %s", self.topic, exc)
-
-    async def close(self, unsubscribe: bool = False) -> None:
-        if self.task:
-            self.task.cancel()
-        await self.send_acks()
-        if self.consumer_id:
-            await self.core.call(self.url, "/v1/consumers/close",
-                                 pb.CloseConsumerRequest(consumer_id=self.consumer_id, unsubscribe=unsubscribe),
-                                 pb.CloseConsumerResponse)
 
 
 class Consumer:
-    """``magnetar.asyncio`` consumer (a reader is one with a non-durable subscription)."""
+    """``magnetar.asyncio`` consumer (create it with ``await client.subscribe``); a
+    reader uses one on a non-durable subscription."""
 
-    def __init__(self, core: Core, topic: str, partitions: int, options: dict, threaded: bool = False):
+    def __init__(self, core, topic: str, partitions: int, options: dict, threaded: bool = False):
         self.core = core
         self.topic_name = topic
         self.options = options
-        options.setdefault("consumer_name", f"c-{uuid.uuid4().hex[:8]}")
+        if not options.get("consumer_name"):
+            options["consumer_name"] = f"c-{uuid.uuid4().hex[:8]}"
         self.parts = [PartitionConsumer(self, f"{topic}-partition-{i}" if partitions else topic,
                                         i if partitions else -1) for i in range(max(partitions, 1))]
-        # The sync API reads from a thread-safe C queue without a thread hop per message.
         self.queue = thread_queue.SimpleQueue() if threaded else asyncio.Queue()
-        self.space = _Signal(asyncio.get_running_loop())
+        self.loop = asyncio.get_running_loop()
+        self.space = _Room(self.loop, self.queue, options["receiver_queue_size"])
         self.closed = False
-        self._nacks: list[tuple[float, MessageId]] = []
-        self._ack_task: asyncio.Task | None = None
-        self._nack_task: asyncio.Task | None = None
+        self.on_close = None  # the client forgets a closed consumer
+        self._nacks = NackTracker(options["nack_delay_ms"] / 1000)
+        self._ack_wake = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._known_last: dict[int, tuple[int, int]] = {}  # partition -> last visible
 
     async def start(self) -> "Consumer":
-        await asyncio.gather(*(p.connect() for p in self.parts))
+        try:
+            await asyncio.gather(*(p.connect() for p in self.parts))
+        except BaseException:
+            self.closed = True  # close the partitions that subscribed
+            await asyncio.gather(*(p.close() for p in self.parts if p.consumer_id),
+                                 return_exceptions=True)
+            raise
         for p in self.parts:
             p.start()
-        self._ack_task = asyncio.create_task(self._ack_flusher())
-        self._nack_task = asyncio.create_task(self._nack_timer())
+        self._tasks = [self.loop.create_task(self._ack_flusher()),
+                       self.loop.create_task(self._nack_sender())]
         return self
 
-    def _part(self, msg_id: MessageId) -> PartitionConsumer:
-        if len(self.parts) == 1:
-            return self.parts[0]
-        return self.parts[msg_id.partition()]
+    def _part(self, partition: int) -> PartitionConsumer:
+        return self.parts[partition] if partition >= 0 and len(self.parts) > 1 else self.parts[0]
+
+    # ---------------------------------------------------------------- receiving
+
+    def _accept(self, msg: Message) -> bool:
+        """Whether a queued message is current (see PartitionConsumer), noting it returned."""
+        part = self._part(msg._partition)
+        if msg._gen != part.generation:
+            return False
+        part.returned = (msg._entry, msg._index)
+        return True
 
     async def receive(self, timeout_millis: int | None = None) -> Message:
+        """The next message; raises magnetar.Timeout when none arrives in time."""
         deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
         while True:
+            if self.closed:
+                raise AlreadyClosed(f"consumer on {self.topic_name} is closed")
             try:
                 if deadline is None:
                     msg = await self.queue.get()
                 else:
-                    msg = await asyncio.wait_for(self.queue.get(), max(deadline - time.monotonic(), 0))
+                    left = max(deadline - time.monotonic(), 0)
+                    msg = await asyncio.wait_for(self.queue.get(), left)
             except TimeoutError:
-                raise Timeout(f"no message on {self.topic_name} within {timeout_millis} ms") from None
-            self.space.set()
-            if msg._generation == msg._source.generation:
+                raise Timeout(f"no message on {self.topic_name} within {timeout_millis} ms") \
+                    from None
+            if msg is None:  # closed: pass the wake-up on to the next receiver
+                self.queue.put_nowait(None)
+                continue
+            self.space.notify()
+            if self._accept(msg):
                 return msg
 
-    def receive_from_thread(self, timeout_millis: int | None) -> Message:
-        """The sync API's receive: called on the user's thread."""
+    def receive_from_thread(self, timeout_millis: int | None = None) -> Message:
+        """The sync API's receive, on the user's thread."""
         deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
         while True:
+            if self.closed:
+                raise AlreadyClosed(f"consumer on {self.topic_name} is closed")
             try:
-                msg = self.queue.get(timeout=None if deadline is None else max(deadline - time.monotonic(), 0))
+                msg = self.queue.get(timeout=None if deadline is None
+                                     else max(deadline - time.monotonic(), 0))
             except thread_queue.Empty:
-                raise Timeout(f"no message on {self.topic_name} within {timeout_millis} ms") from None
-            self.space.set()
-            if msg._generation == msg._source.generation:  # else queued before a reconnect
+                raise Timeout(f"no message on {self.topic_name} within {timeout_millis} ms") \
+                    from None
+            if msg is None:  # closed: pass the wake-up on to the next receiver
+                self.queue.put(None)
+                continue
+            self.space.notify()
+            if self._accept(msg):
                 return msg
-
-    def ack_from_thread(self, msg_or_id, cumulative: bool = False) -> None:
-        """A plain ack from the user's thread: queued for the grouped flush."""
-        msg_id = self._id(msg_or_id)
-        pos = pb.Position(entry_id=msg_id.entry_id(), batch_index=msg_id.batch_index())
-        part = self._part(msg_id)
-        if cumulative:
-            part.cumulative = pos
-        else:
-            part.acks.append(pos)
 
     # ---------------------------------------------------------------- acks
 
     @staticmethod
-    def _id(msg_or_id) -> MessageId:
-        return msg_or_id.message_id() if isinstance(msg_or_id, Message) else msg_or_id
+    def _position(msg_or_id) -> tuple[int, int, int]:
+        if isinstance(msg_or_id, Message):
+            return msg_or_id._partition, msg_or_id._entry, msg_or_id._index
+        if isinstance(msg_or_id, MessageId):
+            return msg_or_id.partition(), msg_or_id.entry_id(), msg_or_id.batch_index()
+        raise TypeError(f"expected a Message or MessageId, not {type(msg_or_id).__name__}")
+
+    def ack_nowait(self, msg_or_id, cumulative: bool = False) -> None:
+        """A plain ack, grouped (any thread)."""
+        partition, entry, index = self._position(msg_or_id)
+        part = self._part(partition)
+        if cumulative:
+            self._check_cumulative()
+            part.acks.cumulative(entry, index)
+        elif part.acks.add(entry, index) == ACK_GROUP_MAX:
+            self.loop.call_soon_threadsafe(self._ack_wake.set)
+
+    def _check_cumulative(self) -> None:
+        if self.options["consumer_type"] in (ConsumerType.Shared, ConsumerType.KeyShared):
+            raise NotAllowedError("cumulative acknowledgement is not allowed on a Shared or "
+                                  "KeyShared subscription")
 
     async def acknowledge(self, msg_or_id, txn=None, cumulative: bool = False) -> None:
-        msg_id = self._id(msg_or_id)
-        part = self._part(msg_id)
-        pos = pb.Position(entry_id=msg_id.entry_id(), batch_index=msg_id.batch_index())
-        if txn is not None:
-            await txn.ack(part, pos, cumulative, self.options["subscription"])
+        """Plain acks are grouped and return at once; a transactional ack waits for the
+        broker (TransactionConflict and friends raise here)."""
+        if txn is None:
+            self.ack_nowait(msg_or_id, cumulative)
             return
         if cumulative:
-            part.cumulative = pos
-        else:
-            part.acks.append(pos)
-            if len(part.acks) >= ACK_GROUP_MAX:
-                await part.send_acks()
+            self._check_cumulative()
+        partition, entry, index = self._position(msg_or_id)
+        await txn.ack(self._part(partition), pb.Position(entry_id=entry, batch_index=index),
+                      cumulative, self.options["subscription"])
+
+    async def acknowledge_cumulative(self, msg_or_id, txn=None) -> None:
+        await self.acknowledge(msg_or_id, txn, cumulative=True)
 
     async def _ack_flusher(self) -> None:
         while not self.closed:
-            await asyncio.sleep(ACK_GROUP_S)
-            for p in self.parts:
-                if p.acks or p.cumulative is not None:
-                    await p.send_acks()
+            try:
+                await asyncio.wait_for(self._ack_wake.wait(), ACK_GROUP_S)
+            except TimeoutError:
+                pass
+            self._ack_wake.clear()
+            await self.flush_acks()
+
+    async def flush_acks(self) -> None:
+        await asyncio.gather(*(p.send_acks() for p in self.parts if len(p.acks)))
 
     def negative_acknowledge(self, msg_or_id) -> None:
-        due = time.monotonic() + self.options["nack_delay_ms"] / 1000
-        self._nacks.append((due, self._id(msg_or_id)))
+        """Have the message redelivered after ``negative_ack_redelivery_delay_ms``
+        (event loop; the sync API hops here)."""
+        partition, entry, index = self._position(msg_or_id)
+        self._nacks.add(self._part(partition).partition, (entry, index), time.monotonic())
 
-    async def _nack_timer(self) -> None:
+    async def _nack_sender(self) -> None:
         while not self.closed:
-            await asyncio.sleep(min(0.1, self.options["nack_delay_ms"] / 1000 or 0.1))
+            due = self._nacks.next_due()
             now = time.monotonic()
-            due = [m for t, m in self._nacks if t <= now]
-            if not due:
+            if due is None or due > now:
+                await asyncio.sleep(0.05 if due is None else min(due - now, 0.5))
                 continue
-            self._nacks = [(t, m) for t, m in self._nacks if t > now]
-            for part in self.parts:
-                mine = [pb.Position(entry_id=m.entry_id(), batch_index=m.batch_index())
-                        for m in due if self._part(m) is part]
-                if mine:
-                    try:
-                        await self.core.call(part.url, "/v1/consumers/redeliver",
-                                             pb.RedeliverRequest(consumer_id=part.consumer_id, positions=mine),
-                                             pb.RedeliverResponse)
-                    except MagnetarError as exc:
-                        log.info("negative ack on %s not delivered: %s", part.topic, exc)
+            for partition, positions in self._nacks.take_due(now).items():
+                part = self._part(partition)
+                req = pb.RedeliverRequest(positions=[pb.Position(entry_id=e, batch_index=i)
+                                                     for e, i in positions])
+                try:
+                    await part.call("/v1/consumers/redeliver", req, pb.RedeliverResponse)
+                except MagnetarError as exc:  # redelivered anyway when the session lapses
+                    log.info("negative ack on %s not delivered: %s", part.topic, exc)
 
     async def redeliver_unacknowledged_messages(self) -> None:
         for part in self.parts:
-            await self.core.call(part.url, "/v1/consumers/redeliver",
-                                 pb.RedeliverRequest(consumer_id=part.consumer_id), pb.RedeliverResponse)
+            await part.call("/v1/consumers/redeliver", pb.RedeliverRequest(), pb.RedeliverResponse)
+
+    # ---------------------------------------------------------------- positions
 
     async def seek(self, target) -> None:
+        """Reset to a message id (delivered next) or a publish time in ms."""
+        if not isinstance(target, (MessageId, int)) or isinstance(target, bool):
+            raise TypeError("seek takes a MessageId or a publish time in ms")
         for part in self.parts:
-            req = pb.SeekRequest(consumer_id=part.consumer_id)
+            req = pb.SeekRequest()
             if isinstance(target, MessageId):
                 if len(self.parts) > 1 and target.partition() != part.partition:
                     continue
-                req.position.CopyFrom(pb.Position(entry_id=target.entry_id(), batch_index=max(target.batch_index(), 0)))
+                entry, index = max(target.entry_id(), 0), max(target.batch_index(), 0)
+                req.position.CopyFrom(pb.Position(entry_id=entry, batch_index=index))
+                part.start_id, part.start_inclusive, part.seek_time = target, True, None
             else:
-                req.publish_time = int(target)
-            await self.core.call(part.url, "/v1/consumers/seek", req, pb.SeekResponse)
-            part.last_delivered = None
-        while not self.queue.empty():
-            self.queue.get_nowait()
-        self.space.set()
+                req.publish_time = target
+                part.start_id, part.seek_time = None, target
+            part.generation += 1  # what is queued or being fetched predates the seek
+            await part.call("/v1/consumers/seek", req, pb.SeekResponse)
+            part.returned = None
+            self._known_last.pop(part.partition, None)
+        self.space.notify()
 
     async def has_message_available(self) -> bool:
-        if not self.queue.empty():
-            return True
+        """Whether a message after the last one returned exists (readers)."""
+        parts = []
         for part in self.parts:
-            reply = await self.core.with_retries("last message id", lambda p=part: self.core.call(
-                p.url, "/v1/consumers/last-message-id", pb.LastMessageIdRequest(consumer_id=p.consumer_id),
-                pb.LastMessageIdResponse))
-            if not reply.has_message:
-                continue
-            last = (reply.last.entry_id, reply.last.batch_index)
-            seen = part.last_delivered
-            if seen is None:
-                start = self.options.get("start")
-                if start is not None and start.entry_id() == LATEST_ENTRY:
-                    continue
-                if start is None or start.entry_id() <= last[0]:
-                    return True
-            elif last > seen:
+            known = self._known_last.get(part.partition)
+            if known is not None and part.returned is not None and known > part.returned:
+                return True  # no request needed: the log only grows
+            parts.append(part)
+        replies = await gather_last(parts, self.core)
+        for part, reply in zip(parts, replies):
+            last = (reply.last.entry_id, reply.last.batch_index) if reply.has_message else None
+            if last is not None:
+                self._known_last[part.partition] = last
+            start = (None if part.start_id is None
+                     else initial_start(part.start_id, part.start_inclusive))
+            if has_more(last, part.returned, start, reply.mark_delete.entry_id):
                 return True
-        # The fetch loop may have queued the last message while we asked.
-        return not self.queue.empty()
+        return False
+
+    # ---------------------------------------------------------------- closing
 
     async def close(self, unsubscribe: bool = False) -> None:
         if self.closed:
             return
         self.closed = True
-        for task in (self._ack_task, self._nack_task):
-            if task:
-                task.cancel()
-        await asyncio.gather(*(p.close(unsubscribe) for p in self.parts), return_exceptions=not unsubscribe)
+        for task in self._tasks:
+            task.cancel()
+        results = await asyncio.gather(*(p.close(unsubscribe) for p in self.parts),
+                                       return_exceptions=True)
+        self.queue.put_nowait(None)  # wakes whoever is blocked in receive
+        if self.on_close is not None:
+            self.on_close(self)
+        if unsubscribe:
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+
+    async def unsubscribe(self) -> None:
+        await self.close(unsubscribe=True)
 
     def topic(self) -> str:
         return self.topic_name
@@ -320,31 +264,44 @@ class Consumer:
     def subscription_name(self) -> str:
         return self.options["subscription"]
 
+    def consumer_name(self) -> str:
+        return self.options["consumer_name"]
 
-class _Signal:
-    """Wakes fetch loops waiting for room in the receive queue; safe to call from the
-    user's thread, and cheap when nobody waits (no loop wake-up per message)."""
+    def is_connected(self) -> bool:
+        return not self.closed and all(p.consumer_id for p in self.parts)
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+
+class _Room:
+    """Free space in the receiver queue, for the fetch loops.  A fetch loop that found
+    the queue (more than half) full waits until half of it is free again, as Pulsar
+    grants permits in halves; receivers wake it once, from any thread, so a full queue
+    costs no loop wake-up per received message."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, queue, size: int) -> None:
         self._loop = loop
+        self._queue = queue
+        self.size = size
+        self.refill = max(1, size // 2)
         self._event = asyncio.Event()
         self.waiting = False
 
-    def set(self) -> None:
-        if self.waiting:
+    def free(self) -> int:
+        return self.size - self._queue.qsize()
+
+    def notify(self) -> None:
+        """A message left the queue (any thread)."""
+        if self.waiting and self.free() >= self.refill:
+            self.waiting = False
             self._loop.call_soon_threadsafe(self._event.set)
 
-    def set_from_thread(self) -> None:
-        self.set()
-
-    async def wait(self, has_room) -> None:
-        self.waiting = True
-        try:
-            while not has_room():
-                self._event.clear()
-                try:
-                    await asyncio.wait_for(self._event.wait(), 1.0)
-                except TimeoutError:
-                    pass
-        finally:
-            self.waiting = False
+    async def wait(self) -> None:
+        while self.free() < self.refill:
+            self._event.clear()
+            self.waiting = True
+            if self.free() >= self.refill:  # freed between the check and the flag
+                break
+            try:
+                await asyncio.wait_for(self._event.wait(), 1.0)
+            except TimeoutError:
+                pass
+        self.waiting = False

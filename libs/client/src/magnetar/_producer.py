@@ -1,324 +1,210 @@
-"""Producers: batching, sequence ids, ordered sends with retries, access modes.
+"""The ``magnetar.asyncio`` producer: one PartitionProducer per partition, routing,
+the pending-message limit, and the send calls.
 
-One batch per partition is in flight at a time: with deduplication, a later batch
-stored before an earlier one's retry would make the retry look like a duplicate, so
-order must hold (Pulsar gets it from one TCP connection; HTTP gives no such order).
-A retry resends the same bytes with the same sequence ids, so it is stored once.
+The per-message path is kept short on purpose (the benchmark sends 100-byte messages
+with ``send_async``): a payload check, a slot, a routing decision and three list
+appends; no protobuf object, future, lock or task per message.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections import deque
+import threading
 
-from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import (
-    MagnetarError,
-    error_for_code,
-    MessageTooBig,
-    ProducerNotFound,
-    SessionNotFound,
-    Timeout,
-)
+from magnetar_protocol.errors import MessageTooBig
 
-from magnetar._core import RETRYABLE, Core, backoff_until
-from magnetar._types import MessageId, ProducerAccessMode, Result
+from magnetar._batch import message_fields
+from magnetar._errors import AlreadyClosed
+from magnetar._partition_producer import PartitionProducer
+from magnetar._routing import Router
+from magnetar._slots import Slots
+from magnetar._types import MessageId, PartitionsRoutingMode, ProducerAccessMode, Result
 
 
-MAX_BATCHES_PER_REQUEST = 64
+class FutureCallback:
+    """A send callback that completes an asyncio future (``await producer.send``)."""
 
+    __slots__ = ("future",)
 
-async def _register(batch: "_Batch") -> Exception | None:
-    """Register the partition with the batch's transaction; the failure, if any."""
-    try:
-        await batch.txn.register_partition(batch.producer_topic)
-        return None
-    except MagnetarError as exc:
-        return exc
+    def __init__(self, future: asyncio.Future) -> None:
+        self.future = future
 
-
-class _Batch:
-    __slots__ = ("messages", "waiters", "size", "lowest", "highest", "txn", "created", "payload",
-                 "producer_topic")
-
-    def __init__(self, txn, created: float):
-        self.messages: list[pb.SingleMessage] = []
-        self.waiters: list = []  # a future or a callback per message
-        self.size = 0
-        self.lowest = -1
-        self.highest = -1
-        self.txn = txn
-        self.created = created
-        self.payload = b""
-        self.producer_topic = ""
-
-
-class PartitionProducer:
-    def __init__(self, producer, topic: str, partition: int):
-        self.producer = producer  # the Producer of _partitioned.py
-        self.core: Core = producer.core
-        self.topic = topic
-        self.partition = partition
-        self.url = ""
-        self.session_id = ""
-        self.producer_id = 0
-        self.name = producer.requested_name
-        self.topic_epoch: int | None = None
-        self.next_seq = 0
-        self.last_seq = -1
-        self.max_message_size = 5 * 1024 * 1024
-        self.current: _Batch | None = None
-        self.txn_batches: dict = {}
-        self.ready: deque[_Batch] = deque()
-        self.sender: asyncio.Task | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.idle = asyncio.Event()
-        self.idle.set()
-        self.fenced: MagnetarError | None = None
-
-    # ---------------------------------------------------------------- connection
-
-    async def connect(self, first: bool = False) -> None:
-        # Never reuse an id from an earlier broker: clear it until the new one is known.
-        self.producer_id = 0
-        opts = self.producer.options
-        wait_forever = opts["access_mode"] == ProducerAccessMode.WaitForExclusive
-
-        def request(session_id: str) -> pb.CreateProducerRequest:
-            req = pb.CreateProducerRequest(
-                session_id=session_id, topic=self.topic, producer_name=self.name or "",
-                access_mode=int(opts["access_mode"]), user_provided_name=bool(self.name),
-                wait_ms=5000 if wait_forever else 0)
-            if self.topic_epoch is not None:
-                req.topic_epoch = self.topic_epoch
-            return req
-
-        while True:
-            deadline = float("inf") if wait_forever else time.monotonic() + self.core.operation_timeout_s
-            self.url, self.session_id, reply = await self.core.attach(
-                self.topic, "/v1/producers/create", request, pb.CreateProducerResponse,
-                f"producer on {self.topic}", deadline, timeout=self.core.operation_timeout_s + 6)
-            if not reply.waiting:
-                break
-            self.name = reply.producer_name  # WaitForExclusive: keep our place in the queue
-        self.producer_id = reply.producer_id
-        self.name = reply.producer_name
-        self.max_message_size = reply.max_message_size or self.max_message_size
-        if reply.HasField("topic_epoch"):
-            self.topic_epoch = reply.topic_epoch
-        if first:
-            initial = opts["initial_sequence_id"]
-            self.next_seq = initial + 1 if initial is not None else reply.last_sequence_id + 1
-            self.last_seq = reply.last_sequence_id if initial is None else initial
-
-    # ---------------------------------------------------------------- batching
-
-    def add(self, msg: pb.SingleMessage, waiter, txn=None, explicit_seq: bool = False) -> None:
-        """Queue one message (non-blocking); ``waiter`` learns its MessageId."""
-        if self.fenced is not None:
-            raise self.fenced
-        size = len(msg.payload)
-        if size > self.max_message_size:
-            raise MessageTooBig(f"message of {size} bytes exceeds the maximum of {self.max_message_size} bytes")
-        if explicit_seq:
-            seq = msg.sequence_id
+    def __call__(self, result, msg_id: MessageId | None) -> None:
+        if self.future.done():
+            return
+        if result is Result.Ok:
+            self.future.set_result(msg_id)
         else:
-            seq = self.next_seq
-            msg.sequence_id = seq
-        self.next_seq = max(self.next_seq, seq + 1)
-        opts = self.producer.options
-        batch = self.current if txn is None else self.txn_batches.get(txn)
-        if batch is not None and (seq <= batch.highest or batch.size + size > opts["max_bytes"]):
-            self._seal(batch)
-            batch = None
-        if batch is None:
-            batch = _Batch(txn, time.monotonic())
-            batch.producer_topic = self.topic
-            batch.lowest = seq
-            if txn is None:
-                self.current = batch
-            else:
-                self.txn_batches[txn] = batch
-        batch.messages.append(msg)
-        batch.waiters.append(waiter)
-        batch.size += size
-        batch.highest = seq
-        if not opts["batching"] or len(batch.messages) >= opts["max_messages"]:
-            self._seal(batch)
-        elif self.timer is None:
-            self.timer = asyncio.get_running_loop().call_later(opts["delay_s"], self._on_timer)
+            self.future.set_exception(result)
 
-    def _on_timer(self) -> None:
-        self.timer = None
-        if self.sender is None:
-            self.seal_all()
-        # Else keep filling: the sender seals what accumulated when its send returns,
-        # so a busy partition sends fewer, fuller batches instead of a queue of tiny ones.
 
-    def _seal_pending(self) -> None:
-        """Seal what accumulated while a send was in flight (called by the sender)."""
-        if self.current is not None:
-            self._seal(self.current, start=False)
-        for batch in list(self.txn_batches.values()):
-            self._seal(batch, start=False)
+def payload_bytes(data) -> bytes:
+    if type(data) is bytes:
+        return data
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"message data must be bytes, not {type(data).__name__}")
 
-    def seal_all(self) -> None:
-        if self.current is not None:
-            self._seal(self.current)
-        for batch in list(self.txn_batches.values()):
-            self._seal(batch)
 
-    def _seal(self, batch: _Batch, start: bool = True) -> None:
-        if batch is self.current:
-            self.current = None
-        elif self.txn_batches.get(batch.txn) is batch:
-            del self.txn_batches[batch.txn]
-        batch.payload = pb.MessageBatch(messages=batch.messages).SerializeToString()
-        self.ready.append(batch)
-        if start and self.sender is None:
-            self.idle.clear()
-            self.sender = asyncio.create_task(self._send_all())
+class Producer:
+    """``magnetar.asyncio`` producer (create it with ``await client.create_producer``)."""
 
-    # ---------------------------------------------------------------- sending
+    def __init__(self, core, topic: str, partitions: int, options: dict) -> None:
+        self.core = core
+        self.topic_name = topic
+        self.options = options
+        count = max(partitions, 1)
+        self.parts = [PartitionProducer(self, f"{topic}-partition-{i}" if partitions else topic,
+                                        i if partitions else -1, options) for i in range(count)]
+        self.router = Router(self.parts, options["routing_mode"]) if partitions else None
+        self.slots = Slots(options["max_pending"], options["block_if_full"])
+        self.max_message_size = 5 * 1024 * 1024
+        self.closed = False
+        self.on_close = None  # the client forgets a closed producer
 
-    async def _send_all(self) -> None:
+    async def start(self) -> "Producer":
+        self.slots.loop = asyncio.get_running_loop()
+        self.slots.loop_thread = threading.get_ident()
+        # One name on every partition (dedup state is per partition and name), so the
+        # first partition lets the broker choose it when the user did not.
+        first, rest = self.parts[0], self.parts[1:]
         try:
-            while self.ready:
-                group = [self.ready[i] for i in range(min(len(self.ready), MAX_BATCHES_PER_REQUEST))]
-                try:
-                    outcomes = await self._send_group(group)
-                except Exception as exc:  # every message of the group learns why
-                    outcomes = [exc] * len(group)
-                for batch, outcome in zip(group, outcomes):
-                    if isinstance(outcome, Exception):
-                        self._settle(batch, error=outcome)
-                    else:
-                        self._settle(batch, reply=outcome)
-                    self.ready.popleft()
-                if not self.ready:
-                    self._seal_pending()
-        finally:
-            self.sender = None
-            if not self.ready:
-                self.idle.set()
+            await first.connect(first=True)
+            for part in rest:
+                part.name = first.name
+            await asyncio.gather(*(part.connect(first=True) for part in rest))
+        except BaseException:
+            # Do not leave the partitions that made it holding the name.
+            await asyncio.gather(*(p.close() for p in self.parts if p.producer_id),
+                                 return_exceptions=True)
+            raise
+        self.max_message_size = min(p.max_message_size for p in self.parts)
+        return self
 
-    async def _send_group(self, group: list[_Batch]) -> list:
-        """Send batches in one request, in order; retry from the first retryable failure
-        on (the broker never stores a later batch before an earlier one)."""
-        outcomes: dict[int, object] = {}
-        pending = []
-        # Every transaction in the group registers this partition at once, not in turn.
-        transactional = [b for b in group if b.txn is not None and self.fenced is None]
-        failures = dict(zip(map(id, transactional),
-                            await asyncio.gather(*(_register(b) for b in transactional))))
-        for batch in group:
-            if self.fenced is not None:
-                outcomes[id(batch)] = self.fenced
-            elif failures.get(id(batch)) is not None:
-                outcomes[id(batch)] = failures[id(batch)]
-            else:
-                pending.append(batch)
-        deadline = min(b.created for b in group) + self.producer.options["send_timeout_s"]
-        attempt = 0
-        while pending:
-            req = pb.SendBatchesRequest(batches=[self._request(b) for b in pending])
-            cause: Exception | None = None
-            try:
-                reply = await self.core.call(self.url, "/v1/producers/send-batches", req, pb.SendBatchesResponse,
-                                             timeout=max(deadline - time.monotonic(), 1.0))
-            except (SessionNotFound, ProducerNotFound) as exc:
-                self.core.drop_session(self.url, self.session_id)
-                cause = exc
-            except RETRYABLE as exc:
-                cause = exc
-            except MagnetarError as exc:
-                for b in pending:
-                    outcomes[id(b)] = exc
-                break
-            else:
-                retry = []
-                for b, result in zip(pending, reply.results):
-                    if retry:
-                        retry.append(b)
-                    elif result.HasField("error"):
-                        err = error_for_code(result.error.code, result.error.message)
-                        if err.retryable:
-                            cause = err
-                            retry.append(b)
-                        else:
-                            if err.code == pb.PRODUCER_FENCED:
-                                self.fenced = err
-                            outcomes[id(b)] = err
-                    else:
-                        outcomes[id(b)] = result.response
-                pending = retry
-                if not pending:
-                    break
-                if isinstance(cause, (SessionNotFound, ProducerNotFound)):
-                    self.core.drop_session(self.url, self.session_id)
-            if time.monotonic() >= deadline:
-                timeout = Timeout(f"send to {self.topic} timed out; last error: {cause}")
-                for b in pending:
-                    outcomes[id(b)] = timeout
-                break
-            await backoff_until(deadline, attempt, f"send to {self.topic}", cause)
-            attempt += 1
-            try:
-                await self.connect()
-            except (Timeout, *RETRYABLE):
-                continue
-            except MagnetarError as exc:  # e.g. fenced: another exclusive producer took over
-                if exc.code == pb.PRODUCER_FENCED:
-                    self.fenced = exc
-                for b in pending:
-                    outcomes[id(b)] = exc
-                break
-        return [outcomes[id(b)] for b in group]
+    # ---------------------------------------------------------------- per message
 
-    def _request(self, batch: _Batch) -> pb.SendRequest:
-        req = pb.SendRequest(producer_id=self.producer_id, batch=batch.payload,
-                             num_messages=len(batch.messages), sequence_id=batch.lowest,
-                             highest_sequence_id=batch.highest)
-        if batch.txn is not None:
-            req.txn.CopyFrom(batch.txn.txn_id.to_wire())
-        return req
+    def check(self, data) -> bytes:
+        """The payload as bytes, or the error its send would meet (any thread)."""
+        if self.closed:
+            raise AlreadyClosed(f"producer on {self.topic_name} is closed")
+        data = payload_bytes(data)
+        if len(data) > self.max_message_size:
+            raise MessageTooBig(f"message of {len(data)} bytes exceeds the maximum of "
+                                f"{self.max_message_size} bytes")
+        return data
 
-    def _settle(self, batch: _Batch, reply: pb.SendResponse | None = None, error: Exception | None = None) -> None:
-        n = len(batch.messages)
-        if error is not None and batch.txn is not None:
-            batch.txn.mark_failed(error)
-        if reply is not None:
-            self.last_seq = max(self.last_seq, batch.highest)
-            entry = -1 if (reply.duplicate or batch.txn is not None) else reply.entry_id
-        for i, waiter in enumerate(batch.waiters):
-            if error is None:
-                result = MessageId(self.partition, entry, i, n)
-            if isinstance(waiter, asyncio.Future):
-                if not waiter.done():
-                    if error is None:
-                        waiter.set_result(result)
-                    else:
-                        waiter.set_exception(error)
-            else:
-                try:
-                    waiter(Result.Ok if error is None else error, None if error else result)
-                except Exception:  # a user's callback must not break the pipeline
-                    pass
-        self.producer.released(n)
+    def enqueue(self, data: bytes, callback, fields: dict | None = None, seq: int | None = None,
+                txn=None, seal: bool = False) -> None:
+        """Route one checked message to its partition's batch (event loop only).  Its
+        slot must be taken; ``callback(result, msg_id)`` runs when the batch settles."""
+        if self.router is None:
+            part = self.parts[0]
+        elif fields is not None and "partition_key" in fields:
+            part = self.router.keyed(fields["partition_key"])
+        else:
+            part = self.router.keyless()
+        if part.fenced is not None:
+            raise part.fenced
+        if txn is not None:
+            txn.check_usable()
+            txn.ops_started(1, part)
+        batch = part.add(data, callback, fields, seq, txn)
+        if seal:
+            part.seal(batch)
+
+    def send_async(self, data, callback, properties=None, partition_key=None, sequence_id=None,
+                   event_timestamp=None, txn=None) -> None:
+        """Queue a message (on the event loop; never blocks: raises ProducerQueueIsFull
+        when ``max_pending_messages`` are pending).  ``callback(result, msg_id)`` gets
+        ``Result.Ok`` and the MessageId, or the exception and None."""
+        data = self.check(data)
+        fields = message_fields(properties, partition_key, event_timestamp)
+        seq = check_sequence_id(sequence_id)
+        self.slots.take()
+        try:
+            self.enqueue(data, callback, fields, seq, txn)
+        except BaseException:
+            self.slots.release(1)
+            raise
+
+    async def send(self, data, properties=None, partition_key=None, sequence_id=None,
+                   event_timestamp=None, txn=None) -> MessageId:
+        """Send one message and wait for the broker's receipt; its MessageId."""
+        data = self.check(data)
+        fields = message_fields(properties, partition_key, event_timestamp)
+        seq = check_sequence_id(sequence_id)
+        await self.slots.take_async()
+        future = asyncio.get_running_loop().create_future()
+        try:
+            # Sealed at once, as pulsar-client's send() flushes: nobody else is waiting.
+            self.enqueue(data, FutureCallback(future), fields, seq, txn, seal=True)
+        except BaseException:
+            self.slots.release(1)
+            raise
+        return await future
+
+    # ---------------------------------------------------------------- the rest
 
     async def flush(self) -> None:
-        self.seal_all()
-        await self.idle.wait()
+        """Send everything queued and wait for the answers."""
+        await asyncio.gather(*(p.flush() for p in self.parts))
 
     async def close(self) -> None:
-        await self.flush()
-        if self.timer:
-            self.timer.cancel()
-        if self.producer_id:
-            try:
-                await self.core.call(self.url, "/v1/producers/close",
-                                     pb.CloseProducerRequest(producer_id=self.producer_id),
-                                     pb.CloseProducerResponse, timeout=5)
-            except MagnetarError:
-                pass
+        """Flush, then close the producer on every partition."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await asyncio.gather(*(p.close() for p in self.parts))
+        finally:
+            self.slots.close()
+            if self.on_close is not None:
+                self.on_close(self)
+
+    def producer_name(self) -> str:
+        return self.parts[0].name
+
+    def last_sequence_id(self) -> int:
+        """The highest sequence id the broker acknowledged (-1 when none)."""
+        return max(p.last_seq for p in self.parts)
+
+    def topic(self) -> str:
+        return self.topic_name
+
+    def is_connected(self) -> bool:
+        return not self.closed and all(p.producer_id for p in self.parts)
+
+
+def check_sequence_id(sequence_id) -> int | None:
+    if sequence_id is None:
+        return None
+    if not isinstance(sequence_id, int) or sequence_id < 0:
+        raise ValueError(f"sequence_id must be an int >= 0, got {sequence_id!r}")
+    return sequence_id
+
+
+def producer_options(producer_name=None, initial_sequence_id=None,
+                     access_mode=ProducerAccessMode.Shared, batching_enabled=True,
+                     send_timeout_millis=30000, batching_max_messages=1000,
+                     batching_max_allowed_size_in_bytes=128 * 1024,
+                     batching_max_publish_delay_ms=1, max_pending_messages=1000,
+                     block_if_queue_full=True,
+                     message_routing_mode=PartitionsRoutingMode.RoundRobinDistribution) -> dict:
+    """Validated create_producer options (pulsar-client's names and defaults)."""
+    if initial_sequence_id is not None and (not isinstance(initial_sequence_id, int)
+                                            or initial_sequence_id < -1):
+        raise ValueError(f"initial_sequence_id must be an int >= -1, got {initial_sequence_id!r}")
+    if producer_name is not None and not isinstance(producer_name, str):
+        raise TypeError("producer_name must be a str")
+    if send_timeout_millis < 0 or max_pending_messages < 1 or batching_max_messages < 1:
+        raise ValueError("send_timeout_millis must be >= 0 (0: no timeout); "
+                         "max_pending_messages and batching_max_messages >= 1")
+    return {
+        "producer_name": producer_name or None, "initial_sequence_id": initial_sequence_id,
+        "access_mode": ProducerAccessMode(access_mode), "batching": bool(batching_enabled),
+        "send_timeout_s": send_timeout_millis / 1000, "max_messages": batching_max_messages,
+        "max_bytes": batching_max_allowed_size_in_bytes,
+        "delay_s": max(batching_max_publish_delay_ms, 0) / 1000,
+        "max_pending": max_pending_messages, "block_if_full": bool(block_if_queue_full),
+        "routing_mode": PartitionsRoutingMode(message_routing_mode),
+    }

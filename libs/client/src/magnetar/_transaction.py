@@ -11,6 +11,7 @@ import asyncio
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
+    ConnectError,
     ExpiredTransactionError,
     InvalidTxnStatusError,
     MagnetarError,
@@ -25,6 +26,8 @@ _FINAL = {TransactionState.COMMITTED: "committed", TransactionState.ABORTED: "ab
 
 
 class Transaction:
+    """``magnetar.asyncio`` transaction (``await client.new_transaction()``)."""
+
     def __init__(self, core: Core, txn_id: TxnID, coordinator_url: str, timeout_ms: int):
         self.core = core
         self.txn_id = txn_id
@@ -33,8 +36,11 @@ class Transaction:
         self.state = TransactionState.OPEN
         self._partitions: dict[str, asyncio.Future] = {}
         self._subscriptions: dict[tuple[str, str], asyncio.Future] = {}
-        self._inflight: set[asyncio.Future] = set()
-        self._failure: Exception | None = None
+        self._ops = 0  # sends queued or in flight in this transaction
+        self._batchers: set = set()  # partition producers holding its open batches
+        self._ops_idle = asyncio.Event()
+        self._ops_idle.set()
+        self._failure: BaseException | None = None
 
     def __repr__(self) -> str:
         return f"Transaction({self.txn_id}, {self.state.value})"
@@ -43,22 +49,46 @@ class Transaction:
 
     def check_usable(self) -> None:
         if self.state in _FINAL:
-            raise InvalidTxnStatusError(f"transaction {self.txn_id} is already {_FINAL[self.state]}")
+            raise InvalidTxnStatusError(
+                f"transaction {self.txn_id} is already {_FINAL[self.state]}")
 
-    def mark_failed(self, error: Exception) -> None:
+    def mark_failed(self, error: BaseException) -> None:
         if self._failure is None:
             self._failure = error
 
-    def track(self, fut: asyncio.Future) -> None:
-        self._inflight.add(fut)
-        fut.add_done_callback(self._inflight.discard)
+    def ops_started(self, count: int, batcher=None) -> None:
+        """Sends queued in this transaction: commit() waits until they settled."""
+        self._ops += count
+        if batcher is not None:
+            self._batchers.add(batcher)
+        self._ops_idle.clear()
+
+    def ops_done(self, count: int) -> None:
+        self._ops -= count
+        if self._ops <= 0:
+            self._ops = 0
+            self._ops_idle.set()
 
     async def _call(self, path: str, request, response_type):
-        return await self.core.with_retries(
-            f"transaction {self.txn_id}",
-            lambda: self.core.call(self.coordinator_url, path, request, response_type))
+        async def attempt():
+            try:
+                return await self.core.call(self.coordinator_url, path, request, response_type)
+            except (ConnectError, TransactionCoordinatorNotFoundError):
+                # The coordinator whose id is the TxnID's most bits may have moved.
+                await self._resolve_coordinator()
+                raise
+        return await self.core.with_retries(f"transaction {self.txn_id}", attempt)
 
-    async def _register(self, registry: dict, key, request_factory, path: str, response_type) -> None:
+    async def _resolve_coordinator(self) -> None:
+        try:
+            url = (await self.core.coordinators()).get(self.txn_id.most_bits)
+        except MagnetarError:
+            return
+        if url:
+            self.coordinator_url = url
+
+    async def _register(self, registry: dict, key, request_factory, path: str,
+                        response_type) -> None:
         fut = registry.get(key)
         if fut is None:
             fut = registry[key] = asyncio.get_running_loop().create_future()
@@ -84,15 +114,12 @@ class Transaction:
         try:
             await self._register(
                 self._subscriptions, (part.topic, subscription),
-                lambda: pb.AddSubscriptionToTxnRequest(
-                    txn=self.txn_id.to_wire(),
-                    subscriptions=[pb.TxnSubscription(topic=part.topic, subscription=subscription)]),
+                lambda: pb.AddSubscriptionToTxnRequest(txn=self.txn_id.to_wire(), subscriptions=[
+                    pb.TxnSubscription(topic=part.topic, subscription=subscription)]),
                 "/v1/txn/add-subscriptions", pb.AddSubscriptionToTxnResponse)
-            req = pb.AckRequest(consumer_id=part.consumer_id, positions=[position], txn=self.txn_id.to_wire(),
+            req = pb.AckRequest(positions=[position], txn=self.txn_id.to_wire(),
                                 ack_type=pb.ACK_CUMULATIVE if cumulative else pb.ACK_INDIVIDUAL)
-            await self.core.with_retries(
-                "transactional ack", lambda: self.core.call(part.url, "/v1/consumers/ack",
-                                                            _with_consumer(req, part), pb.AckResponse))
+            await part.call("/v1/consumers/ack", req, pb.AckResponse)  # current consumer id
         except MagnetarError as exc:
             self.mark_failed(exc)
             raise
@@ -100,20 +127,27 @@ class Transaction:
     # ---------------------------------------------------------------- ending
 
     async def _end(self, action: int) -> None:
-        reply = await self._call("/v1/txn/end", pb.EndTxnRequest(txn=self.txn_id.to_wire(), action=action),
+        reply = await self._call("/v1/txn/end",
+                                 pb.EndTxnRequest(txn=self.txn_id.to_wire(), action=action),
                                  pb.EndTxnResponse)
-        self.state = TransactionState.COMMITTED if reply.status == pb.TXN_COMMITTED else TransactionState.ABORTED
+        self.state = (TransactionState.COMMITTED if reply.status == pb.TXN_COMMITTED
+                      else TransactionState.ABORTED)
 
     async def commit(self) -> None:
         if self.state is TransactionState.ABORTED:
             raise InvalidTxnStatusError(f"transaction {self.txn_id} is aborted")
-        if self._inflight:  # sends still in flight belong to the transaction
-            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        # Sends still queued or in flight belong to the transaction: send, then wait.
+        for batcher in self._batchers:
+            if (batch := batcher.txn_batches.get(self)) is not None:
+                batcher.seal(batch)
+        self._batchers.clear()
+        await self._ops_idle.wait()
         ended = isinstance(self._failure, (InvalidTxnStatusError, ExpiredTransactionError))
         if self._failure is not None and not ended and self.state is TransactionState.OPEN:
             await self.abort()
             raise TransactionHasOperationFailed(
-                f"transaction {self.txn_id} was aborted because an operation failed: {self._failure}")
+                f"transaction {self.txn_id} was aborted because an operation failed: "
+                f"{self._failure}")
         # A failure because the transaction already ended (timeout, fencing) is answered
         # precisely by the coordinator below rather than as a spoiled transaction.
         self.state = TransactionState.COMMITTING
@@ -134,23 +168,20 @@ class Transaction:
             raise
 
 
-def _with_consumer(req: pb.AckRequest, part) -> pb.AckRequest:
-    req.consumer_id = part.consumer_id  # current id, even after a reconnect
-    return req
-
-
 async def open_transaction(core: Core, timeout_ms: int) -> Transaction:
     if not isinstance(timeout_ms, int) or timeout_ms <= 0:
-        raise ValueError(f"transaction timeout must be a positive number of milliseconds, got {timeout_ms!r}")
+        raise ValueError(f"transaction timeout must be a positive number of milliseconds, "
+                         f"got {timeout_ms!r}")
 
     async def attempt() -> Transaction:
         coordinators = await core.coordinators()
         if not coordinators:
             raise TransactionCoordinatorNotFoundError("no transaction coordinator is running")
         ids = sorted(coordinators)
-        tcid = ids[next(core._rr) % len(ids)]  # noqa: SLF001 - spread transactions over coordinators
+        tcid = ids[next(core._rr) % len(ids)]  # spread transactions over the coordinators
         url = coordinators[tcid]
-        reply = await core.call(url, "/v1/txn/new", pb.NewTxnRequest(timeout_ms=timeout_ms), pb.NewTxnResponse)
+        reply = await core.call(url, "/v1/txn/new", pb.NewTxnRequest(timeout_ms=timeout_ms),
+                                pb.NewTxnResponse)
         return Transaction(core, TxnID(reply.txn.most_bits, reply.txn.least_bits), url, timeout_ms)
 
     return await core.with_retries("new transaction", attempt)

@@ -1,42 +1,114 @@
-"""``magnetar.asyncio``: the client API with coroutines, same names as the sync API.
+"""``magnetar.asyncio``: the client API as coroutines, with the sync API's names.
 
-    client = magnetar.asyncio.Client("http://localhost:8080")
+    import magnetar.asyncio as magnetar_aio
+
+    client = magnetar_aio.Client("http://localhost:8080")
     producer = await client.create_producer("orders")
     await producer.send(b"hello")
+    consumer = await client.subscribe("orders", "audit")
+    msg = await consumer.receive()
+    await consumer.acknowledge(msg)
+    await client.close()
+
+A client belongs to the event loop that first uses it.  ``Producer.send_async`` and
+``Consumer.negative_acknowledge`` are plain methods (they never wait).
 """
 
 from __future__ import annotations
 
-from magnetar_protocol.errors import *  # noqa: F401,F403 - the one error hierarchy
+from magnetar_protocol.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    BadRequest,
+    Conflict,
+    ConnectError,
+    ConsumerBusy,
+    ConsumerNotFound,
+    ExpiredTransactionError,
+    InvalidTopicName,
+    InvalidTxnStatusError,
+    MagnetarError,
+    MessageTooBig,
+    NamespaceNotFound,
+    NotAllowedError,
+    NotFound,
+    NotOwner,
+    PersistenceError,
+    ProducerBusy,
+    ProducerFenced,
+    ProducerNotFound,
+    ServiceNotReady,
+    SessionNotFound,
+    SubscriptionNotFound,
+    TenantNotFound,
+    Timeout,
+    TooManyRequests,
+    TopicNotFound,
+    TransactionConflict,
+    TransactionCoordinatorNotFoundError,
+    TransactionHasOperationFailed,
+    TransactionNotFound,
+    UnknownError,
+)
+from magnetar_protocol.topics import TopicName
 
 from magnetar._consumer import Consumer
 from magnetar._core import Core
+from magnetar._errors import AlreadyClosed, ProducerQueueIsFull
 from magnetar._message import Message
-from magnetar._partitioned import Producer
+from magnetar._producer import Producer, producer_options
+from magnetar._reader import Reader
 from magnetar._transaction import Transaction, open_transaction
 from magnetar._transport import Transport
 from magnetar._types import (
     ConsumerType,
     InitialPosition,
     MessageId,
+    PartitionsRoutingMode,
     ProducerAccessMode,
     Result,
     TransactionState,
     TxnID,
 )
+__all__ = ["Client", "Producer", "Consumer", "Reader", "Message", "MessageId", "Transaction",
+           "TxnID", "ConsumerType", "InitialPosition", "ProducerAccessMode",
+           "PartitionsRoutingMode", "Result", "TransactionState", "Transport"]
 
-__all__ = ["Client", "Producer", "Consumer", "Reader", "Message", "MessageId", "Transaction", "TxnID",
-           "ConsumerType", "InitialPosition", "ProducerAccessMode", "Result", "TransactionState"]
-
-Reader = Consumer
+# Errors: the one hierarchy of magnetar_protocol.errors, plus two client-side ones.
+__all__ += [
+    "AuthenticationError", "AuthorizationError", "BadRequest", "Conflict", "ConnectError",
+    "ConsumerBusy", "ConsumerNotFound", "ExpiredTransactionError", "InvalidTopicName",
+    "InvalidTxnStatusError", "MagnetarError", "MessageTooBig", "NamespaceNotFound",
+    "NotAllowedError", "NotFound", "NotOwner", "PersistenceError", "ProducerBusy",
+    "ProducerFenced", "ProducerNotFound", "ServiceNotReady", "SessionNotFound",
+    "SubscriptionNotFound", "TenantNotFound", "Timeout", "TooManyRequests", "TopicNotFound",
+    "TransactionConflict", "TransactionCoordinatorNotFoundError", "TransactionHasOperationFailed",
+    "TransactionNotFound", "UnknownError", "AlreadyClosed", "ProducerQueueIsFull",
+]
 
 
 class Client:
-    def __init__(self, service_url: str, transaction_key: str | None = None, auth_token: str | None = None,
-                 operation_timeout_seconds: float = 30, transport: Transport | None = None):
+    """Connects to a Magnetar cluster through any of its brokers; ``service_url`` may
+    list several, comma-separated, tried in turn for discovery."""
+
+    def __init__(self, service_url: str, transaction_key: str | None = None,
+                 auth_token: str | None = None, operation_timeout_seconds: float = 30,
+                 connection_pool_size: int = 64, transport=None) -> None:
+        if operation_timeout_seconds <= 0:
+            raise ValueError("operation_timeout_seconds must be > 0")
         self.transaction_key = transaction_key
-        self.core = Core(service_url, transport or Transport(auth_token), operation_timeout_seconds)
-        self._closeables: list = []
+        self.core = Core(service_url, transport or Transport(auth_token, connection_pool_size),
+                         operation_timeout_seconds)
+        self._open: set = set()  # producers, consumers and readers to close with the client
+
+    def _check_open(self) -> None:
+        if self.core.closed:
+            raise AlreadyClosed("the client is closed")
+
+    def _track(self, obj):
+        self._open.add(obj)
+        obj.on_close = self._open.discard  # forgotten once its owner closes it
+        return obj
 
     async def create_producer(self, topic: str, producer_name: str | None = None,
                               initial_sequence_id: int | None = None,
@@ -44,19 +116,21 @@ class Client:
                               batching_enabled: bool = True, send_timeout_millis: int = 30000,
                               batching_max_messages: int = 1000,
                               batching_max_allowed_size_in_bytes: int = 128 * 1024,
-                              batching_max_publish_delay_ms: float = 1, max_pending_messages: int = 1000,
-                              block_if_queue_full: bool = True) -> Producer:
+                              batching_max_publish_delay_ms: float = 1,
+                              max_pending_messages: int = 1000, block_if_queue_full: bool = True,
+                              message_routing_mode: PartitionsRoutingMode =
+                              PartitionsRoutingMode.RoundRobinDistribution) -> Producer:
+        """A producer on ``topic`` (every partition of a partitioned topic).  Options and
+        defaults as pulsar-client's; ``send_timeout_millis=0`` means no timeout."""
+        self._check_open()
+        options = producer_options(
+            producer_name, initial_sequence_id, access_mode, batching_enabled, send_timeout_millis,
+            batching_max_messages, batching_max_allowed_size_in_bytes,
+            batching_max_publish_delay_ms, max_pending_messages, block_if_queue_full,
+            message_routing_mode)
         full, partitions = await self.core.partitions(topic)
-        producer = Producer(self.core, full, partitions, {
-            "producer_name": producer_name, "initial_sequence_id": initial_sequence_id,
-            "access_mode": ProducerAccessMode(access_mode), "batching": batching_enabled,
-            "send_timeout_s": send_timeout_millis / 1000, "max_messages": batching_max_messages,
-            "max_bytes": batching_max_allowed_size_in_bytes, "delay_s": batching_max_publish_delay_ms / 1000,
-            "max_pending": max_pending_messages,
-        })
-        await producer.start()
-        self._closeables.append(producer)
-        return producer
+        producer = await Producer(self.core, full, partitions, options).start()
+        return self._track(producer)
 
     async def subscribe(self, topic: str, subscription_name: str,
                         consumer_type: ConsumerType = ConsumerType.Exclusive,
@@ -64,38 +138,70 @@ class Client:
                         consumer_name: str | None = None, receiver_queue_size: int = 1000,
                         negative_ack_redelivery_delay_ms: int = 60000, priority_level: int = 0,
                         _threaded: bool = False) -> Consumer:
-        if not subscription_name:
+        """A consumer of ``subscription_name`` on ``topic`` (merging every partition)."""
+        self._check_open()
+        if not subscription_name or not isinstance(subscription_name, str):
             raise ValueError("subscription_name is required")
         full, partitions = await self.core.partitions(topic)
         options = {"subscription": subscription_name, "consumer_type": ConsumerType(consumer_type),
                    "initial_position": InitialPosition(initial_position), "durable": True,
-                   "receiver_queue_size": max(receiver_queue_size, 1), "priority_level": priority_level,
-                   "nack_delay_ms": negative_ack_redelivery_delay_ms}
-        if consumer_name:
-            options["consumer_name"] = consumer_name
+                   "consumer_name": consumer_name or "",
+                   "receiver_queue_size": max(receiver_queue_size, 1),
+                   "priority_level": priority_level,
+                   "nack_delay_ms": max(negative_ack_redelivery_delay_ms, 0)}
         consumer = await Consumer(self.core, full, partitions, options, _threaded).start()
-        self._closeables.append(consumer)
-        return consumer
+        return self._track(consumer)
 
-    async def create_reader(self, topic: str, start_message_id: MessageId, reader_name: str | None = None,
-                            receiver_queue_size: int = 1000, start_message_id_inclusive: bool = False,
-                            _threaded: bool = False) -> Consumer:
+    async def create_reader(self, topic: str, start_message_id: MessageId,
+                            reader_name: str | None = None, receiver_queue_size: int = 1000,
+                            start_message_id_inclusive: bool = False,
+                            _threaded: bool = False) -> Reader:
+        """A reader of ``topic`` from ``start_message_id`` (``MessageId.earliest``,
+        ``MessageId.latest`` or a message's id), on a subscription that leaves no trace."""
+        self._check_open()
+        if not isinstance(start_message_id, MessageId):
+            raise TypeError("start_message_id must be a MessageId, e.g. MessageId.earliest")
         full, partitions = await self.core.partitions(topic)
+        special = start_message_id in (MessageId.earliest, MessageId.latest)
+        if partitions and not special:
+            raise ValueError("a reader of a partitioned topic starts at MessageId.earliest or "
+                             "MessageId.latest; read one partition to start at a message id")
         options = {"subscription": reader_name or "", "consumer_type": ConsumerType.Exclusive,
-                   "initial_position": InitialPosition.Earliest, "durable": False, "start": start_message_id,
-                   "start_inclusive": start_message_id_inclusive, "receiver_queue_size": max(receiver_queue_size, 1),
-                   "priority_level": 0, "nack_delay_ms": 0}
-        reader = await Consumer(self.core, full, partitions, options, _threaded).start()
-        self._closeables.append(reader)
-        return reader
+                   "initial_position": InitialPosition.Earliest, "durable": False,
+                   "consumer_name": reader_name or "", "start": start_message_id,
+                   "start_inclusive": bool(start_message_id_inclusive),
+                   "receiver_queue_size": max(receiver_queue_size, 1), "priority_level": 0,
+                   "nack_delay_ms": 0}
+        consumer = await Consumer(self.core, full, partitions, options, _threaded).start()
+        return Reader(self._track(consumer))
 
     async def new_transaction(self, timeout_ms: int = 60000) -> Transaction:
+        """Open a transaction on one of the coordinators."""
+        self._check_open()
         return await open_transaction(self.core, timeout_ms)
 
+    async def get_topic_partitions(self, topic: str) -> list[str]:
+        """The partitions of ``topic`` (the topic itself when it is not partitioned)."""
+        full, partitions = await self.core.partitions(topic)
+        if not partitions:
+            return [full]
+        return [TopicName.parse(full).partition(i).full for i in range(partitions)]
+
     async def close(self) -> None:
-        for obj in reversed(self._closeables):
+        """Close every producer (flushing it), consumer (flushing acks) and reader, then
+        the sessions."""
+        if self.core.closed:
+            return
+        for obj in list(self._open):
             try:
                 await obj.close()
             except Exception:  # closing must reach every object
                 pass
+        self._open.clear()
         await self.core.close()
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()

@@ -1,0 +1,179 @@
+"""One partition's consumer: the subscription on the partition's owner and its fetch
+loop, which long-polls ``/v1/consumers/fetch`` for as many messages as the receiver
+queue has room for.
+
+Reconnects: a lapsed session, an unknown consumer or ``NotOwner`` mean the broker-side
+consumer is gone, so the partition subscribes again (a reader from just after the last
+message it returned).  No answer means the broker may still hold it: the partition
+looks the topic up again and only re-subscribes when the owner changed.  Each
+subscription is a new *generation*; messages of an older one still in the receiver
+queue are dropped on receive (the broker redelivers what was unacknowledged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import MagnetarError, NotOwner, SessionNotFound
+
+from magnetar._acks import AckGroup, ack_requests
+from magnetar._message import expand
+from magnetar._reader import start_position
+from magnetar._retry import RETRYABLE, SESSION_LOST, TRANSIENT, Backoff, deadline_after
+from magnetar._types import MessageId
+
+log = logging.getLogger("magnetar.consumer")
+
+FETCH_WAIT_MS = 2000
+
+
+class PartitionConsumer:
+    def __init__(self, consumer, topic: str, partition: int) -> None:
+        self.consumer = consumer
+        self.core = consumer.core
+        self.topic = topic
+        self.partition = partition
+        self.url = ""
+        self.session_id = ""
+        self.consumer_id = 0
+        self.generation = 0
+        self.returned: tuple[int, int] | None = None  # last message handed to the user
+        o = consumer.options
+        # Readers: where to start when nothing was returned yet (moved by seek).
+        self.start_id: MessageId | None = None if o["durable"] else o["start"]
+        self.start_inclusive: bool = o.get("start_inclusive", False)
+        self.seek_time: int | None = None  # a reader's last seek by publish time
+        self.acks = AckGroup()
+        self.task: asyncio.Task | None = None
+
+    # ---------------------------------------------------------------- subscribing
+
+    async def connect(self, deadline: float | None = None) -> None:
+        """Subscribe (again) on the partition's owner, retrying until ``deadline``."""
+        self.consumer_id = 0  # never present an id from an earlier broker
+        backoff = Backoff(deadline or deadline_after(self.core.operation_timeout_s))
+        what = f"subscribe to {self.topic}"
+        while True:
+            try:
+                self.url = await self.core.lookup(self.topic)
+                self.session_id = await self.core.session(self.url)
+                reply = await self.core.call(self.url, "/v1/consumers/subscribe",
+                                             self._subscribe_request(), pb.SubscribeResponse)
+                break
+            except SESSION_LOST as exc:
+                self.core.drop_session(self.url, self.session_id)
+                await backoff.wait(what, exc)
+            except TRANSIENT as exc:
+                await backoff.wait(what, exc)
+        self.consumer_id = reply.consumer_id
+        self.generation += 1
+        durable = self.consumer.options["durable"]
+        if not durable and self.seek_time is not None and self.returned is None:
+            # A reader's cursor dies with it: repeat its seek by time on the new one.
+            await self.core.call(self.url, "/v1/consumers/seek", pb.SeekRequest(
+                consumer_id=self.consumer_id, publish_time=self.seek_time), pb.SeekResponse)
+
+    def _subscribe_request(self) -> pb.SubscribeRequest:
+        o = self.consumer.options
+        req = pb.SubscribeRequest(
+            session_id=self.session_id, topic=self.topic, subscription=o["subscription"],
+            sub_type=int(o["consumer_type"]), initial_position=int(o["initial_position"]),
+            consumer_name=o["consumer_name"], priority_level=o["priority_level"],
+            durable=o["durable"])
+        if not o["durable"]:
+            position, inclusive = start_position(self.start_id or MessageId.earliest,
+                                                 self.start_inclusive, self.returned)
+            req.start_position.CopyFrom(position)
+            req.start_inclusive = inclusive
+        return req
+
+    # ---------------------------------------------------------------- fetching
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(
+            self._fetch_loop(), name=f"magnetar-fetch {self.topic}")
+
+    async def _fetch_loop(self) -> None:
+        consumer = self.consumer
+        queue = consumer.queue
+        space = consumer.space
+        backoff = Backoff(float("inf"))
+        while not consumer.closed:
+            room = space.free()
+            if room < space.refill:
+                await space.wait()
+                continue
+            generation = self.generation
+            try:
+                reply = await self.core.call(
+                    self.url, "/v1/consumers/fetch",
+                    pb.FetchRequest(consumer_id=self.consumer_id, max_messages=room,
+                                    wait_ms=FETCH_WAIT_MS),
+                    pb.FetchResponse, timeout=FETCH_WAIT_MS / 1000 + self.core.operation_timeout_s)
+            except RETRYABLE as exc:
+                await backoff.wait(f"fetch from {self.topic}", exc)
+                await self._recover(exc)
+                continue
+            except MagnetarError as exc:  # e.g. the topic was deleted: keep trying, slowly
+                log.warning("fetch from %s failed: %s", self.topic, exc)
+                await asyncio.sleep(1.0)
+                continue
+            backoff.reset()
+            if consumer.closed or generation != self.generation:
+                continue  # answered for a subscription since replaced (seek, reconnect)
+            put = queue.put_nowait
+            for entry in reply.entries:
+                for msg in expand(entry, self.partition, self.topic, generation):
+                    put(msg)
+
+    async def _recover(self, exc: MagnetarError) -> None:
+        """After a failed fetch: subscribe again where the consumer is gone."""
+        try:
+            if isinstance(exc, SessionNotFound):
+                self.core.drop_session(self.url, self.session_id)
+            if not isinstance(exc, (*SESSION_LOST, NotOwner)):
+                # No answer or busy: the consumer may be alive; keep it unless the topic moved.
+                if await self.core.lookup(self.topic) == self.url:
+                    return
+            await self.connect()
+        except MagnetarError as again:
+            log.info("re-subscribing to %s: %s", self.topic, again)
+
+    # ---------------------------------------------------------------- acks
+
+    async def send_acks(self) -> None:
+        """Send the grouped plain acks; transient failures keep them for the next group."""
+        individual, cumulative = self.acks.take()
+        if not individual and cumulative is None:
+            return
+        for req in ack_requests(self.consumer_id, individual, cumulative):
+            try:
+                await self.core.call(self.url, "/v1/consumers/ack", req, pb.AckResponse)
+            except RETRYABLE as exc:
+                if req.ack_type == pb.ACK_CUMULATIVE:
+                    self.acks.put_back([], cumulative)
+                else:
+                    self.acks.put_back(individual, None)
+                log.debug("acknowledgements on %s wait for a reconnect: %s", self.topic, exc)
+            except MagnetarError as exc:
+                # Plain acks are best effort, as in Pulsar: unacknowledged messages return.
+                log.warning("acknowledgements on %s dropped: %s", self.topic, exc)
+
+    async def call(self, path: str, request, response_type):
+        """A consumer request with the current consumer id, retried across reconnects."""
+        async def attempt():
+            request.consumer_id = self.consumer_id
+            return await self.core.call(self.url, path, request, response_type)
+        return await self.core.with_retries(f"{path} on {self.topic}", attempt)
+
+    async def close(self, unsubscribe: bool = False) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        await self.send_acks()
+        if self.consumer_id:
+            await self.core.call(self.url, "/v1/consumers/close",
+                                 pb.CloseConsumerRequest(consumer_id=self.consumer_id,
+                                                         unsubscribe=unsubscribe),
+                                 pb.CloseConsumerResponse)

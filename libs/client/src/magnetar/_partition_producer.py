@@ -1,0 +1,306 @@
+"""One partition's producer: creation (access modes, topic epochs) and the ordered send
+pipeline with retries.
+
+Order: one request is in flight per partition.  With deduplication a later batch
+stored before an earlier one's retry would make that retry look like a duplicate, and
+HTTP requests on different connections carry no order (Pulsar gets it from one TCP
+connection).  Throughput comes from ``/v1/producers/send-batches`` instead: while a
+request is in flight the next batches fill up, and the next request carries every
+batch that is ready, which the broker admits in order.
+
+Retries resend the same bytes with the same sequence ids, so a batch whose answer was
+lost is stored once; an answer with ``duplicate = true`` is success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import (
+    MagnetarError,
+    ProducerFenced,
+    Timeout,
+    error_for_code,
+)
+
+from magnetar._batch import Batch, Batcher
+from magnetar._retry import RETRYABLE, SESSION_LOST, TRANSIENT, Backoff, deadline_after
+from magnetar._types import MessageId, ProducerAccessMode, Result
+
+log = logging.getLogger("magnetar.producer")
+
+MAX_BATCHES_PER_REQUEST = 64
+WAIT_FOR_EXCLUSIVE_POLL_MS = 5000  # one long poll of a queued WaitForExclusive producer
+
+
+class PartitionProducer(Batcher):
+    def __init__(self, producer, topic: str, partition: int, options: dict) -> None:
+        super().__init__(options["max_messages"], options["max_bytes"], options["batching"])
+        self.producer = producer
+        self.core = producer.core
+        self.topic = topic
+        self.partition = partition
+        self.options = options
+        self.url = ""
+        self.session_id = ""
+        self.producer_id = 0
+        self.name: str = options["producer_name"] or ""
+        self.topic_epoch: int | None = None
+        self.last_seq = -1
+        self.max_message_size = 5 * 1024 * 1024
+        self.fenced: MagnetarError | None = None
+        self.sealed_count = 0  # read by the router: round robin moves on per batch
+        self.ready: deque[Batch] = deque()
+        self.sender: asyncio.Task | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    # ---------------------------------------------------------------- creation
+
+    async def connect(self, first: bool = False, deadline: float | None = None) -> None:
+        """Create (or re-create) the producer on the partition's owner."""
+        # Never present an id from an earlier broker (ids are random per broker, but an
+        # old one must not reach the new owner): cleared until the new one is known.
+        self.producer_id = 0
+        mode = self.options["access_mode"]
+        waits = mode == ProducerAccessMode.WaitForExclusive
+        # A queued WaitForExclusive producer waits as long as it takes (PIP-68).
+        if waits:
+            deadline = float("inf")
+        elif deadline is None:
+            deadline = deadline_after(self.core.operation_timeout_s)
+        backoff = Backoff(deadline)
+        while True:
+            try:
+                reply = await self._create(mode, waits)
+                if reply.waiting:  # still queued: keep our place under the same name
+                    self.name = reply.producer_name
+                    backoff.reset()
+                    continue
+                break
+            except SESSION_LOST as exc:
+                self.core.drop_session(self.url, self.session_id)
+                await backoff.wait(f"producer on {self.topic}", exc)
+            except TRANSIENT as exc:
+                await backoff.wait(f"producer on {self.topic}", exc)
+        self.producer_id = reply.producer_id
+        self.name = reply.producer_name
+        self.max_message_size = reply.max_message_size or self.max_message_size
+        # A batch must fit the broker's limit too.
+        self.max_bytes = min(self.max_bytes, self.max_message_size)
+        if reply.HasField("topic_epoch"):
+            self.topic_epoch = reply.topic_epoch
+        if first:
+            initial = self.options["initial_sequence_id"]
+            if initial is None:
+                self.last_seq = reply.last_sequence_id
+            else:
+                self.last_seq = initial
+            self.next_seq = self.last_seq + 1
+
+    async def _create(self, mode: ProducerAccessMode, waits: bool) -> pb.CreateProducerResponse:
+        self.url = await self.core.lookup(self.topic)
+        self.session_id = await self.core.session(self.url)
+        req = pb.CreateProducerRequest(
+            session_id=self.session_id, topic=self.topic, producer_name=self.name,
+            access_mode=int(mode), user_provided_name=bool(self.options["producer_name"]),
+            wait_ms=WAIT_FOR_EXCLUSIVE_POLL_MS if waits else 0)
+        if self.topic_epoch is not None:  # keeps exclusivity across reconnects
+            req.topic_epoch = self.topic_epoch
+        timeout = self.core.operation_timeout_s
+        if waits:
+            timeout += WAIT_FOR_EXCLUSIVE_POLL_MS / 1000
+        return await self.core.call(self.url, "/v1/producers/create", req,
+                                    pb.CreateProducerResponse, timeout=timeout)
+
+    # ---------------------------------------------------------------- batching hooks
+
+    def _opened(self, batch: Batch) -> None:
+        if self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(self.options["delay_s"],
+                                                               self._on_timer)
+
+    def _on_timer(self) -> None:
+        self.timer = None
+        if self.sender is None:
+            self.seal_all()
+        # Else keep filling: the sender seals what accumulated when its request returns,
+        # so a busy partition sends fewer, fuller batches instead of many small ones.
+
+    def _sealed(self, batch: Batch) -> None:
+        self.sealed_count += 1
+        self.ready.append(batch)
+        if self.sender is None:
+            self.idle.clear()
+            self.sender = asyncio.get_running_loop().create_task(self._send_all())
+
+    # ---------------------------------------------------------------- sending
+
+    async def _send_all(self) -> None:
+        try:
+            while self.ready:
+                count = min(len(self.ready), MAX_BATCHES_PER_REQUEST)
+                group = [self.ready[i] for i in range(count)]
+                try:
+                    outcomes = await self._send_group(group)
+                except Exception as exc:  # every message of the group learns why
+                    outcomes = [exc] * len(group)
+                for batch, outcome in zip(group, outcomes):
+                    self.ready.popleft()
+                    if isinstance(outcome, BaseException):
+                        self._settle_failed(batch, outcome)
+                    else:
+                        self._settle_ok(batch, outcome)
+                if not self.ready:
+                    self.seal_all()  # what filled up while the request was in flight
+        finally:
+            self.sender = None
+            if not self.ready:
+                self.idle.set()
+
+    async def _send_group(self, group: list[Batch]) -> list:
+        """Send batches in one request, in order; from the first retryable failure on,
+        retry them (after a reconnect) until the earliest batch's send deadline."""
+        outcomes: dict[int, object] = {}
+        pending = []
+        # Every transaction in the group registers this partition at once, not in turn.
+        transactional = [b for b in group if b.txn is not None and self.fenced is None]
+        failures = dict(zip(map(id, transactional), await asyncio.gather(
+            *(_register(b, self.topic) for b in transactional))))
+        for batch in group:
+            if self.fenced is not None:
+                outcomes[id(batch)] = self.fenced
+            elif failures.get(id(batch)) is not None:
+                outcomes[id(batch)] = failures[id(batch)]
+            else:
+                pending.append(batch)
+        timeout_s = self.options["send_timeout_s"]
+        deadline = min(b.created for b in group) + timeout_s if timeout_s else float("inf")
+        backoff = Backoff(deadline)
+        what = f"send to {self.topic}"
+        while pending:
+            cause: MagnetarError | None = None
+            request = pb.SendBatchesRequest(batches=[self._request(b) for b in pending])
+            try:
+                reply = await self.core.call(
+                    self.url, "/v1/producers/send-batches", request, pb.SendBatchesResponse,
+                    timeout=max(min(deadline - time.monotonic(), 60.0), 1.0))
+            except RETRYABLE as exc:
+                cause = exc
+            except MagnetarError as exc:  # the whole request was refused
+                self._note_fenced(exc)
+                outcomes.update((id(b), exc) for b in pending)
+                break
+            else:
+                retry: list[Batch] = []
+                results = list(reply.results)
+                for i, batch in enumerate(pending):
+                    if retry or i >= len(results):
+                        retry.append(batch)
+                        continue
+                    result = results[i]
+                    if result.HasField("error"):
+                        err = error_for_code(result.error.code, result.error.message)
+                        if isinstance(err, RETRYABLE):
+                            cause = err
+                            retry.append(batch)
+                        else:
+                            self._note_fenced(err)
+                            outcomes[id(batch)] = err
+                    else:
+                        outcomes[id(batch)] = result.response
+                pending = retry
+                if not pending:
+                    break
+                if cause is None:
+                    cause = MagnetarError("the broker answered fewer results than batches")
+            if isinstance(cause, SESSION_LOST):
+                self.core.drop_session(self.url, self.session_id)
+            try:
+                await backoff.wait(what, cause)
+                await self.connect(deadline=deadline)
+            except Timeout as exc:
+                outcomes.update((id(b), exc) for b in pending)
+                break
+            except RETRYABLE:
+                continue  # the next round reconnects again
+            except MagnetarError as exc:  # e.g. ProducerBusy, ProducerFenced on re-creation
+                self._note_fenced(exc)
+                outcomes.update((id(b), exc) for b in pending)
+                break
+        return [outcomes[id(b)] for b in group]
+
+    def _note_fenced(self, exc: MagnetarError) -> None:
+        if isinstance(exc, ProducerFenced):
+            self.fenced = exc  # every later send fails the same way, without a request
+
+    def _request(self, batch: Batch) -> pb.SendRequest:
+        req = pb.SendRequest(producer_id=self.producer_id, batch=batch.data,
+                             num_messages=len(batch.payloads), sequence_id=batch.lowest,
+                             highest_sequence_id=batch.highest)
+        if batch.txn is not None:
+            req.txn.CopyFrom(batch.txn.txn_id.to_wire())
+        return req
+
+    def _settle_ok(self, batch: Batch, reply: pb.SendResponse) -> None:
+        callbacks = batch.callbacks
+        n = len(callbacks)
+        if batch.highest > self.last_seq:
+            self.last_seq = batch.highest
+        # A dropped duplicate has no new position; a transaction's messages get theirs
+        # only when it commits.
+        entry = -1 if (reply.duplicate or batch.txn is not None) else reply.entry_id
+        partition = self.partition
+        ok = Result.Ok
+        for i, callback in enumerate(callbacks):
+            try:
+                callback(ok, MessageId(partition, entry, i, n))
+            except Exception:  # a user's callback must not break the pipeline
+                log.exception("send callback failed")
+        self._released(batch, n)
+
+    def _settle_failed(self, batch: Batch, error: BaseException) -> None:
+        if batch.txn is not None:
+            batch.txn.mark_failed(error)
+        for callback in batch.callbacks:
+            try:
+                callback(error, None)
+            except Exception:
+                log.exception("send callback failed")
+        self._released(batch, len(batch.callbacks))
+
+    def _released(self, batch: Batch, n: int) -> None:
+        if batch.txn is not None:
+            batch.txn.ops_done(n)
+        self.producer.slots.release(n)
+
+    async def flush(self) -> None:
+        self.seal_all()
+        await self.idle.wait()
+
+    async def close(self) -> None:
+        await self.flush()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.producer_id:
+            try:
+                await self.core.call(self.url, "/v1/producers/close",
+                                     pb.CloseProducerRequest(producer_id=self.producer_id),
+                                     pb.CloseProducerResponse, timeout=5)
+            except MagnetarError:
+                pass  # it goes with its session anyway
+
+
+async def _register(batch: Batch, topic: str) -> MagnetarError | None:
+    """Register the partition with the batch's transaction; the failure, if any."""
+    try:
+        await batch.txn.register_partition(topic)
+        return None
+    except MagnetarError as exc:
+        return exc

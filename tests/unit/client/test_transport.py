@@ -1,0 +1,115 @@
+"""The HTTP transport: request shape, answers, and error mapping (against a local
+aiohttp server: real HTTP, no broker)."""
+
+import socket
+
+import pytest
+from aiohttp import web
+
+import magnetar
+from magnetar._transport import PROTOBUF, Transport, decode_error
+from magnetar_protocol import errors
+from magnetar_protocol import magnetar_pb2 as pb
+
+
+@pytest.mark.parametrize("code,cls", [
+    (pb.PRODUCER_BUSY, magnetar.ProducerBusy), (pb.PRODUCER_FENCED, magnetar.ProducerFenced),
+    (pb.TRANSACTION_CONFLICT, magnetar.TransactionConflict), (pb.TOPIC_NOT_FOUND, magnetar.TopicNotFound),
+    (pb.NOT_OWNER, errors.NotOwner), (pb.SESSION_NOT_FOUND, errors.SessionNotFound),
+    (pb.MESSAGE_TOO_BIG, magnetar.MessageTooBig), (pb.EXPIRED_TRANSACTION, magnetar.ExpiredTransactionError),
+])
+def test_a_protobuf_error_body_becomes_its_class(code, cls):
+    body = pb.Error(code=code, message="why").SerializeToString()
+    exc = decode_error(409, body, "application/x-protobuf; charset=x", "http://b/v1/x")
+    assert type(exc) is cls
+    assert exc.message == "why" and exc.code == code
+
+
+@pytest.mark.parametrize("status,cls", [
+    (400, errors.BadRequest), (401, magnetar.AuthenticationError), (403, magnetar.AuthorizationError),
+    (404, errors.NotFound), (429, errors.TooManyRequests), (502, errors.ServiceNotReady),
+    (503, errors.ServiceNotReady), (500, errors.UnknownError), (418, errors.UnknownError),
+])
+def test_an_answer_without_a_protobuf_error_maps_by_status(status, cls):
+    exc = decode_error(status, b'{"detail": "nope"}', "application/json", "http://b/v1/x")
+    assert type(exc) is cls
+    assert "nope" in exc.message and str(status) in exc.message
+
+
+def test_an_unreadable_protobuf_error_maps_by_status():
+    assert type(decode_error(503, b"\xff\xff\xff", PROTOBUF, "w")) is errors.ServiceNotReady
+
+
+@pytest.fixture
+async def server():
+    seen = []
+
+    async def lookup(request):
+        seen.append((request.path, dict(request.headers), await request.read()))
+        req = pb.LookupRequest.FromString(await request.read())
+        return web.Response(body=pb.LookupResponse(topic=req.topic, broker_url="http://owner").SerializeToString(),
+                            content_type=PROTOBUF)
+
+    async def busy(request):
+        return web.Response(status=409, content_type=PROTOBUF,
+                            body=pb.Error(code=pb.PRODUCER_BUSY, message="taken").SerializeToString())
+
+    app = web.Application()
+    app.router.add_post("/v1/topics/lookup", lookup)
+    app.router.add_post("/v1/producers/create", busy)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}", seen
+    await runner.cleanup()
+
+
+async def test_posts_protobuf_with_the_bearer_token(server):
+    url, seen = server
+    transport = Transport(auth_token="s3cret")
+    try:
+        reply = await transport.call(url, "/v1/topics/lookup", pb.LookupRequest(topic="a/b/c"),
+                                     pb.LookupResponse)
+    finally:
+        await transport.close()
+    assert reply.broker_url == "http://owner" and reply.topic == "a/b/c"
+    path, headers, body = seen[0]
+    assert headers["Content-Type"] == PROTOBUF
+    assert headers["Authorization"] == "Bearer s3cret"
+    assert pb.LookupRequest.FromString(body).topic == "a/b/c"
+
+
+async def test_no_token_sends_no_authorization_header(server):
+    url, seen = server
+    transport = Transport()
+    try:
+        await transport.call(url, "/v1/topics/lookup", pb.LookupRequest(topic="t"), pb.LookupResponse)
+    finally:
+        await transport.close()
+    assert "Authorization" not in seen[0][1]
+
+
+async def test_an_error_answer_raises_the_services_exception(server):
+    url, _ = server
+    transport = Transport()
+    try:
+        with pytest.raises(magnetar.ProducerBusy, match="taken"):
+            await transport.call(url, "/v1/producers/create", pb.CreateProducerRequest(),
+                                 pb.CreateProducerResponse)
+    finally:
+        await transport.close()
+
+
+async def test_no_listener_is_a_connect_error():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    transport = Transport()
+    try:
+        with pytest.raises(magnetar.ConnectError):
+            await transport.call(f"http://127.0.0.1:{port}", "/v1/topics/lookup",
+                                 pb.LookupRequest(topic="t"), pb.LookupResponse, timeout=5)
+    finally:
+        await transport.close()
