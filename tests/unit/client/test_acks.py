@@ -2,16 +2,16 @@
 
 from magnetar_protocol import magnetar_pb2 as pb
 
-from magnetar._acks import AckGroup, NackTracker, ack_requests
+from magnetar._acks import AckGroup, NackTracker, ack_requests, compact
 
 
 def test_acks_are_taken_as_one_group():
     group = AckGroup()
-    assert group.add(1, 0) == 1
-    assert group.add(1, 1) == 2
+    assert group.add(1, 0, 3) == 1
+    assert group.add(1, 1, 3) == 2
     group.cumulative(0, 5)
     assert len(group) == 3
-    assert group.take() == ([(1, 0), (1, 1)], (0, 5))
+    assert group.take() == ([(1, 0, 3), (1, 1, 3)], (0, 5))
     assert len(group) == 0 and group.take() == ([], None)
 
 
@@ -25,21 +25,36 @@ def test_the_highest_cumulative_ack_wins():
 
 def test_put_back_keeps_order_ahead_of_newer_acks():
     group = AckGroup()
-    group.add(1, 0)
-    group.add(2, 0)
+    group.add(1, 0, 2)
+    group.add(2, 0, 2)
     taken, cumulative = group.take()
-    group.add(3, 0)
+    group.add(3, 0, 2)
     group.put_back(taken, (7, 0))
-    assert group.take() == ([(1, 0), (2, 0), (3, 0)], (7, 0))
+    assert group.take() == ([(1, 0, 2), (2, 0, 2), (3, 0, 2)], (7, 0))
 
 
 def test_requests_hold_individual_positions_once_and_the_cumulative_separately():
-    reqs = ack_requests(9, [(1, 0), (1, 1), (1, 0)], (0, 3))
+    reqs = ack_requests(9, [(1, 0, 5), (1, 1, 5), (1, 0, 5)], (0, 3))
     assert [r.ack_type for r in reqs] == [pb.ACK_INDIVIDUAL, pb.ACK_CUMULATIVE]
     assert all(r.consumer_id == 9 for r in reqs)
     assert [(p.entry_id, p.batch_index) for p in reqs[0].positions] == [(1, 0), (1, 1)]
     assert [(p.entry_id, p.batch_index) for p in reqs[1].positions] == [(0, 3)]
     assert ack_requests(9, [], None) == []
+
+
+def test_an_entry_acked_whole_and_in_order_becomes_one_position():
+    whole = [(4, i, 3) for i in range(3)]
+    assert compact(whole) == [(4, -1)]
+    assert compact([(9, 0, 1)]) == [(9, -1)]
+    assert compact(whole + [(5, 0, 2)] + [(6, i, 2) for i in range(2)]) == [(4, -1), (5, 0), (6, -1)]
+
+
+def test_partly_acked_or_out_of_order_entries_stay_individual():
+    assert compact([(4, 0, 3), (4, 1, 3)]) == [(4, 0), (4, 1)]                 # one missing
+    assert compact([(4, 1, 3), (4, 0, 3), (4, 2, 3)]) == [(4, 1), (4, 0), (4, 2)]
+    assert compact([(4, 0, 3), (4, 0, 3), (4, 2, 3)]) == [(4, 0), (4, 2)]     # a repeat
+    assert compact([(4, 0, 3), (5, 1, 3), (4, 2, 3)]) == [(4, 0), (5, 1), (4, 2)]
+    assert compact([(4, 0, 0), (4, 1, 0)]) == [(4, 0), (4, 1)]                 # size unknown
 
 
 def test_nacks_come_due_after_the_delay_grouped_by_partition():

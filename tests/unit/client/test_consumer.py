@@ -83,15 +83,16 @@ async def test_fetch_asks_only_for_free_receiver_queue_space(client, transport):
 
 
 async def test_plain_acks_are_grouped_into_one_request(client, transport):
-    Deliveries(transport, [entry(0, [b"a", b"b", b"c"])])
+    Deliveries(transport, [entry(0, [b"a", b"b", b"c"]), entry(1, [b"d", b"e"])])
     consumer = await client.subscribe("t", "sub")
-    msgs = [await consumer.receive(timeout_millis=5000) for _ in range(3)]
-    for m in msgs:
+    msgs = [await consumer.receive(timeout_millis=5000) for _ in range(5)]
+    for m in msgs[:4]:
         await consumer.acknowledge(m)
     await wait_until(lambda: transport.sent("/v1/consumers/ack"), what="the grouped ack")
     [ack] = transport.sent("/v1/consumers/ack")
     assert ack.ack_type == pb.ACK_INDIVIDUAL
-    assert [(p.entry_id, p.batch_index) for p in ack.positions] == [(0, 0), (0, 1), (0, 2)]
+    # Entry 0 was acknowledged whole: one position; of entry 1 only the first message.
+    assert [(p.entry_id, p.batch_index) for p in ack.positions] == [(0, -1), (1, 0)]
 
 
 async def test_pending_acks_are_flushed_on_close(transport):

@@ -3,7 +3,9 @@
 As Pulsar's ack grouping tracker: plain acks are collected and sent every
 ``ACK_GROUP_S`` or once ``ACK_GROUP_MAX`` are waiting, so acking costs no request per
 message.  They are best effort (an ack that never arrives means a redelivery); one that
-failed for a transient reason is put back and sent with the next group.
+failed for a transient reason is put back and sent with the next group.  A batch whose
+every message was acknowledged, in order, goes as one whole-entry position (as Pulsar's
+client acknowledges a batch once all of it is acknowledged).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ ACK_GROUP_S = 0.01
 ACK_GROUP_MAX = 1000
 
 Pos = tuple[int, int]  # (entry id, batch index)
+Ack = tuple[int, int, int]  # (entry id, batch index, batch size)
 
 
 class AckGroup:
@@ -23,12 +26,12 @@ class AckGroup:
     called from any thread (a deque append is atomic); ``take`` runs on the event loop."""
 
     def __init__(self) -> None:
-        self._individual: deque[Pos] = deque()
+        self._individual: deque[Ack] = deque()
         self._cumulative: Pos | None = None
 
-    def add(self, entry_id: int, batch_index: int) -> int:
+    def add(self, entry_id: int, batch_index: int, batch_size: int = 0) -> int:
         """Queue an individual ack; how many are now waiting."""
-        self._individual.append((entry_id, batch_index))
+        self._individual.append((entry_id, batch_index, batch_size))
         return len(self._individual)
 
     def cumulative(self, entry_id: int, batch_index: int) -> None:
@@ -41,7 +44,7 @@ class AckGroup:
     def __len__(self) -> int:
         return len(self._individual) + (self._cumulative is not None)
 
-    def take(self) -> tuple[list[Pos], Pos | None]:
+    def take(self) -> tuple[list[Ack], Pos | None]:
         """Everything waiting, removed."""
         individual = []
         popleft = self._individual.popleft
@@ -50,21 +53,40 @@ class AckGroup:
         cumulative, self._cumulative = self._cumulative, None
         return individual, cumulative
 
-    def put_back(self, individual: list[Pos], cumulative: Pos | None) -> None:
+    def put_back(self, individual: list[Ack], cumulative: Pos | None) -> None:
         """Return acks whose request failed transiently, for the next group."""
         self._individual.extendleft(reversed(individual))
         if cumulative is not None:
             self.cumulative(*cumulative)
 
 
-def ack_requests(consumer_id: int, individual: list[Pos],
+def compact(individual: list[Ack]) -> list[Pos]:
+    """The positions to send, in order, repeats dropped: an entry whose messages
+    0..size-1 were all acknowledged one after the other becomes ``(entry, -1)``."""
+    out: list[Pos] = []
+    i, n = 0, len(individual)
+    while i < n:
+        entry, index, size = individual[i]
+        if index == 0 and size > 0:
+            end = i + size
+            if (end <= n and individual[end - 1] == (entry, size - 1, size)
+                    and individual[i:end] == [(entry, k, size) for k in range(size)]):
+                out.append((entry, -1))
+                i = end
+                continue
+        out.append((entry, index))
+        i += 1
+    return list(dict.fromkeys(out))
+
+
+def ack_requests(consumer_id: int, individual: list[Ack],
                  cumulative: Pos | None) -> list[pb.AckRequest]:
     """The requests for one taken group: individual acks in one, the cumulative in another."""
     requests = []
     if individual:
         req = pb.AckRequest(consumer_id=consumer_id, ack_type=pb.ACK_INDIVIDUAL)
         add = req.positions.add
-        for entry_id, batch_index in dict.fromkeys(individual):  # drop repeats, keep order
+        for entry_id, batch_index in compact(individual):
             add(entry_id=entry_id, batch_index=batch_index)
         requests.append(req)
     if cumulative is not None:

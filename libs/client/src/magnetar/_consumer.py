@@ -68,12 +68,15 @@ class Consumer:
 
     # ---------------------------------------------------------------- receiving
 
-    def _accept(self, msg: Message) -> bool:
+    @staticmethod
+    def _accept(msg: Message) -> bool:
         """Whether a queued message is current (see PartitionConsumer), noting it returned."""
-        part = self._part(msg._partition)
-        if msg._gen != part.generation:
+        info = msg._info
+        part = info.source
+        if info.generation != part.generation:
             return False
-        part.returned = (msg._entry, msg._index)
+        if part.reader:  # readers resume after the last message returned
+            part.returned = (info.entry_id, msg._index)
         return True
 
     async def receive(self, timeout_millis: int | None = None) -> Message:
@@ -119,22 +122,26 @@ class Consumer:
 
     # ---------------------------------------------------------------- acks
 
-    @staticmethod
-    def _position(msg_or_id) -> tuple[int, int, int]:
-        if isinstance(msg_or_id, Message):
-            return msg_or_id._partition, msg_or_id._entry, msg_or_id._index
+    def _position(self, msg_or_id) -> tuple[PartitionConsumer, int, int, int]:
+        """(partition consumer, entry id, batch index, batch size) of what is acked."""
+        if type(msg_or_id) is Message:
+            info = msg_or_id._info
+            part = info.source
+            if part is None or part.consumer is not self:  # a message of another consumer
+                part = self._part(info.partition)
+            return part, info.entry_id, msg_or_id._index, info.size
         if isinstance(msg_or_id, MessageId):
-            return msg_or_id.partition(), msg_or_id.entry_id(), msg_or_id.batch_index()
+            return (self._part(msg_or_id.partition()), msg_or_id.entry_id(),
+                    msg_or_id.batch_index(), msg_or_id.batch_size())
         raise TypeError(f"expected a Message or MessageId, not {type(msg_or_id).__name__}")
 
     def ack_nowait(self, msg_or_id, cumulative: bool = False) -> None:
         """A plain ack, grouped (any thread)."""
-        partition, entry, index = self._position(msg_or_id)
-        part = self._part(partition)
+        part, entry, index, size = self._position(msg_or_id)
         if cumulative:
             self._check_cumulative()
             part.acks.cumulative(entry, index)
-        elif part.acks.add(entry, index) == ACK_GROUP_MAX:
+        elif part.acks.add(entry, index, size) == ACK_GROUP_MAX:
             self.loop.call_soon_threadsafe(self._ack_wake.set)
 
     def _check_cumulative(self) -> None:
@@ -150,8 +157,8 @@ class Consumer:
             return
         if cumulative:
             self._check_cumulative()
-        partition, entry, index = self._position(msg_or_id)
-        await txn.ack(self._part(partition), pb.Position(entry_id=entry, batch_index=index),
+        part, entry, index, _ = self._position(msg_or_id)
+        await txn.ack(part, pb.Position(entry_id=entry, batch_index=index),
                       cumulative, self.options["subscription"])
 
     async def acknowledge_cumulative(self, msg_or_id, txn=None) -> None:
@@ -172,8 +179,8 @@ class Consumer:
     def negative_acknowledge(self, msg_or_id) -> None:
         """Have the message redelivered after ``negative_ack_redelivery_delay_ms``
         (event loop; the sync API hops here)."""
-        partition, entry, index = self._position(msg_or_id)
-        self._nacks.add(self._part(partition).partition, (entry, index), time.monotonic())
+        part, entry, index, _ = self._position(msg_or_id)
+        self._nacks.add(part.partition, (entry, index), time.monotonic())
 
     async def _nack_sender(self) -> None:
         while not self.closed:

@@ -7,26 +7,37 @@ from magnetar_protocol import magnetar_pb2 as pb
 from magnetar._types import MessageId
 
 
+class EntryInfo:
+    """What the messages of one delivered entry share (one object per entry, not per
+    message: receiving is per-message work)."""
+
+    __slots__ = ("partition", "entry_id", "size", "topic", "publish_time", "producer",
+                 "source", "generation")
+
+    def __init__(self, partition: int, entry_id: int, size: int, topic: str, publish_time: int,
+                 producer: str, source=None, generation: int = 0) -> None:
+        self.partition = partition
+        self.entry_id = entry_id
+        self.size = size
+        self.topic = topic
+        self.publish_time = publish_time
+        self.producer = producer
+        self.source = source  # the partition consumer that fetched it ...
+        self.generation = generation  # ... under which of its subscriptions
+
+
 class Message:
     """A received message (as ``pulsar.Message``)."""
 
-    __slots__ = ("_msg", "_partition", "_entry", "_index", "_size", "_id", "_topic",
-                 "_publish_time", "_redelivery", "_producer", "_gen")
+    __slots__ = ("_msg", "_info", "_index", "_redelivery", "_id")
 
-    def __init__(self, msg: pb.SingleMessage, partition: int, entry_id: int, batch_index: int,
-                 batch_size: int, topic: str, publish_time: int, redelivery_count: int,
-                 producer_name: str, generation: int = 0) -> None:
+    def __init__(self, msg: pb.SingleMessage, info: EntryInfo, batch_index: int,
+                 redelivery_count: int = 0) -> None:
         self._msg = msg
-        self._partition = partition
-        self._entry = entry_id
+        self._info = info
         self._index = batch_index
-        self._size = batch_size
-        self._id: MessageId | None = None  # made on first use: most messages never need one
-        self._topic = topic
-        self._publish_time = publish_time
         self._redelivery = redelivery_count
-        self._producer = producer_name
-        self._gen = generation  # which subscription of its partition consumer delivered it
+        self._id: MessageId | None = None  # made on first use: most messages never need one
 
     def data(self) -> bytes:
         return self._msg.payload
@@ -37,7 +48,8 @@ class Message:
 
     def message_id(self) -> MessageId:
         if self._id is None:
-            self._id = MessageId(self._partition, self._entry, self._index, self._size)
+            info = self._info
+            self._id = MessageId(info.partition, info.entry_id, self._index, info.size)
         return self._id
 
     def partition_key(self) -> str:
@@ -48,7 +60,7 @@ class Message:
 
     def publish_timestamp(self) -> int:
         """Milliseconds since the epoch when the broker stored the message."""
-        return self._publish_time
+        return self._info.publish_time
 
     def event_timestamp(self) -> int:
         """The producer's event time in ms since the epoch, 0 when unset."""
@@ -58,10 +70,10 @@ class Message:
         return self._redelivery
 
     def topic_name(self) -> str:
-        return self._topic
+        return self._info.topic
 
     def producer_name(self) -> str:
-        return self._producer
+        return self._info.producer
 
     def sequence_id(self) -> int:
         return self._msg.sequence_id
@@ -70,23 +82,19 @@ class Message:
         return f"Message(id={self.message_id()}, {len(self._msg.payload)} bytes)"
 
 
-def expand(entry: pb.DeliveredEntry, partition: int, topic: str,
-           generation: int = 0) -> list[Message]:
+def expand(entry: pb.DeliveredEntry, partition: int, topic: str, generation: int = 0,
+           source=None) -> list[Message]:
     """The messages a delivered entry carries: all of them (first delivery), or only the
     listed batch indices with their redelivery counts."""
     messages = pb.MessageBatch.FromString(entry.batch).messages
-    n = len(messages)
-    eid = entry.entry_id
-    published = entry.publish_time
-    producer = entry.producer_name
+    info = EntryInfo(partition, entry.entry_id, len(messages), topic, entry.publish_time,
+                     entry.producer_name, source, generation)
     if not entry.indices:
-        return [Message(m, partition, eid, i, n, topic, published, 0, producer, generation)
-                for i, m in enumerate(messages)]
+        return [Message(m, info, i) for i, m in enumerate(messages)]
+    n = len(messages)
     counts = entry.redelivery_counts
     out = []
     for k, i in enumerate(entry.indices):
         if i < n:  # an index past the batch is the broker's bug; never crash on it
-            count = counts[k] if k < len(counts) else 0
-            out.append(Message(messages[i], partition, eid, i, n, topic, published, count,
-                               producer, generation))
+            out.append(Message(messages[i], info, i, counts[k] if k < len(counts) else 0))
     return out

@@ -41,6 +41,7 @@ class PartitionConsumer:
         self.generation = 0
         self.returned: tuple[int, int] | None = None  # last message handed to the user
         o = consumer.options
+        self.reader = not o["durable"]
         # Readers: where to start when nothing was returned yet (moved by seek).
         self.start_id: MessageId | None = None if o["durable"] else o["start"]
         self.start_inclusive: bool = o.get("start_inclusive", False)
@@ -125,7 +126,7 @@ class PartitionConsumer:
                 continue  # answered for a subscription since replaced (seek, reconnect)
             put = queue.put_nowait
             for entry in reply.entries:
-                for msg in expand(entry, self.partition, self.topic, generation):
+                for msg in expand(entry, self.partition, self.topic, generation, self):
                     put(msg)
 
     async def _recover(self, exc: MagnetarError) -> None:

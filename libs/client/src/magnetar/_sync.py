@@ -255,7 +255,7 @@ class Consumer:
     def negative_acknowledge(self, message: Message | MessageId) -> None:
         """Redeliver the message after ``negative_ack_redelivery_delay_ms``."""
         self._check_open()
-        self._c._position(message)  # TypeError here, not on the client's thread
+        self._c._position(message)  # a TypeError raises here, not on the client's thread
         self._io.loop.call_soon_threadsafe(self._c.negative_acknowledge, message)
 
     def redeliver_unacknowledged_messages(self) -> None:
