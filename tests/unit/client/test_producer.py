@@ -273,3 +273,39 @@ async def test_a_partition_that_cannot_be_created_closes_the_ones_that_were(tran
         with pytest.raises(magnetar.ProducerFenced):
             await client.create_producer("t")
     assert len(transport.sent("/v1/producers/close")) == 2
+
+
+async def test_an_unknown_producer_is_recreated_in_the_same_session(client, transport):
+    producer = await client.create_producer("t", producer_name="p")
+    answer = transport.handlers["/v1/producers/send-batches"]
+    failures = [errors.ProducerNotFound("unloaded")]
+    transport.handlers["/v1/producers/send-batches"] = (
+        lambda url, req: failures.pop(0) if failures else answer(url, req))
+    await producer.send(b"x")
+    creates = transport.sent("/v1/producers/create")
+    assert len(creates) == 2 and creates[0].session_id == creates[1].session_id
+    assert len(transport.sent("/v1/sessions/open")) == 1  # the session was fine
+
+
+async def test_a_retry_goes_out_as_the_producer_the_reconnect_created(client, transport):
+    producer = await client.create_producer("t")
+    answer = transport.handlers["/v1/producers/send-batches"]
+    create = transport.handlers["/v1/producers/create"]
+    sends = [errors.NotOwner("moved")]
+    creates = [errors.ConnectError("new owner starting"), errors.ServiceNotReady("loading")]
+    created = []
+
+    def recreate(url, req):
+        if creates:
+            return creates.pop(0)
+        created.append(create(url, req))
+        return created[-1]
+    transport.handlers["/v1/producers/send-batches"] = (
+        lambda url, req: sends.pop(0) if sends else answer(url, req))
+    transport.handlers["/v1/producers/create"] = recreate
+    await producer.send(b"x")
+    first, retry = batches(transport)
+    assert len(transport.sent("/v1/producers/create")) == 4  # 1 + 2 failed + 1
+    assert retry.producer_id == created[0].producer_id != first.producer_id
+    assert retry.batch == first.batch
+    assert len(transport.sent("/v1/sessions/open")) == 1

@@ -21,8 +21,10 @@ from collections import deque
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
+    ConnectError,
     MagnetarError,
     ProducerFenced,
+    SessionNotFound,
     Timeout,
     error_for_code,
 )
@@ -182,47 +184,19 @@ class PartitionProducer(Batcher):
         timeout_s = self.options["send_timeout_s"]
         deadline = min(b.created for b in group) + timeout_s if timeout_s else float("inf")
         backoff = Backoff(deadline)
-        what = f"send to {self.topic}"
         while pending:
-            cause: MagnetarError | None = None
-            request = pb.SendBatchesRequest(batches=[self._request(b) for b in pending])
             try:
-                reply = await self.core.call(
-                    self.url, "/v1/producers/send-batches", request, pb.SendBatchesResponse,
-                    timeout=max(min(deadline - time.monotonic(), 60.0), 1.0))
-            except RETRYABLE as exc:
-                cause = exc
+                pending, cause = await self._attempt(pending, outcomes, deadline)
             except MagnetarError as exc:  # the whole request was refused
                 self._note_fenced(exc)
                 outcomes.update((id(b), exc) for b in pending)
                 break
-            else:
-                retry: list[Batch] = []
-                results = list(reply.results)
-                for i, batch in enumerate(pending):
-                    if retry or i >= len(results):
-                        retry.append(batch)
-                        continue
-                    result = results[i]
-                    if result.HasField("error"):
-                        err = error_for_code(result.error.code, result.error.message)
-                        if isinstance(err, RETRYABLE):
-                            cause = err
-                            retry.append(batch)
-                        else:
-                            self._note_fenced(err)
-                            outcomes[id(batch)] = err
-                    else:
-                        outcomes[id(batch)] = result.response
-                pending = retry
-                if not pending:
-                    break
-                if cause is None:
-                    cause = MagnetarError("the broker answered fewer results than batches")
-            if isinstance(cause, SESSION_LOST):
+            if not pending:
+                break
+            if isinstance(cause, SessionNotFound):
                 self.core.drop_session(self.url, self.session_id)
             try:
-                await backoff.wait(what, cause)
+                await backoff.wait(f"send to {self.topic}", cause)
                 await self.connect(deadline=deadline)
             except Timeout as exc:
                 outcomes.update((id(b), exc) for b in pending)
@@ -234,6 +208,42 @@ class PartitionProducer(Batcher):
                 outcomes.update((id(b), exc) for b in pending)
                 break
         return [outcomes[id(b)] for b in group]
+
+    async def _attempt(self, pending: list[Batch], outcomes: dict,
+                       deadline: float) -> tuple[list[Batch], MagnetarError | None]:
+        """One send-batches request: records each settled batch in ``outcomes`` and
+        returns the batches to retry (from the first retryable failure on) and why.
+        Raises when the whole request was refused."""
+        if not self.producer_id:  # the last reconnect failed: nothing to send as, yet
+            return pending, ConnectError(f"producer on {self.topic} is not connected")
+        request = pb.SendBatchesRequest(batches=[self._request(b) for b in pending])
+        try:
+            reply = await self.core.call(
+                self.url, "/v1/producers/send-batches", request, pb.SendBatchesResponse,
+                timeout=max(min(deadline - time.monotonic(), 60.0), 1.0))
+        except RETRYABLE as exc:
+            return pending, exc
+        retry: list[Batch] = []
+        cause: MagnetarError | None = None
+        results = reply.results
+        for i, batch in enumerate(pending):
+            if retry or i >= len(results):
+                retry.append(batch)
+                continue
+            result = results[i]
+            if result.HasField("error"):
+                err = error_for_code(result.error.code, result.error.message)
+                if isinstance(err, RETRYABLE):
+                    cause = err
+                    retry.append(batch)
+                else:
+                    self._note_fenced(err)
+                    outcomes[id(batch)] = err
+            else:
+                outcomes[id(batch)] = result.response
+        if retry and cause is None:
+            cause = MagnetarError("the broker answered fewer results than batches")
+        return retry, cause
 
     def _note_fenced(self, exc: MagnetarError) -> None:
         if isinstance(exc, ProducerFenced):
