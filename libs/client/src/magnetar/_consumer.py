@@ -50,6 +50,7 @@ class Consumer:
         self._known_last: dict[int, tuple[int, int]] = {}  # partition -> last visible
 
     async def start(self) -> "Consumer":
+        """Subscribe every partition and start fetching."""
         try:
             await asyncio.gather(*(p.connect() for p in self.parts))
         except BaseException:
@@ -162,6 +163,8 @@ class Consumer:
                       cumulative, self.options["subscription"])
 
     async def acknowledge_cumulative(self, msg_or_id, txn=None) -> None:
+        """Acknowledge everything up to and including the message (Exclusive and Failover
+        only)."""
         await self.acknowledge(msg_or_id, txn, cumulative=True)
 
     async def _ack_flusher(self) -> None:
@@ -174,6 +177,7 @@ class Consumer:
             await self.flush_acks()
 
     async def flush_acks(self) -> None:
+        """Send the grouped plain acks now."""
         await asyncio.gather(*(p.send_acks() for p in self.parts if len(p.acks)))
 
     def negative_acknowledge(self, msg_or_id) -> None:
@@ -199,6 +203,7 @@ class Consumer:
                     log.info("negative ack on %s not delivered: %s", part.topic, exc)
 
     async def redeliver_unacknowledged_messages(self) -> None:
+        """Have every unacknowledged message of this consumer redelivered now."""
         for part in self.parts:
             await part.call("/v1/consumers/redeliver", pb.RedeliverRequest(), pb.RedeliverResponse)
 
@@ -247,6 +252,8 @@ class Consumer:
     # ---------------------------------------------------------------- closing
 
     async def close(self, unsubscribe: bool = False) -> None:
+        """Send pending acks, then close (``unsubscribe=True`` also deletes the
+        subscription)."""
         if self.closed:
             return
         self.closed = True
@@ -263,18 +270,23 @@ class Consumer:
                     raise result
 
     async def unsubscribe(self) -> None:
+        """Delete the subscription and close this consumer."""
         await self.close(unsubscribe=True)
 
     def topic(self) -> str:
+        """The topic's full name."""
         return self.topic_name
 
     def subscription_name(self) -> str:
+        """The subscription's name."""
         return self.options["subscription"]
 
     def consumer_name(self) -> str:
+        """This consumer's name (generated when none was given)."""
         return self.options["consumer_name"]
 
     def is_connected(self) -> bool:
+        """Whether every partition has a live consumer."""
         return not self.closed and all(p.consumer_id for p in self.parts)
 
 

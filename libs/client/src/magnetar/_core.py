@@ -30,6 +30,7 @@ def parse_service_url(service_url: str) -> list[str]:
 
 
 class Core:
+    """What producers, consumers and transactions of one client share."""
     def __init__(self, service_url: str, transport, operation_timeout_s: float):
         self.urls = parse_service_url(service_url)
         self.transport = transport
@@ -39,6 +40,7 @@ class Core:
         self.closed = False
 
     async def call(self, url: str, path: str, request, response_type, timeout: float | None = None):
+        """One request through the transport (operation timeout by default)."""
         return await self.transport.call(url, path, request, response_type,
                                          timeout or self.operation_timeout_s)
 
@@ -79,19 +81,23 @@ class Core:
     # ---------------------------------------------------------------- sessions
 
     async def session(self, url: str) -> str:
+        """The session id for a broker URL, opened on first use."""
         return await self.sessions.get(url)
 
     def drop_session(self, url: str, session_id: str) -> None:
+        """Forget a session the broker no longer knows."""
         self.sessions.drop(url, session_id)
 
     # ---------------------------------------------------------------- coordinators
 
     async def coordinators(self) -> dict[int, str]:
+        """The live transaction coordinators: id -> URL."""
         reply = await self.any_broker("/v1/txn/coordinators", pb.LookupCoordinatorsRequest(),
                                       pb.LookupCoordinatorsResponse)
         return {c.coordinator_id: c.url.rstrip("/") for c in reply.coordinators}
 
     async def close(self) -> None:
+        """Close the sessions and the transport."""
         self.closed = True
         await self.sessions.close()
         await self.transport.close()

@@ -40,6 +40,7 @@ class Message:
         self._id: MessageId | None = None  # made on first use: most messages never need one
 
     def data(self) -> bytes:
+        """The payload."""
         return self._msg.payload
 
     def value(self) -> bytes:
@@ -47,15 +48,18 @@ class Message:
         return self._msg.payload
 
     def message_id(self) -> MessageId:
+        """Where the message sits (partition, entry, batch index, batch size)."""
         if self._id is None:
             info = self._info
             self._id = MessageId(info.partition, info.entry_id, self._index, info.size)
         return self._id
 
     def partition_key(self) -> str:
+        """The key it was routed by, '' when none."""
         return self._msg.partition_key
 
     def properties(self) -> dict[str, str]:
+        """Its properties, as a new dict."""
         return dict(self._msg.properties)
 
     def publish_timestamp(self) -> int:
@@ -67,15 +71,19 @@ class Message:
         return self._msg.event_time
 
     def redelivery_count(self) -> int:
+        """How often it was delivered before (0 on first delivery)."""
         return self._redelivery
 
     def topic_name(self) -> str:
+        """The full name of the topic (partition) it came from."""
         return self._info.topic
 
     def producer_name(self) -> str:
+        """The name of the producer that sent it."""
         return self._info.producer
 
     def sequence_id(self) -> int:
+        """Its producer sequence id."""
         return self._msg.sequence_id
 
     def __repr__(self) -> str:

@@ -30,6 +30,7 @@ FETCH_WAIT_MS = 2000
 
 
 class PartitionConsumer:
+    """The consumer of one partition (or of a non-partitioned topic)."""
     def __init__(self, consumer, topic: str, partition: int) -> None:
         self.consumer = consumer
         self.core = consumer.core
@@ -93,6 +94,7 @@ class PartitionConsumer:
     # ---------------------------------------------------------------- fetching
 
     def start(self) -> None:
+        """Start the fetch loop."""
         self.task = asyncio.get_running_loop().create_task(
             self._fetch_loop(), name=f"magnetar-fetch {self.topic}")
 
@@ -170,6 +172,7 @@ class PartitionConsumer:
         return await self.core.with_retries(f"{path} on {self.topic}", attempt)
 
     async def close(self, unsubscribe: bool = False) -> None:
+        """Stop fetching, send pending acks, close on the broker."""
         if self.task is not None:
             self.task.cancel()
         await self.send_acks()

@@ -40,6 +40,7 @@ WAIT_FOR_EXCLUSIVE_POLL_MS = 5000  # one long poll of a queued WaitForExclusive 
 
 
 class PartitionProducer(Batcher):
+    """The producer of one partition (or of a non-partitioned topic)."""
     def __init__(self, producer, topic: str, partition: int, options: dict) -> None:
         super().__init__(options["max_messages"], options["max_bytes"], options["batching"])
         self.producer = producer
@@ -290,10 +291,12 @@ class PartitionProducer(Batcher):
         self.producer.slots.release(n)
 
     async def flush(self) -> None:
+        """Seal the open batches and wait until everything sent was answered."""
         self.seal_all()
         await self.idle.wait()
 
     async def close(self) -> None:
+        """Flush, then close the producer on the broker."""
         await self.flush()
         if self.timer is not None:
             self.timer.cancel()

@@ -63,6 +63,7 @@ class Producer:
         self.on_close = None  # the client forgets a closed producer
 
     async def start(self) -> "Producer":
+        """Create the producer on every partition."""
         self.slots.loop = asyncio.get_running_loop()
         self.slots.loop_thread = threading.get_ident()
         # One name on every partition (dedup state is per partition and name), so the
@@ -162,6 +163,7 @@ class Producer:
                 self.on_close(self)
 
     def producer_name(self) -> str:
+        """The producer's name (the broker's choice when none was given)."""
         return self.parts[0].name
 
     def last_sequence_id(self) -> int:
@@ -169,9 +171,11 @@ class Producer:
         return max(p.last_seq for p in self.parts)
 
     def topic(self) -> str:
+        """The topic's full name."""
         return self.topic_name
 
     def is_connected(self) -> bool:
+        """Whether every partition has a live producer."""
         return not self.closed and all(p.producer_id for p in self.parts)
 
 

@@ -69,6 +69,7 @@ class Reader:
         return await self._consumer.receive(timeout_millis)
 
     async def has_message_available(self) -> bool:
+        """Whether a message after the last one read exists."""
         return await self._consumer.has_message_available()
 
     async def seek(self, message_id_or_timestamp) -> None:
@@ -76,12 +77,15 @@ class Reader:
         await self._consumer.seek(message_id_or_timestamp)
 
     def topic(self) -> str:
+        """The topic's full name."""
         return self._consumer.topic()
 
     def is_connected(self) -> bool:
+        """Whether every partition has a live reader."""
         return self._consumer.is_connected()
 
     async def close(self) -> None:
+        """Close the reader (its subscription goes with it)."""
         await self._consumer.close()
 
     async def __aenter__(self) -> "Reader":

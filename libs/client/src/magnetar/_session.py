@@ -22,6 +22,7 @@ CLIENT_NAME = "magnetar-python"
 
 @dataclass
 class Session:
+    """One open session: its broker, id and keepalive task."""
     url: str
     session_id: str
     keepalive_s: float
@@ -40,6 +41,7 @@ class Sessions:
         self.closed = False
 
     def current(self, url: str) -> Session | None:
+        """The open session for ``url``, if any."""
         return self._by_url.get(url)
 
     async def get(self, url: str) -> str:
@@ -89,6 +91,7 @@ class Sessions:
                           time.monotonic() - started, exc)
 
     async def close(self) -> None:
+        """Stop the keepalives and close every session."""
         self.closed = True
         sessions, self._by_url = list(self._by_url.values()), {}
         for session in sessions:

@@ -17,6 +17,7 @@ from magnetar._errors import AlreadyClosed, ProducerQueueIsFull
 
 
 class Slots:
+    """The pending-message slots of one producer (see the module docstring)."""
     def __init__(self, limit: int, block: bool = True) -> None:
         self.limit = max(1, limit)
         self.block = block

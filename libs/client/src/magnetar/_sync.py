@@ -70,6 +70,7 @@ class Client:
 
     @property
     def transaction_key(self) -> str | None:
+        """The transaction key this client was made with, if any."""
         return self._client.transaction_key
 
     def create_producer(self, topic: str, producer_name: str | None = None,
@@ -105,6 +106,7 @@ class Client:
         return Transaction(self._io, self._io.run(self._client.new_transaction(timeout_ms)))
 
     def get_topic_partitions(self, topic: str) -> list[str]:
+        """The partitions of ``topic`` (the topic itself when not partitioned)."""
         return self._io.run(self._client.get_topic_partitions(topic))
 
     def close(self) -> None:
@@ -133,6 +135,7 @@ class _Waiter(concurrent.futures.Future):
 
 
 class Producer:
+    """A producer (``client.create_producer``); safe to share between threads."""
     def __init__(self, io: _Loop, inner: aio.Producer) -> None:
         self._io = io
         self._p = inner
@@ -204,15 +207,19 @@ class Producer:
         await self._p.flush()
 
     def last_sequence_id(self) -> int:
+        """The highest sequence id the broker acknowledged (-1 when none)."""
         return self._p.last_sequence_id()
 
     def producer_name(self) -> str:
+        """The producer's name (the broker's choice when none was given)."""
         return self._p.producer_name()
 
     def topic(self) -> str:
+        """The topic's full name."""
         return self._p.topic()
 
     def is_connected(self) -> bool:
+        """Whether every partition has a live producer."""
         return self._p.is_connected()
 
     def close(self) -> None:
@@ -226,6 +233,7 @@ class Producer:
 
 
 class Consumer:
+    """A consumer (``client.subscribe``); safe to share between threads."""
     def __init__(self, io: _Loop, inner: aio.Consumer) -> None:
         self._io = io
         self._c = inner
@@ -246,6 +254,8 @@ class Consumer:
 
     def acknowledge_cumulative(self, message: Message | MessageId,
                                txn: "Transaction | None" = None) -> None:
+        """Acknowledge everything up to and including the message (Exclusive and Failover
+        only); with ``txn`` it waits for the broker."""
         if txn is None:
             self._check_open()
             self._c.ack_nowait(message, cumulative=True)
@@ -259,6 +269,7 @@ class Consumer:
         self._io.loop.call_soon_threadsafe(self._c.negative_acknowledge, message)
 
     def redeliver_unacknowledged_messages(self) -> None:
+        """Have every unacknowledged message of this consumer redelivered now."""
         self._io.run(self._c.redeliver_unacknowledged_messages())
 
     def seek(self, message_id_or_timestamp: MessageId | int) -> None:
@@ -270,15 +281,19 @@ class Consumer:
         self._io.run(self._c.close(unsubscribe=True))
 
     def topic(self) -> str:
+        """The topic's full name."""
         return self._c.topic()
 
     def subscription_name(self) -> str:
+        """The subscription's name."""
         return self._c.subscription_name()
 
     def consumer_name(self) -> str:
+        """This consumer's name."""
         return self._c.consumer_name()
 
     def is_connected(self) -> bool:
+        """Whether every partition has a live consumer."""
         return self._c.is_connected()
 
     def _check_open(self) -> None:
@@ -292,6 +307,7 @@ class Consumer:
 
 
 class Reader:
+    """A reader (``client.create_reader``); safe to share between threads."""
     def __init__(self, io: _Loop, inner: aio.Consumer) -> None:
         self._io = io
         self._r = inner
@@ -302,6 +318,7 @@ class Reader:
         return self._r.receive_from_thread(timeout_millis)
 
     def has_message_available(self) -> bool:
+        """Whether a message after the last one read exists (asks the broker when unsure)."""
         return self._io.run(self._r.has_message_available())
 
     def seek(self, message_id_or_timestamp: MessageId | int) -> None:
@@ -309,12 +326,15 @@ class Reader:
         self._io.run(self._r.seek(message_id_or_timestamp))
 
     def topic(self) -> str:
+        """The topic's full name."""
         return self._r.topic()
 
     def is_connected(self) -> bool:
+        """Whether every partition has a live reader."""
         return self._r.is_connected()
 
     def close(self) -> None:
+        """Close the reader."""
         if not self._r.closed:
             self._io.run(self._r.close())
 
@@ -328,10 +348,12 @@ class Transaction:
 
     @property
     def txn_id(self) -> TxnID:
+        """The transaction's id: ``TxnID(most_bits, least_bits)``, printed ``(m,l)``."""
         return self._t.txn_id
 
     @property
     def state(self) -> TransactionState:
+        """The transaction's TransactionState as this client knows it."""
         return self._t.state
 
     def commit(self) -> None:
@@ -340,6 +362,7 @@ class Transaction:
         self._io.run(self._t.commit())
 
     def abort(self) -> None:
+        """Abort: none of its sends becomes visible and its acks are undone."""
         self._io.run(self._t.abort())
 
     def __enter__(self) -> "Transaction":

@@ -48,11 +48,13 @@ class Transaction:
     # ---------------------------------------------------------------- operations
 
     def check_usable(self) -> None:
+        """Raise InvalidTxnStatusError when the transaction already ended."""
         if self.state in _FINAL:
             raise InvalidTxnStatusError(
                 f"transaction {self.txn_id} is already {_FINAL[self.state]}")
 
     def mark_failed(self, error: BaseException) -> None:
+        """Spoil the transaction: commit() will abort it."""
         if self._failure is None:
             self._failure = error
 
@@ -64,6 +66,7 @@ class Transaction:
         self._ops_idle.clear()
 
     def ops_done(self, count: int) -> None:
+        """Sends of this transaction settled."""
         self._ops -= count
         if self._ops <= 0:
             self._ops = 0
@@ -103,6 +106,7 @@ class Transaction:
         await asyncio.shield(fut)
 
     async def register_partition(self, topic: str) -> None:
+        """Register ``topic`` with the coordinator (once) before sending to it."""
         await self._register(
             self._partitions, topic,
             lambda: pb.AddPartitionToTxnRequest(txn=self.txn_id.to_wire(), topics=[topic]),
@@ -134,6 +138,8 @@ class Transaction:
                       else TransactionState.ABORTED)
 
     async def commit(self) -> None:
+        """Wait for the transaction's sends, then commit (a spoiled transaction is aborted
+        and TransactionHasOperationFailed raised)."""
         if self.state is TransactionState.ABORTED:
             raise InvalidTxnStatusError(f"transaction {self.txn_id} is aborted")
         # Sends still queued or in flight belong to the transaction: send, then wait.
@@ -158,6 +164,7 @@ class Transaction:
             raise
 
     async def abort(self) -> None:
+        """Abort the transaction."""
         if self.state is TransactionState.COMMITTED:
             raise InvalidTxnStatusError(f"transaction {self.txn_id} is committed")
         self.state = TransactionState.ABORTING
@@ -169,6 +176,7 @@ class Transaction:
 
 
 async def open_transaction(core: Core, timeout_ms: int) -> Transaction:
+    """Open a transaction on one of the coordinators (round robin)."""
     if not isinstance(timeout_ms, int) or timeout_ms <= 0:
         raise ValueError(f"transaction timeout must be a positive number of milliseconds, "
                          f"got {timeout_ms!r}")

@@ -96,6 +96,7 @@ class Transport:
         raise decode_error(status, body, content_type, where)
 
     async def close(self) -> None:
+        """Close the connection pool."""
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()

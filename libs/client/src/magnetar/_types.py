@@ -55,6 +55,7 @@ class Result(enum.Enum):
 
 
 class TransactionState(enum.Enum):
+    """A transaction's state as the client knows it."""
     OPEN = "OPEN"
     COMMITTING = "COMMITTING"
     COMMITTED = "COMMITTED"
@@ -73,6 +74,7 @@ class TxnID(NamedTuple):
         return f"({self.most_bits},{self.least_bits})"
 
     def to_wire(self) -> pb.TxnId:
+        """As a ``magnetar.v1.TxnId``."""
         return pb.TxnId(most_bits=self.most_bits, least_bits=self.least_bits)
 
 
@@ -100,6 +102,7 @@ class MessageId:
         return self._partition
 
     def entry_id(self) -> int:
+        """The entry (stored batch) id; -1 for a dropped duplicate or a transactional send."""
         return self._entry_id
 
     def batch_index(self) -> int:
@@ -107,6 +110,7 @@ class MessageId:
         return self._batch_index
 
     def batch_size(self) -> int:
+        """How many messages the entry holds (0 when unknown)."""
         return self._batch_size
 
     def ledger_id(self) -> int:
@@ -159,6 +163,7 @@ class MessageId:
 
     @staticmethod
     def deserialize(data: bytes) -> "MessageId":
+        """The MessageId ``serialize()`` wrote."""
         try:
             wire = pb.MessageIdData.FromString(data)
             entry = wire.entry_id
@@ -172,6 +177,7 @@ class MessageId:
         return MessageId(wire.partition, entry, wire.batch_index, wire.batch_size)
 
     def to_position(self) -> pb.Position:
+        """As a ``magnetar.v1.Position``."""
         return pb.Position(entry_id=self._entry_id, batch_index=self._batch_index)
 
 
