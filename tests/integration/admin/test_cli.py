@@ -197,8 +197,8 @@ def test_auth_token_is_sent_as_a_bearer_token(recorder):
     assert handler.seen[-1]["Authorization"] == "Bearer t2"
 
 
-def test_an_error_page_that_is_not_json_still_exits_1_with_its_text(recorder):
+def test_a_server_error_page_that_is_not_json_exits_3_with_its_text(recorder):
     handler, url = recorder
     handler.status, handler.body, handler.content_type = 502, b"Bad Gateway from the proxy", "text/plain"
     p = cli("tenants", "list", url=url)
-    assert p.returncode == 1 and "Bad Gateway from the proxy" in p.stderr and "HTTP 502" in p.stderr
+    assert p.returncode == 3 and "Bad Gateway from the proxy" in p.stderr and "HTTP 502" in p.stderr

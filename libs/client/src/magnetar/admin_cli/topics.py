@@ -1,0 +1,118 @@
+"""``topics ...``: create, list, delete, stats, subscriptions."""
+
+from __future__ import annotations
+
+from magnetar.admin_cli._http import UsageError, q
+from magnetar.admin_cli._names import name, namespace, topic, topic_path
+from magnetar.admin_cli._output import column, key_values, table
+
+
+def _partitions(api, t) -> int:
+    return api.request("GET", topic_path(t) + "/partitions")["partitions"]
+
+
+def group_topics(add) -> None:
+    def create(api, out, a) -> None:
+        t = topic(a.topic)
+        if a.partitions is None:
+            api.request("PUT", topic_path(t))
+            out.done(f"Created topic {t.full}", topic=t.full, partitions=0)
+            return
+        if a.partitions < 1:
+            raise UsageError(f"--partitions must be at least 1 (got {a.partitions})")
+        api.request("PUT", topic_path(t) + "/partitions", a.partitions)
+        out.done(f"Created partitioned topic {t.full} with {a.partitions} partitions",
+                 topic=t.full, partitions=a.partitions)
+
+    def list_(api, out, a) -> None:
+        tenant, ns = namespace(a.namespace)
+        suffix = "/partitioned" if a.partitioned else ""
+        out.emit(api.request("GET", f"/admin/v2/persistent/{q(tenant)}/{q(ns)}{suffix}"), column("TOPIC"))
+
+    def delete(api, out, a) -> None:
+        t = topic(a.topic)
+        count = _partitions(api, t)
+        api.request("DELETE", topic_path(t) + ("/partitions" if count else ""),
+                    query={"force": "true"} if a.force else None)
+        out.done(f"Deleted topic {t.full}" + (f" and its {count} partitions" if count else ""),
+                 topic=t.full, partitions=count)
+
+    def stats(api, out, a) -> None:
+        t = topic(a.topic)
+        if _partitions(api, t):
+            data = api.request("GET", topic_path(t) + "/partitioned-stats", query={"perPartition": "true"})
+        else:
+            data = api.request("GET", topic_path(t) + "/stats")
+        out.emit(data, lambda d: render_stats(t.full, d))
+
+    def stats_internal(api, out, a) -> None:
+        t = topic(a.topic)
+        if _partitions(api, t):
+            data = api.request("GET", topic_path(t) + "/partitioned-internalStats")
+        else:
+            data = api.request("GET", topic_path(t) + "/internalStats")
+        out.emit(data, lambda d: render_internal(t.full, d))
+
+    def subscriptions(api, out, a) -> None:
+        out.emit(api.request("GET", topic_path(topic(a.topic)) + "/subscriptions"), column("SUBSCRIPTION"))
+
+    def unsubscribe(api, out, a) -> None:
+        t = topic(a.topic)
+        sub = name("subscription", a.subscription)
+        api.request("DELETE", topic_path(t) + f"/subscription/{q(sub)}",
+                    query={"force": "true"} if a.force else None)
+        out.done(f"Deleted subscription {sub} of {t.full}", topic=t.full, subscription=sub)
+
+    p = add("create", create, "create a topic (-p N: a partitioned topic)", ("topic",))
+    p.add_argument("--partitions", "-p", type=int, help="number of partitions (omit: non-partitioned)")
+    p = add("list", list_, "list a namespace's topics (partitions included)", ("namespace",))
+    p.add_argument("--partitioned", action="store_true", help="list the partitioned topics only")
+    p = add("delete", delete, "delete a topic (a partitioned one with its partitions)", ("topic",))
+    p.add_argument("--force", "-f", action="store_true", help="even while clients are connected")
+    add("stats", stats, "producers, subscriptions, backlog (summed over partitions)", ("topic",))
+    add("stats-internal", stats_internal, "entries, cursors, owner and epochs", ("topic",))
+    add("subscriptions", subscriptions, "list a topic's subscriptions", ("topic",))
+    p = add("unsubscribe", unsubscribe, "delete a subscription", ("topic",))
+    p.add_argument("--subscription", "-s", required=True)
+    p.add_argument("--force", "-f", action="store_true", help="even while consumers are connected")
+
+
+def render_stats(full: str, d: dict) -> None:
+    partitions = d.get("metadata", {}).get("partitions")
+    print(f"Topic {full}" + (f" ({partitions} partitions)" if partitions else
+                             f" (owner {d.get('ownerBroker') or 'none'}, "
+                             f"{'live' if d.get('liveStats') else 'database-only'} stats)"))
+    key_values(d, ["msgInCounter", "bytesInCounter", "msgOutCounter", "storageSize", "backlogSize",
+                   "numberOfEntries", "numberOfMessages", "accessMode", "topicEpoch", "exclusiveProducer",
+                   "deduplicationStatus"])
+    print("\nPublishers")
+    table(["NAME", "ID", "ACCESS MODE", "MSG IN"], [
+        [p.get("producerName"), p.get("producerId"), p.get("accessMode"), p.get("msgInCounter")]
+        for p in d.get("publishers", [])])
+    print("\nSubscriptions")
+    table(["NAME", "TYPE", "BACKLOG", "UNACKED", "CONSUMERS"], [
+        [sub, s.get("type"), s.get("msgBacklog"), s.get("unackedMessages"), len(s.get("consumers", []))]
+        for sub, s in d.get("subscriptions", {}).items()])
+    if d.get("partitions"):
+        print("\nPartitions")
+        table(["PARTITION", "OWNER", "ENTRIES", "STORAGE", "PUBLISHERS", "SUBSCRIPTIONS"], [
+            [part, p.get("ownerBroker"), p.get("numberOfEntries"), p.get("storageSize"),
+             len(p.get("publishers", [])), len(p.get("subscriptions", {}))]
+            for part, p in d["partitions"].items()])
+
+
+def render_internal(full: str, d: dict) -> None:
+    if "metadata" in d:
+        print(f"Topic {full} ({d['metadata']['partitions']} partitions)")
+        table(["PARTITION", "OWNER", "OWNER EPOCH", "ENTRIES", "SIZE", "LAST CONFIRMED", "CURSORS"], [
+            [part, p.get("ownerBroker"), p.get("ownerEpoch"), p.get("numberOfEntries"), p.get("totalSize"),
+             p.get("lastConfirmedEntry"), len(p.get("cursors", {}))]
+            for part, p in d.get("partitions", {}).items()])
+        return
+    print(f"Topic {full}")
+    key_values(d, ["entriesAddedCounter", "numberOfEntries", "numberOfMessages", "totalSize",
+                   "lastConfirmedEntry", "state", "ownerBroker", "ownerBrokerUrl", "ownerEpoch", "topicEpoch"])
+    print("\nCursors")
+    table(["NAME", "MARK DELETE", "INDIVIDUALLY DELETED", "BATCH ACKS"], [
+        [sub, c.get("markDeletePosition"), c.get("individuallyDeletedMessages"), c.get("batchDeletedIndexes")]
+        for sub, c in d.get("cursors", {}).items()])
