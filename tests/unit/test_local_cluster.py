@@ -15,9 +15,9 @@ COMMON = {"MAGNETAR_DATABASE_URL", "MAGNETAR_HOST", "MAGNETAR_PORT", "MAGNETAR_A
 DB = "postgresql://magnetar@127.0.0.1:5999/magnetar"
 
 
-def test_default_plan_is_two_brokers_a_coordinator_and_the_admin_service():
+def test_default_plan_is_two_brokers_a_coordinator_the_registry_and_the_admin_service():
     assert [name for name, _, _ in plan({k: v.count for k, v in KINDS.items()})] == [
-        "broker-0", "broker-1", "coordinator-0", "admin"]
+        "broker-0", "broker-1", "coordinator-0", "registry", "admin"]
 
 
 def test_plan_rejects_an_unknown_kind():
@@ -27,7 +27,7 @@ def test_plan_rejects_an_unknown_kind():
 
 def test_fixed_ports_are_the_documented_ones():
     assert fixed_ports({}) == {"broker-0": 8080, "broker-1": 8082, "coordinator-0": 8090,
-                               "admin": 8081}
+                               "registry": 8070, "admin": 8081}
     ports = fixed_ports({"broker": 4, "coordinator": 2})
     assert [ports[f"broker-{i}"] for i in range(4)] == [8080, 8082, 8083, 8084]
     assert len(set(ports.values())) == len(ports)
@@ -71,7 +71,8 @@ def test_overrides_apply_everywhere_then_per_kind_then_per_instance(tmp_path):
 
 
 def test_constructing_a_cluster_starts_and_creates_nothing(tmp_path):
-    cluster = LocalCluster(tmp_path / "data", brokers=1, coordinators=0, admin=False)
+    cluster = LocalCluster(tmp_path / "data", brokers=1, coordinators=0, admin=False,
+                           registry=False)
     assert list(cluster.services) == ["broker-0"]
     assert not (tmp_path / "data").exists()
     assert not cluster.services["broker-0"].alive

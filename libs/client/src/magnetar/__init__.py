@@ -50,6 +50,7 @@ from magnetar_protocol.errors import (
     TransactionConflict,
     TransactionCoordinatorNotFoundError,
     TransactionHasOperationFailed,
+    TransactionKeyNotFound,
     TransactionNotFound,
     UnknownError,
 )
@@ -81,5 +82,6 @@ __all__ += [
     "ProducerFenced", "ProducerNotFound", "ServiceNotReady", "SessionNotFound",
     "SubscriptionNotFound", "TenantNotFound", "Timeout", "TooManyRequests", "TopicNotFound",
     "TransactionConflict", "TransactionCoordinatorNotFoundError", "TransactionHasOperationFailed",
-    "TransactionNotFound", "UnknownError", "AlreadyClosed", "ProducerQueueIsFull",
+    "TransactionNotFound", "TransactionKeyNotFound", "UnknownError", "AlreadyClosed",
+    "ProducerQueueIsFull",
 ]

@@ -105,6 +105,12 @@ class Client:
                              f"got {timeout_ms!r}")
         return Transaction(self._io, self._io.run(self._client.new_transaction(timeout_ms)))
 
+    def connect_transaction_key(self) -> int:
+        """Connect this client's ``transaction_key`` now and return its epoch (the first
+        ``new_transaction()`` does it otherwise); the key's previous holder is fenced,
+        and its open transaction aborted, when this returns."""
+        return self._io.run(self._client.connect_transaction_key())
+
     def get_topic_partitions(self, topic: str) -> list[str]:
         """The partitions of ``topic`` (the topic itself when not partitioned)."""
         return self._io.run(self._client.get_topic_partitions(topic))

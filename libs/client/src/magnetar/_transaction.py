@@ -175,11 +175,15 @@ class Transaction:
             raise
 
 
-async def open_transaction(core: Core, timeout_ms: int) -> Transaction:
-    """Open a transaction on one of the coordinators (round robin)."""
+def check_timeout(timeout_ms: int) -> None:
     if not isinstance(timeout_ms, int) or timeout_ms <= 0:
         raise ValueError(f"transaction timeout must be a positive number of milliseconds, "
                          f"got {timeout_ms!r}")
+
+
+async def open_transaction(core: Core, timeout_ms: int) -> Transaction:
+    """Open a transaction on one of the coordinators (round robin)."""
+    check_timeout(timeout_ms)
 
     async def attempt() -> Transaction:
         coordinators = await core.coordinators()

@@ -47,6 +47,7 @@ from magnetar_protocol.errors import (
     TransactionConflict,
     TransactionCoordinatorNotFoundError,
     TransactionHasOperationFailed,
+    TransactionKeyNotFound,
     TransactionNotFound,
     UnknownError,
 )
@@ -57,6 +58,7 @@ from magnetar._core import Core
 from magnetar._errors import AlreadyClosed, ProducerQueueIsFull
 from magnetar._message import Message
 from magnetar._producer import Producer, producer_options
+from magnetar._keys import KeyConnection
 from magnetar._reader import Reader
 from magnetar._transaction import Transaction, open_transaction
 from magnetar._transport import Transport
@@ -83,7 +85,8 @@ __all__ += [
     "ProducerFenced", "ProducerNotFound", "ServiceNotReady", "SessionNotFound",
     "SubscriptionNotFound", "TenantNotFound", "Timeout", "TooManyRequests", "TopicNotFound",
     "TransactionConflict", "TransactionCoordinatorNotFoundError", "TransactionHasOperationFailed",
-    "TransactionNotFound", "UnknownError", "AlreadyClosed", "ProducerQueueIsFull",
+    "TransactionNotFound", "TransactionKeyNotFound", "UnknownError", "AlreadyClosed",
+    "ProducerQueueIsFull",
 ]
 
 
@@ -99,6 +102,8 @@ class Client:
         self.transaction_key = transaction_key
         self.core = Core(service_url, transport or Transport(auth_token, connection_pool_size),
                          operation_timeout_seconds)
+        # A keyed client (seed 000): its transactions fence an older holder of the key.
+        self._key = KeyConnection(self.core, transaction_key) if transaction_key is not None else None
         self._open: set = set()  # producers, consumers and readers to close with the client
 
     def _check_open(self) -> None:
@@ -176,9 +181,22 @@ class Client:
         return Reader(self._track(consumer))
 
     async def new_transaction(self, timeout_ms: int = 60000) -> Transaction:
-        """Open a transaction on one of the coordinators."""
+        """Open a transaction on one of the coordinators.  A keyed client's first call
+        connects its key (fencing the key's previous holder); a keyed client has at most
+        one open transaction (NotAllowedError)."""
         self._check_open()
+        if self._key is not None:
+            return await self._key.open_transaction(timeout_ms)
         return await open_transaction(self.core, timeout_ms)
+
+    async def connect_transaction_key(self) -> int:
+        """Connect this client's transaction key now (``new_transaction`` does it on
+        first use) and return the epoch it holds; the key's previous holder is fenced
+        when this returns."""
+        self._check_open()
+        if self._key is None:
+            raise ValueError("this client has no transaction_key")
+        return await self._key.connect(-1 if self._key.epoch < 0 else None)
 
     async def get_topic_partitions(self, topic: str) -> list[str]:
         """The partitions of ``topic`` (the topic itself when it is not partitioned)."""

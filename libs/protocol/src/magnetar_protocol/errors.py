@@ -21,6 +21,7 @@ class.  So a test can assert ``pytest.raises(ProducerBusy)`` whichever side rais
     │   ├── ConsumerNotFound
     │   ├── SessionNotFound               the client re-opens its session
     │   ├── TransactionNotFound
+    │   ├── TransactionKeyNotFound
     │   └── TransactionCoordinatorNotFoundError
     ├── Conflict                          409
     │   ├── ProducerBusy
@@ -134,6 +135,10 @@ class SessionNotFound(NotFound):
 
 class TransactionNotFound(NotFound):
     code = Code.TRANSACTION_NOT_FOUND
+
+
+class TransactionKeyNotFound(NotFound):
+    code = Code.TRANSACTION_KEY_NOT_FOUND
 
 
 class TransactionCoordinatorNotFoundError(NotFound):

@@ -36,6 +36,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TENANT_NOT_FOUND: _ClassVar[ErrorCode]
     NAMESPACE_NOT_FOUND: _ClassVar[ErrorCode]
     CONFLICT: _ClassVar[ErrorCode]
+    TRANSACTION_KEY_NOT_FOUND: _ClassVar[ErrorCode]
 
 class ProducerAccessMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -100,6 +101,7 @@ TOO_MANY_REQUESTS: ErrorCode
 TENANT_NOT_FOUND: ErrorCode
 NAMESPACE_NOT_FOUND: ErrorCode
 CONFLICT: ErrorCode
+TRANSACTION_KEY_NOT_FOUND: ErrorCode
 ACCESS_SHARED: ProducerAccessMode
 ACCESS_EXCLUSIVE: ProducerAccessMode
 ACCESS_WAIT_FOR_EXCLUSIVE: ProducerAccessMode
@@ -510,12 +512,16 @@ class LookupCoordinatorsResponse(_message.Message):
     def __init__(self, coordinators: _Optional[_Iterable[_Union[CoordinatorInfo, _Mapping]]] = ...) -> None: ...
 
 class NewTxnRequest(_message.Message):
-    __slots__ = ("timeout_ms", "client_name")
+    __slots__ = ("timeout_ms", "client_name", "transaction_key", "key_epoch")
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_KEY_FIELD_NUMBER: _ClassVar[int]
+    KEY_EPOCH_FIELD_NUMBER: _ClassVar[int]
     timeout_ms: int
     client_name: str
-    def __init__(self, timeout_ms: _Optional[int] = ..., client_name: _Optional[str] = ...) -> None: ...
+    transaction_key: str
+    key_epoch: int
+    def __init__(self, timeout_ms: _Optional[int] = ..., client_name: _Optional[str] = ..., transaction_key: _Optional[str] = ..., key_epoch: _Optional[int] = ...) -> None: ...
 
 class NewTxnResponse(_message.Message):
     __slots__ = ("txn", "timeout_ms")
@@ -558,12 +564,14 @@ class AddSubscriptionToTxnResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class EndTxnRequest(_message.Message):
-    __slots__ = ("txn", "action")
+    __slots__ = ("txn", "action", "expired")
     TXN_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
+    EXPIRED_FIELD_NUMBER: _ClassVar[int]
     txn: TxnId
     action: TxnAction
-    def __init__(self, txn: _Optional[_Union[TxnId, _Mapping]] = ..., action: _Optional[_Union[TxnAction, str]] = ...) -> None: ...
+    expired: bool
+    def __init__(self, txn: _Optional[_Union[TxnId, _Mapping]] = ..., action: _Optional[_Union[TxnAction, str]] = ..., expired: _Optional[bool] = ...) -> None: ...
 
 class EndTxnResponse(_message.Message):
     __slots__ = ("status",)
@@ -612,3 +620,45 @@ class EndTxnOnSubscriptionRequest(_message.Message):
 class EndTxnOnSubscriptionResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class LookupRegistryRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LookupRegistryResponse(_message.Message):
+    __slots__ = ("urls",)
+    URLS_FIELD_NUMBER: _ClassVar[int]
+    urls: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, urls: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ConnectKeyRequest(_message.Message):
+    __slots__ = ("transaction_key", "epoch")
+    TRANSACTION_KEY_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    transaction_key: str
+    epoch: int
+    def __init__(self, transaction_key: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class ConnectKeyResponse(_message.Message):
+    __slots__ = ("epoch", "coordinator_id", "coordinator_url")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_ID_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_URL_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    coordinator_id: int
+    coordinator_url: str
+    def __init__(self, epoch: _Optional[int] = ..., coordinator_id: _Optional[int] = ..., coordinator_url: _Optional[str] = ...) -> None: ...
+
+class DeleteKeyRequest(_message.Message):
+    __slots__ = ("owner", "transaction_key")
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_KEY_FIELD_NUMBER: _ClassVar[int]
+    owner: str
+    transaction_key: str
+    def __init__(self, owner: _Optional[str] = ..., transaction_key: _Optional[str] = ...) -> None: ...
+
+class DeleteKeyResponse(_message.Message):
+    __slots__ = ("aborted",)
+    ABORTED_FIELD_NUMBER: _ClassVar[int]
+    aborted: _containers.RepeatedCompositeFieldContainer[TxnId]
+    def __init__(self, aborted: _Optional[_Iterable[_Union[TxnId, _Mapping]]] = ...) -> None: ...

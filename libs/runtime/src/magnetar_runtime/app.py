@@ -6,6 +6,7 @@ paths skip FastAPI's validation layer, ~60 µs a request) and JSON routes with F
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -18,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from magnetar_runtime.auth import Authenticator, AuthMiddleware
 from magnetar_protocol.errors import (
     BadRequest,
     MagnetarError,
@@ -34,13 +36,18 @@ REQUEST_ERRORS = Counter(
 )
 
 
-def error_response(exc: MagnetarError, request: Request) -> Response:
+def error_body(exc: MagnetarError, request_content_type: str) -> tuple[str, bytes]:
+    """An error answered in the request's own format: protobuf ``Error`` or JSON."""
     REQUEST_ERRORS.labels(code=type(exc).__name__).inc()
-    if request.headers.get("content-type", "").startswith(PROTOBUF):
-        return Response(to_wire(exc).SerializeToString(), exc.http_status, media_type=PROTOBUF)
-    return JSONResponse(
-        {"reason": exc.message, "code": type(exc).__name__}, status_code=exc.http_status
-    )
+    if request_content_type.startswith(PROTOBUF):
+        return PROTOBUF, to_wire(exc).SerializeToString()
+    return "application/json", json.dumps({"reason": exc.message,
+                                           "code": type(exc).__name__}).encode()
+
+
+def error_response(exc: MagnetarError, request: Request) -> Response:
+    media_type, body = error_body(exc, request.headers.get("content-type", ""))
+    return Response(body, exc.http_status, media_type=media_type)
 
 
 def as_magnetar_error(exc: BaseException) -> MagnetarError:
@@ -56,8 +63,10 @@ def create_app(
     *,
     lifespan: Callable[[FastAPI], AsyncIterator[None]] | None = None,
     ready: Callable[[], Awaitable[bool]] | None = None,
+    auth: Authenticator | None = None,
 ) -> FastAPI:
-    """A FastAPI app with /healthz, /readyz and /metrics and Magnetar error mapping."""
+    """A FastAPI app with /healthz, /readyz and /metrics, Magnetar error mapping and,
+    when ``auth`` is enabled, bearer-token authentication of every other path."""
 
     @asynccontextmanager
     async def _lifespan(app: FastAPI):
@@ -68,6 +77,9 @@ def create_app(
                 yield
 
     app = FastAPI(title=f"Magnetar {name}", lifespan=_lifespan)
+    if auth is not None:
+        app.state.auth = auth
+        app.add_middleware(AuthMiddleware, authenticator=auth)
 
     @app.exception_handler(MagnetarError)
     async def _magnetar_error(request: Request, exc: MagnetarError) -> Response:
@@ -119,14 +131,16 @@ def proto_route(
 def service_app(name: str, settings, make_service, add_routes) -> FastAPI:
     """The app of a service with a database pool and a ``service`` object that has
     ``start()``, ``stop()`` and ``ready``: the pool and service live as long as the app,
-    routes are added once the service exists, /readyz follows ``service.ready``."""
+    routes are added once the service exists, /readyz follows ``service.ready``.
+    ``make_service(pool, auth)`` gets the app's Authenticator."""
     from magnetar_storage.db import create_pool
 
     state: dict = {}
+    auth = Authenticator(settings)
 
     async def lifespan(app: FastAPI):
         pool = await create_pool(settings.database_url, max_size=settings.db_pool_size)
-        service = make_service(pool)
+        service = make_service(pool, auth)
         state["service"] = service
         add_routes(app, service)
         await service.start()
@@ -140,4 +154,4 @@ def service_app(name: str, settings, make_service, add_routes) -> FastAPI:
         service = state.get("service")
         return bool(service and service.ready)
 
-    return create_app(name, lifespan=lifespan, ready=ready)
+    return create_app(name, lifespan=lifespan, ready=ready, auth=auth)

@@ -18,8 +18,10 @@ PROTOBUF = "application/x-protobuf"
 
 
 class RpcClient:
-    def __init__(self, timeout_s: float = 10.0):
+    def __init__(self, timeout_s: float = 10.0, headers: dict[str, str] | None = None):
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        # This service's own credentials (auth.Authenticator.headers()).
+        self._headers = {"content-type": PROTOBUF, **(headers or {})}
         self._session: aiohttp.ClientSession | None = None
 
     def _http(self) -> aiohttp.ClientSession:
@@ -32,7 +34,7 @@ class RpcClient:
         try:
             async with self._http().post(
                 base_url.rstrip("/") + path, data=request.SerializeToString(),
-                headers={"content-type": PROTOBUF},
+                headers=self._headers,
             ) as resp:
                 body = await resp.read()
                 status = resp.status

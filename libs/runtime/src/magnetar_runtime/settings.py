@@ -16,6 +16,16 @@ class ServiceSettings(BaseSettings):
     log_level: str = "INFO"
     log_format: str = "json"  # json | text
     db_pool_size: int = 10
+    # Authentication (docs/security.md): off by default locally, on in the Helm chart.
+    # With it on, every request but /healthz, /readyz and /metrics needs a JWT bearer
+    # token whose `sub` is the caller's role.
+    auth_enabled: bool = False
+    auth_jwt_secret: str = ""        # HS256 shared secret
+    auth_jwt_public_key: str = ""    # RS256 public key (PEM); wins over the secret
+    auth_superuser_roles: str = ""   # comma-separated; may use every admin endpoint
+    # The token this process presents to other services.  Default: one it signs itself
+    # with the HS256 secret for the first superuser role (RS256 needs it given).
+    auth_service_token: str = ""
 
     @property
     def url(self) -> str:

@@ -163,9 +163,16 @@ transactions = Table(
     Column("ended_at", TIMESTAMP(timezone=True), nullable=True),
     Column("owner", Text, nullable=True),
     Column("timed_out", Boolean, nullable=False, server_default=text("false")),
+    # 0004: the transaction key it was opened under, and whether fencing aborted it.
+    Column("key_owner", Text, nullable=True),
+    Column("transaction_key", Text, nullable=True),
+    Column("key_epoch", BigInteger, nullable=True),
+    Column("expired", Boolean, nullable=False, server_default=text("false")),
     PrimaryKeyConstraint("coordinator_id", "txn_id"),
     Index("transactions_unfinished", "coordinator_id", "status",
           postgresql_where=text("status = ANY (ARRAY[0, 1, 3])")),
+    Index("transactions_by_key", "key_owner", "transaction_key",
+          postgresql_where=text("transaction_key IS NOT NULL AND status = ANY (ARRAY[0, 1, 3])")),
 )
 
 txn_partitions = Table(
@@ -230,4 +237,29 @@ pending_acks = Table(
     Column("cumulative", Boolean, nullable=False),
     PrimaryKeyConstraint("topic_id", "subscription", "entry_id", "batch_index"),
     Index("pending_acks_txn", "topic_id", "subscription", "txn_most", "txn_least"),
+)
+
+# ---------------------------------------------------------------- transaction keys (0004)
+
+transaction_keys = Table(
+    "transaction_keys",
+    metadata,
+    Column("owner", Text, nullable=False),
+    Column("transaction_key", Text, nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("coordinator_id", Integer, nullable=False),
+    Column("active_txn_most", BigInteger, nullable=True),
+    Column("active_txn_least", BigInteger, nullable=True),
+    Column("deleted", Boolean, nullable=False, server_default=text("false")),
+    Column("created_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+    Column("last_active_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("owner", "transaction_key"),
+)
+
+registries = Table(
+    "registries",
+    metadata,
+    Column("instance", Text, primary_key=True),
+    Column("url", Text, nullable=False),
+    Column("heartbeat_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
 )

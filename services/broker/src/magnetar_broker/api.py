@@ -35,6 +35,7 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
     txn = TxnHandlers(service)
     routes += [
         ("/v1/txn/coordinators", pb.LookupCoordinatorsRequest, txn.coordinators),
+        ("/v1/registry/lookup", pb.LookupRegistryRequest, txn.registries),
         ("/v1/txn/end-on-partition", pb.EndTxnOnPartitionRequest, txn.end_on_partition),
         ("/v1/txn/end-on-subscription", pb.EndTxnOnSubscriptionRequest, txn.end_on_subscription),
     ]

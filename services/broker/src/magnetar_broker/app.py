@@ -17,7 +17,7 @@ def build_app(settings: BrokerSettings | None = None) -> FastAPI:
     settings = settings or BrokerSettings()
     return service_app(
         "broker", settings,
-        lambda pool: BrokerService(BrokerStore(pool, settings.resolved_broker_id), settings),
+        lambda pool, auth: BrokerService(BrokerStore(pool, settings.resolved_broker_id), settings, auth),
         add_routes)
 
 

@@ -187,11 +187,16 @@ WHERE e.topic_id = $1 AND e.txn_most = $2 AND e.txn_least = $3;
 
 -- name: txn_registered
 -- Whether the coordinator registered this partition for the transaction, and its status.
-SELECT t.status,
+SELECT t.status, t.expired,
        EXISTS (SELECT 1 FROM txn_partitions p
                WHERE p.coordinator_id = t.coordinator_id AND p.txn_id = t.txn_id AND p.topic = $3)
        AS registered
 FROM transactions t WHERE t.coordinator_id = $1 AND t.txn_id = $2;
+
+-- name: txn_expired
+-- Whether fencing of the transaction's key aborted it (seed 000): its holder's later
+-- operations get ExpiredTransactionError.
+SELECT expired FROM transactions WHERE coordinator_id = $1 AND txn_id = $2;
 
 -- name: txn_payloads
 SELECT payload FROM txn_entries
@@ -218,7 +223,7 @@ SELECT committed FROM txn_outcomes
 WHERE topic_id = $1 AND subscription = $2 AND txn_most = $3 AND txn_least = $4;
 
 -- name: txn_sub_registered
-SELECT t.status,
+SELECT t.status, t.expired,
        EXISTS (SELECT 1 FROM txn_subscriptions s
                WHERE s.coordinator_id = t.coordinator_id AND s.txn_id = t.txn_id
                  AND s.topic = $3 AND s.subscription = $4)

@@ -18,6 +18,7 @@ from magnetar_protocol.errors import (
     ProducerNotFound,
 )
 from magnetar_protocol.topics import TopicName, validate_name_part
+from magnetar_runtime.auth import Authenticator
 from magnetar_runtime.loops import BackgroundLoop
 
 from magnetar_broker import metrics
@@ -38,9 +39,10 @@ LATEST = (1 << 63) - 1
 
 
 class BrokerService:
-    def __init__(self, store: BrokerStore, settings: BrokerSettings):
+    def __init__(self, store: BrokerStore, settings: BrokerSettings, auth: Authenticator | None = None):
         self.store = store
         self.settings = settings
+        self.auth = auth or Authenticator(settings)
         self.broker_id = store.broker_id
         self.ownership = Ownership(store, settings, self._topic_lost)
         self.sessions = SessionRegistry(settings.session_timeout_ms / 1000)

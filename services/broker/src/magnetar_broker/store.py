@@ -143,13 +143,17 @@ class BrokerStore:
         return row["batches"], row["messages"], row["committed"]
 
     async def txn_registered(self, txn: tuple[int, int], topic: str,
-                             subscription: str | None = None) -> tuple[int | None, bool]:
-        """(coordinator status or None if unknown, registered for this participant)."""
+                             subscription: str | None = None) -> tuple[int | None, bool, bool]:
+        """(coordinator status or None if unknown, registered for this participant,
+        aborted because its key was fenced)."""
         if subscription is None:
             row = await self.pool.fetchrow(Q["txn_registered"], *txn, topic)
         else:
             row = await self.pool.fetchrow(Q["txn_sub_registered"], *txn, topic, subscription)
-        return (row["status"], row["registered"]) if row else (None, False)
+        return (row["status"], row["registered"], row["expired"]) if row else (None, False, False)
+
+    async def txn_expired(self, txn: tuple[int, int]) -> bool:
+        return bool(await self.pool.fetchval(Q["txn_expired"], *txn))
 
     async def outcome(self, topic_id: int, subscription: str, txn: tuple[int, int]) -> bool | None:
         return await self.pool.fetchval(Q["get_outcome"], topic_id, subscription, *txn)

@@ -10,7 +10,6 @@ import time
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     BadRequest,
-    InvalidTxnStatusError,
     MagnetarError,
     NotAllowedError,
     TransactionNotFound,
@@ -19,7 +18,7 @@ from magnetar_protocol.errors import (
 from magnetar_broker import metrics
 from magnetar_broker.cursor import WHOLE, full_mask
 from magnetar_broker.store import Q
-from magnetar_broker.txnbuffer import ended_error, txn_str
+from magnetar_broker.txnbuffer import ended_error, ended_txn_error, not_open_error, txn_str
 
 SUB_NAMES = {pb.SUB_EXCLUSIVE: "Exclusive", pb.SUB_SHARED: "Shared",
              pb.SUB_FAILOVER: "Failover", pb.SUB_KEY_SHARED: "Key_Shared"}
@@ -35,13 +34,13 @@ class TransactionalAcks:
             outcome = await store.outcome(self.log.topic_id, self.name, txn)
         if outcome is not None:
             self.txn_outcomes[txn] = outcome
-            raise ended_error(txn, outcome)
+            raise await ended_txn_error(store, txn, outcome)
         if txn not in self._txn_registered:
-            status, registered = await store.txn_registered(txn, self.log.name.full, self.name)
+            status, registered, expired = await store.txn_registered(txn, self.log.name.full, self.name)
             if status is None:
                 raise TransactionNotFound(f"transaction {txn_str(txn)} does not exist")
             if status != pb.TXN_OPEN:
-                raise InvalidTxnStatusError(f"transaction {txn_str(txn)} is no longer open")
+                raise not_open_error(txn, expired)
             if not registered:
                 raise NotAllowedError(
                     f"subscription {self.name!r} on {self.log.name.full} is not registered with "

@@ -14,6 +14,10 @@ LIVE_COORDINATORS = """
 SELECT coordinator_id, url FROM coordinators
 WHERE heartbeat_at > now() - make_interval(secs => $1::float8) ORDER BY coordinator_id
 """
+LIVE_REGISTRIES = """
+SELECT DISTINCT url FROM registries
+WHERE heartbeat_at > now() - make_interval(secs => $1::float8) ORDER BY url
+"""
 
 
 class TxnHandlers:
@@ -26,12 +30,19 @@ class TxnHandlers:
         return pb.LookupCoordinatorsResponse(
             coordinators=[pb.CoordinatorInfo(coordinator_id=r[0], url=r[1]) for r in rows])
 
+    async def registries(self, _: pb.LookupRegistryRequest) -> pb.LookupRegistryResponse:
+        rows = await self.service.store.pool.fetch(
+            LIVE_REGISTRIES, self.service.settings.lease_ttl_ms / 1000)
+        return pb.LookupRegistryResponse(urls=[r[0] for r in rows])
+
     async def end_on_partition(self, req: pb.EndTxnOnPartitionRequest) -> pb.EndTxnOnPartitionResponse:
+        self.service.auth.require_superuser("EndTxnOnPartition (a coordinator's call)")
         plog = await self.service.ownership.get_log(TopicName.parse(req.topic))
         await plog.end_txn((req.txn.most_bits, req.txn.least_bits), req.action == pb.TXN_COMMIT)
         return pb.EndTxnOnPartitionResponse()
 
     async def end_on_subscription(self, req: pb.EndTxnOnSubscriptionRequest) -> pb.EndTxnOnSubscriptionResponse:
+        self.service.auth.require_superuser("EndTxnOnSubscription (a coordinator's call)")
         validate_name_part("subscription", req.subscription)
         plog = await self.service.ownership.get_log(TopicName.parse(req.topic))
         async with plog._sub_lock:

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
+    ExpiredTransactionError,
     InvalidTxnStatusError,
+    MagnetarError,
     NotAllowedError,
     ProducerFenced,
     TransactionNotFound,
@@ -36,6 +38,25 @@ def txn_str(txn: TxnKey) -> str:
 def ended_error(txn: TxnKey, committed: bool) -> InvalidTxnStatusError:
     return InvalidTxnStatusError(
         f"transaction {txn_str(txn)} is already {'committed' if committed else 'aborted'}")
+
+
+def expired_error(txn: TxnKey) -> ExpiredTransactionError:
+    return ExpiredTransactionError(
+        f"transaction {txn_str(txn)} was aborted because a newer connection took over its "
+        "transaction key: this client was fenced")
+
+
+async def ended_txn_error(store: BrokerStore, txn: TxnKey, committed: bool) -> MagnetarError:
+    """The precise error for an operation on an ended transaction (the slow path only)."""
+    if not committed and await store.txn_expired(txn):
+        return expired_error(txn)
+    return ended_error(txn, committed)
+
+
+def not_open_error(txn: TxnKey, expired: bool) -> MagnetarError:
+    if expired:
+        return expired_error(txn)
+    return InvalidTxnStatusError(f"transaction {txn_str(txn)} is no longer open")
 
 
 @dataclass
@@ -90,13 +111,13 @@ class TxnBuffer:
         for an OPEN transaction (so no transaction is left hanging here)."""
         buf = await self.state(txn)
         if buf.committed is not None:
-            raise ended_error(txn, buf.committed)
+            raise await ended_txn_error(self.store, txn, buf.committed)
         if not buf.registered:
-            status, registered = await self.store.txn_registered(txn, self.topic)
+            status, registered, expired = await self.store.txn_registered(txn, self.topic)
             if status is None:
                 raise TransactionNotFound(f"transaction {txn_str(txn)} does not exist")
             if status != pb.TXN_OPEN:
-                raise InvalidTxnStatusError(f"transaction {txn_str(txn)} is no longer open")
+                raise not_open_error(txn, expired)
             if not registered:
                 raise NotAllowedError(
                     f"{self.topic} is not registered with transaction {txn_str(txn)}: "

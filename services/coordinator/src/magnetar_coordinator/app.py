@@ -19,7 +19,8 @@ def build_app(settings: CoordinatorSettings | None = None) -> FastAPI:
     tcid = settings.resolved_coordinator_id()
     return service_app(
         "coordinator", settings,
-        lambda pool: CoordinatorService(CoordinatorStore(pool, tcid, new_instance_id()), settings),
+        lambda pool, auth: CoordinatorService(
+            CoordinatorStore(pool, tcid, new_instance_id()), settings, auth),
         add_routes)
 
 

@@ -81,7 +81,8 @@ WHERE coordinator_id = $1 AND txn_id = $3 AND status = $4::smallint AND EXISTS (
 RETURNING status;
 
 -- name: get_txn
-SELECT status, timeout_ms, opened_at, deadline_at, ended_at, owner, timed_out
+SELECT status, timeout_ms, opened_at, deadline_at, ended_at, owner, timed_out, expired,
+       transaction_key
 FROM transactions WHERE coordinator_id = $1 AND txn_id = $2;
 
 -- name: txn_partitions
@@ -109,3 +110,64 @@ SELECT count(*) FROM transactions WHERE coordinator_id = $1 AND status IN (0, 1,
 DELETE FROM transactions
 WHERE coordinator_id = $1 AND status IN (2, 4)
   AND ended_at < now() - make_interval(secs => $2::float8);
+
+-- name: new_keyed_txn
+-- A keyed client's transaction (seed 000): claims the key's one active-transaction slot
+-- by compare-and-set on the key row (its epoch must still be the caller's, the slot
+-- empty), and inserts the transaction, in one statement.  The last columns say why not.
+WITH fence AS (
+    SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
+), claimed AS (
+    UPDATE transaction_keys
+    SET active_txn_most = $1, active_txn_least = $3, last_active_at = now()
+    WHERE owner = $5 AND transaction_key = $6 AND epoch = $7 AND NOT deleted
+      AND active_txn_least IS NULL AND EXISTS (SELECT 1 FROM fence)
+    RETURNING 1
+), created AS (
+    INSERT INTO transactions (coordinator_id, txn_id, status, timeout_ms, deadline_at, owner,
+                              key_owner, transaction_key, key_epoch)
+    SELECT $1, $3, 0, $4::bigint, now() + make_interval(secs => $4::bigint / 1000.0), $5,
+           $5, $6, $7
+    WHERE EXISTS (SELECT 1 FROM claimed)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fence) AS fenced_ok, (SELECT count(*) FROM created) AS created,
+       k.epoch, k.deleted, k.active_txn_most, k.active_txn_least
+FROM (SELECT 1) AS one
+LEFT JOIN transaction_keys k ON k.owner = $5 AND k.transaction_key = $6;
+
+-- name: start_ending
+-- OPEN -> COMMITTING/ABORTING ($4) by compare-and-set.  A keyed transaction may only
+-- start committing while its key's epoch is still the one it was opened under (the key
+-- row is locked FOR SHARE, so a concurrent connect's epoch bump goes first or after,
+-- never between); either way its key's active slot is freed.
+WITH fence AS (
+    SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
+), txn AS (
+    SELECT key_owner, transaction_key, key_epoch FROM transactions
+    WHERE coordinator_id = $1 AND txn_id = $3 AND status = 0
+), key_row AS (
+    SELECT epoch, deleted FROM transaction_keys
+    WHERE (owner, transaction_key) = (SELECT key_owner, transaction_key FROM txn)
+    FOR SHARE
+), key_ok AS (
+    SELECT (SELECT transaction_key FROM txn) IS NULL
+        OR $4::smallint = 3
+        OR EXISTS (SELECT 1 FROM key_row
+                   WHERE epoch = (SELECT key_epoch FROM txn) AND NOT deleted) AS ok
+), moved AS (
+    UPDATE transactions
+    SET status = $4::smallint, timed_out = timed_out OR $5, expired = expired OR $6
+    WHERE coordinator_id = $1 AND txn_id = $3 AND status = 0
+      AND EXISTS (SELECT 1 FROM fence) AND (SELECT ok FROM key_ok)
+    RETURNING key_owner, transaction_key
+), freed AS (
+    UPDATE transaction_keys k
+    SET active_txn_most = NULL, active_txn_least = NULL, last_active_at = now()
+    FROM moved
+    WHERE k.owner = moved.key_owner AND k.transaction_key = moved.transaction_key
+      AND k.active_txn_most = $1 AND k.active_txn_least = $3
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fence) AS fenced_ok, (SELECT count(*) FROM moved) AS moved,
+       (SELECT ok FROM key_ok) AS key_ok, (SELECT count(*) FROM freed) AS freed;

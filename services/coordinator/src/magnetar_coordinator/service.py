@@ -16,6 +16,8 @@ from magnetar_protocol.errors import (
     TransactionNotFound,
 )
 from magnetar_protocol.topics import TopicName, validate_name_part
+from magnetar_protocol.keys import key_problem
+from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.failpoints import failpoint
 from magnetar_runtime.loops import BackgroundLoop
 from magnetar_runtime.rpc import RpcClient
@@ -30,12 +32,14 @@ log = logging.getLogger("magnetar.coordinator")
 
 
 class CoordinatorService:
-    def __init__(self, store: CoordinatorStore, settings: CoordinatorSettings):
+    def __init__(self, store: CoordinatorStore, settings: CoordinatorSettings,
+                 auth: Authenticator | None = None):
         self.store = store
         self.settings = settings
+        self.auth = auth or Authenticator(settings)
         self.tcid = store.tcid
         self.ttl_s = settings.lease_ttl_ms / 1000
-        self.rpc = RpcClient(settings.broker_request_timeout_ms / 1000)
+        self.rpc = RpcClient(settings.broker_request_timeout_ms / 1000, self.auth.headers())
         self.participants = Participants(self.rpc, store.live_brokers, self.ttl_s)
         self.ready = False
         self._ids: list[int] = []
@@ -112,14 +116,21 @@ class CoordinatorService:
                 self._ids = list(range(first + self.settings.txn_id_block - 1, first - 1, -1))
             return self._ids.pop()
 
-    async def new_txn(self, req: pb.NewTxnRequest, owner: str | None = None) -> pb.NewTxnResponse:
+    async def new_txn(self, req: pb.NewTxnRequest) -> pb.NewTxnResponse:
         self._check_ready()
         timeout = req.timeout_ms or self.settings.default_txn_timeout_ms
         if timeout > self.settings.max_txn_timeout_ms:
             raise BadRequest(f"transaction timeout {timeout} ms exceeds the maximum of "
                              f"{self.settings.max_txn_timeout_ms} ms")
+        owner = current_role()
+        if req.transaction_key and (problem := key_problem(req.transaction_key)):
+            raise BadRequest(problem)
         txn_id = await self._next_id()
-        await self._guard(self.store.new_txn(txn_id, timeout, owner))
+        if req.transaction_key:
+            await self._guard(self.store.new_keyed_txn(
+                txn_id, timeout, owner, req.transaction_key, req.key_epoch))
+        else:
+            await self._guard(self.store.new_txn(txn_id, timeout, owner))
         metrics.CREATED.inc()
         metrics.ACTIVE.inc()
         metrics.APPEND_LOG.inc()
@@ -131,8 +142,9 @@ class CoordinatorService:
         if not req.topics:
             raise BadRequest("add-partitions: no topics given")
         topics = [TopicName.parse(t).full for t in req.topics]
+        await self._authorize(txn_id, "add partitions to a transaction")
         status = await self._guard(self.store.add_partitions(txn_id, topics))
-        sm.require_open(status, "add partitions")
+        await self._require_open(txn_id, status, "add partitions")
         metrics.APPEND_LOG.inc()
         return pb.AddPartitionToTxnResponse()
 
@@ -143,10 +155,25 @@ class CoordinatorService:
             raise BadRequest("add-subscriptions: no subscriptions given")
         topics = [TopicName.parse(s.topic).full for s in req.subscriptions]
         subs = [validate_name_part("subscription", s.subscription) for s in req.subscriptions]
+        await self._authorize(txn_id, "add subscriptions to a transaction")
         status = await self._guard(self.store.add_subscriptions(txn_id, topics, subs))
-        sm.require_open(status, "add subscriptions")
+        await self._require_open(txn_id, status, "add subscriptions")
         metrics.APPEND_LOG.inc()
         return pb.AddSubscriptionToTxnResponse()
+
+    async def _require_open(self, txn_id: int, status: int, what: str) -> None:
+        if status != sm.OPEN:  # the slow path: is it ended because its key was fenced?
+            record = await self.store.get(txn_id)
+            sm.require_open(status, what, bool(record and record.expired))
+
+    async def _authorize(self, txn_id: int, what: str) -> None:
+        """With authentication on, only the transaction's owner (or a superuser) may act
+        on it; with it off this costs nothing."""
+        if self.auth.roles.is_superuser(current_role()):
+            return
+        record = await self.store.get(txn_id)
+        if record is not None:
+            self.auth.require_owner_or_superuser(record.owner, what)
 
     async def status(self, req: pb.TxnStatusRequest) -> pb.TxnStatusResponse:
         record = await self.store.get(self._txn_id(req.txn))
@@ -159,24 +186,35 @@ class CoordinatorService:
         txn_id = self._txn_id(req.txn)
         if req.action not in (pb.TXN_COMMIT, pb.TXN_ABORT):
             raise BadRequest(f"unknown transaction action {req.action}")
+        if req.expired and req.action != pb.TXN_ABORT:
+            raise BadRequest("only an abort can mark a transaction expired")
+        if req.expired:  # fencing a key: the registry's (or an admin's) call
+            self.auth.require_superuser("aborting a transaction as expired")
+        await self._authorize(txn_id, "end a transaction")
         started = time.perf_counter()
-        await self.end_txn(txn_id, req.action)
+        await self.end_txn(txn_id, req.action, expired=req.expired)
         metrics.EXECUTION_LATENCY.observe(time.perf_counter() - started)
         return pb.EndTxnResponse(status=sm.final_status(req.action))
 
-    async def end_txn(self, txn_id: int, action: int, timed_out: bool = False) -> None:
+    async def end_txn(self, txn_id: int, action: int, timed_out: bool = False,
+                      expired: bool = False) -> None:
         """Drive the transaction to the end ``action`` asks for; idempotent."""
         while True:
             record = await self.store.get(txn_id)
             if record is None:
                 raise TransactionNotFound(f"transaction {sm.txn_str(self.tcid, txn_id)} does not exist")
-            step = sm.plan_end(record.status, action)
+            step = sm.plan_end(record.status, action, record.expired)
             if step is sm.Step.DONE:
                 return
             if step is sm.Step.START:
                 failpoint("coordinator.before_ending_durable")
-                moved = await self._guard(self.store.transition(
-                    txn_id, sm.OPEN, sm.ending_status(action), timed_out))
+                moved, key_ok = await self._guard(self.store.start_ending(
+                    txn_id, sm.ending_status(action), timed_out, expired))
+                if not key_ok:
+                    # Its key moved to a newer epoch: the holder is fenced.  Abort it as
+                    # expired (the registry does the same; whoever is first wins).
+                    await self.end_txn(txn_id, pb.TXN_ABORT, expired=True)
+                    sm.plan_end(sm.ABORTED, pb.TXN_COMMIT, expired=True)  # raises Expired
                 if not moved:
                     continue  # someone else moved it (a timeout, a duplicate request): plan again
                 metrics.APPEND_LOG.inc()

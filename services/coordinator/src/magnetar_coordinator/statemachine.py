@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import InvalidTxnStatusError
+from magnetar_protocol.errors import ExpiredTransactionError, InvalidTxnStatusError
 
 OPEN = pb.TXN_OPEN
 COMMITTING = pb.TXN_COMMITTING
@@ -44,12 +44,17 @@ def final_status(action: int) -> int:
     return COMMITTED if action == pb.TXN_COMMIT else ABORTED
 
 
-def plan_end(current: int, action: int) -> Step:
+def plan_end(current: int, action: int, expired: bool = False) -> Step:
     """What EndTxn(action) does to a transaction in ``current`` status.
 
     Repeating the same action is idempotent; the opposite action on an ending or ended
-    transaction is refused.
+    transaction is refused; committing a transaction aborted because its key was fenced
+    (``expired``) gets ExpiredTransactionError.
     """
+    if expired and action == pb.TXN_COMMIT and current in (ABORTING, ABORTED):
+        raise ExpiredTransactionError(
+            "the transaction was aborted because a newer connection took over its "
+            "transaction key: this client was fenced")
     if current == OPEN:
         return Step.START
     if current == ending_status(action):
@@ -60,7 +65,11 @@ def plan_end(current: int, action: int) -> Step:
     raise InvalidTxnStatusError(f"cannot {verb} a transaction that is {NAMES[current]}")
 
 
-def require_open(current: int, what: str) -> None:
+def require_open(current: int, what: str, expired: bool = False) -> None:
+    if current != OPEN and expired:
+        raise ExpiredTransactionError(
+            f"{what}: the transaction was aborted because a newer connection took over its "
+            "transaction key: this client was fenced")
     if current != OPEN:
         raise InvalidTxnStatusError(f"{what}: the transaction is {NAMES[current]}, not OPEN")
 

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import asyncpg
 
-from magnetar_protocol.errors import NotOwner, TransactionNotFound
+from magnetar_protocol.errors import NotAllowedError, NotOwner, TransactionNotFound
 from magnetar_storage.queries import load_queries
 
 Q = load_queries("magnetar_coordinator")
@@ -27,6 +27,8 @@ class TxnRecord:
     ended_at: datetime | None
     owner: str | None
     timed_out: bool
+    expired: bool
+    transaction_key: str | None
 
 
 class CoordinatorStore:
@@ -70,6 +72,37 @@ class CoordinatorStore:
     async def new_txn(self, txn_id: int, timeout_ms: int, owner: str | None) -> None:
         if await self.pool.fetchval(Q["new_txn"], self.tcid, self.fence_epoch, txn_id, timeout_ms, owner) is None:
             raise self._fenced()
+
+    async def new_keyed_txn(self, txn_id: int, timeout_ms: int, owner: str, key: str,
+                            epoch: int) -> None:
+        """Open a keyed transaction; NotAllowedError when the epoch is stale or the key
+        already has an OPEN transaction."""
+        row = await self.pool.fetchrow(Q["new_keyed_txn"], self.tcid, self.fence_epoch, txn_id,
+                                       timeout_ms, owner, key, epoch)
+        if not row["fenced_ok"]:
+            raise self._fenced()
+        if row["created"]:
+            return
+        ident = f"{owner}&{key}"
+        if row["epoch"] is None or row["deleted"]:
+            raise NotAllowedError(f"transaction key {ident!r} is not connected (or was deleted): "
+                                  "connect through the registry first")
+        if row["epoch"] != epoch:
+            raise NotAllowedError(
+                f"transaction key {ident!r} is now at epoch {row['epoch']}, this client holds "
+                f"epoch {epoch}: a newer connection fenced it")
+        raise NotAllowedError(
+            f"transaction key {ident!r} already has an open transaction "
+            f"({row['active_txn_most']},{row['active_txn_least']}): commit or abort it first")
+
+    async def start_ending(self, txn_id: int, target: int, timed_out: bool,
+                           expired: bool) -> tuple[bool, bool]:
+        """OPEN -> COMMITTING/ABORTING by compare-and-set: (moved, the key epoch was ok)."""
+        row = await self.pool.fetchrow(Q["start_ending"], self.tcid, self.fence_epoch, txn_id,
+                                       target, timed_out, expired)
+        if not row["fenced_ok"]:
+            raise self._fenced()
+        return bool(row["moved"]), bool(row["key_ok"])
 
     async def _add(self, query: str, txn_id: int, *arrays) -> int | None:
         row = await self.pool.fetchrow(Q[query], self.tcid, self.fence_epoch, txn_id, *arrays)

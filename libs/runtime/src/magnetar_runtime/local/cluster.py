@@ -52,6 +52,7 @@ KINDS: dict[str, Kind] = {
                    "MAGNETAR_BROKER_ID", "broker-{i}"),
     "coordinator": Kind("magnetar-coordinator", 1, lambda i: 8090 + i,
                         "MAGNETAR_COORDINATOR_ID", "{i}"),
+    "registry": Kind("magnetar-registry", 1, lambda i: 8070 + i),
     "admin": Kind("magnetar-admin-service", 1, lambda i: 8081 if i == 0 else 8180 + i),
 }
 
@@ -126,14 +127,15 @@ class LocalCluster:
 
     def __init__(self, data_dir: Path | str, *, brokers: int | None = None,
                  coordinators: int | None = None, admin: bool | None = None,
-                 services: Mapping[str, int] | None = None, database_url: str | None = None,
+                 registry: bool | None = None, services: Mapping[str, int] | None = None, database_url: str | None = None,
                  durable: bool = True, ports: Mapping[str, int] | None = None,
                  env: Mapping[str, str] | None = None,
                  service_env: Mapping[str, Mapping[str, str]] | None = None):
         self.data_dir = Path(data_dir).resolve()
         counts = default_counts() | dict(services or {})
         for kind, value in (("broker", brokers), ("coordinator", coordinators),
-                            ("admin", None if admin is None else int(admin))):
+                            ("admin", None if admin is None else int(admin)),
+                            ("registry", None if registry is None else int(registry))):
             if value is not None:
                 counts[kind] = value
         self._given_database_url = database_url or os.environ.get("MAGNETAR_DATABASE_URL") or ""

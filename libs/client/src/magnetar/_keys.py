@@ -1,0 +1,92 @@
+"""A keyed client's connection to its transaction key (seed 000).
+
+The first ``new_transaction()`` connects the key through a registry with epoch -1: the
+registry bumps the key's epoch, aborts the previous holder's open transaction, and
+answers the new epoch and the coordinator the key is bound to.  Every transaction of
+this client is then opened on that coordinator under that epoch, one at a time.  A
+newer connection elsewhere fences this one: its ``new_transaction()`` raises
+``NotAllowedError`` and its transaction's operations ``ExpiredTransactionError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import (
+    NotAllowedError,
+    ServiceNotReady,
+    TransactionCoordinatorNotFoundError,
+)
+from magnetar_protocol.keys import key_problem
+
+from magnetar._core import Core
+from magnetar._transaction import Transaction, check_timeout
+from magnetar._types import TransactionState, TxnID
+
+
+def validate_key(key: str) -> str:
+    """The key itself, or ValueError saying what is wrong with it."""
+    if problem := key_problem(key):
+        raise ValueError(problem)
+    return key
+
+
+class KeyConnection:
+    def __init__(self, core: Core, key: str) -> None:
+        self.core = core
+        self.key = validate_key(key)
+        self.epoch = -1  # -1: not connected yet (the seed's first-connection epoch)
+        self.coordinator_id: int | None = None
+        self._connect_lock = asyncio.Lock()
+        self._current: Transaction | None = None
+
+    async def _registry(self) -> str:
+        reply = await self.core.any_broker("/v1/registry/lookup", pb.LookupRegistryRequest(),
+                                           pb.LookupRegistryResponse)
+        if not reply.urls:
+            raise ServiceNotReady("no transaction-key registry is running "
+                                  "(start magnetar-registry)")
+        return reply.urls[next(self.core._rr) % len(reply.urls)].rstrip("/")
+
+    async def connect(self, epoch: int | None = None) -> int:
+        """Connect presenting ``epoch`` (default: the one this client holds; -1 takes the
+        key over).  Returns the epoch now held."""
+        async with self._connect_lock:
+            presented = self.epoch if epoch is None else epoch
+
+            async def attempt() -> pb.ConnectKeyResponse:
+                return await self.core.call(
+                    await self._registry(), "/v1/keys/connect",
+                    pb.ConnectKeyRequest(transaction_key=self.key, epoch=presented),
+                    pb.ConnectKeyResponse)
+
+            reply = await self.core.with_retries(f"connect transaction key {self.key!r}", attempt)
+            self.epoch, self.coordinator_id = reply.epoch, reply.coordinator_id
+            return self.epoch
+
+    async def open_transaction(self, timeout_ms: int) -> Transaction:
+        check_timeout(timeout_ms)
+        current = self._current
+        if current is not None and current.state is TransactionState.OPEN:
+            raise NotAllowedError(
+                f"transaction key {self.key!r} already has an open transaction {current.txn_id}: "
+                "commit or abort it first (one transaction at a time per key)")
+        if self.epoch < 0:
+            await self.connect(-1)
+
+        async def attempt() -> Transaction:
+            url = (await self.core.coordinators()).get(self.coordinator_id)
+            if url is None:
+                raise TransactionCoordinatorNotFoundError(
+                    f"coordinator {self.coordinator_id}, which transaction key {self.key!r} is "
+                    "bound to, is not running")
+            reply = await self.core.call(url, "/v1/txn/new", pb.NewTxnRequest(
+                timeout_ms=timeout_ms, transaction_key=self.key, key_epoch=self.epoch),
+                pb.NewTxnResponse)
+            return Transaction(self.core, TxnID(reply.txn.most_bits, reply.txn.least_bits), url,
+                               timeout_ms)
+
+        txn = await self.core.with_retries("new transaction", attempt)
+        self._current = txn
+        return txn

@@ -1,0 +1,114 @@
+"""Authentication (JWT bearer tokens) and the caller's role for every service.
+
+``AuthMiddleware`` decodes the ``Authorization: Bearer`` token of each request (HS256
+with a shared secret, or RS256 with a public key), refuses a missing or bad one with
+``AuthenticationError`` (401), and makes the token's ``sub`` the request's role,
+readable anywhere in the handler through :func:`current_role`.  With authentication off
+every caller is :data:`ANONYMOUS`, a superuser.  Rules on roles live in ``roles.py``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+
+import jwt
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from magnetar_protocol.errors import AuthenticationError, AuthorizationError, MagnetarError
+from magnetar_runtime.roles import ANONYMOUS, Roles
+
+_role: contextvars.ContextVar[str] = contextvars.ContextVar("magnetar_role", default=ANONYMOUS)
+# Paths open without a token: probes and Prometheus must not need credentials.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+def current_role() -> str:
+    """The role of the request being handled (ANONYMOUS when authentication is off)."""
+    return _role.get()
+
+
+class Authenticator:
+    def __init__(self, settings) -> None:
+        self.enabled = settings.auth_enabled
+        self.roles = Roles(settings.auth_superuser_roles, self.enabled)
+        if settings.auth_jwt_public_key:
+            self._key, self._algorithms = settings.auth_jwt_public_key, ["RS256"]
+        else:
+            self._key, self._algorithms = settings.auth_jwt_secret, ["HS256"]
+        if self.enabled and not self._key:
+            raise SystemExit("MAGNETAR_AUTH_ENABLED is set but neither MAGNETAR_AUTH_JWT_SECRET "
+                             "nor MAGNETAR_AUTH_JWT_PUBLIC_KEY is: give one of them")
+        self.service_token = settings.auth_service_token
+        if self.enabled and not self.service_token and settings.auth_jwt_secret \
+                and not settings.auth_jwt_public_key and self.roles.superusers:
+            self.service_token = jwt.encode({"sub": sorted(self.roles.superusers)[0]},
+                                            settings.auth_jwt_secret, algorithm="HS256")
+
+    def role_of(self, authorization: str | None) -> str:
+        """The role a request's Authorization header proves; AuthenticationError if none."""
+        if not self.enabled:
+            return ANONYMOUS
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise AuthenticationError(
+                "authentication is required: send 'Authorization: Bearer <JWT>' "
+                "(client: auth_token=...)")
+        try:
+            claims = jwt.decode(authorization[7:].strip(), self._key, algorithms=self._algorithms,
+                                options={"require": ["sub"]})
+        except jwt.PyJWTError as exc:
+            raise AuthenticationError(f"the bearer token was refused: {exc}") from None
+        role = claims["sub"]
+        if not isinstance(role, str) or not role:
+            raise AuthenticationError("the bearer token's 'sub' (the role) is empty")
+        return role
+
+    def require_superuser(self, what: str) -> None:
+        if not self.roles.is_superuser(current_role()):
+            raise AuthorizationError(f"{what} needs a superuser role; {current_role()!r} is not one")
+
+    def require_owner_or_superuser(self, owner: str | None, what: str) -> None:
+        if not self.roles.may_act_for(current_role(), owner):
+            raise AuthorizationError(f"{what}: role {current_role()!r} is neither its owner "
+                                     "nor a superuser")
+
+    def headers(self) -> dict[str, str]:
+        """Headers for this service's own calls to other services."""
+        return {"authorization": f"Bearer {self.service_token}"} if self.service_token else {}
+
+
+class AuthMiddleware:
+    """Pure ASGI middleware: the role is set in the request's own task (contextvar)."""
+
+    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
+        self.app = app
+        self.auth = authenticator
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or not self.auth.enabled:
+            await self.app(scope, receive, send)
+            return
+        header = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                header = value.decode("latin-1")
+                break
+        try:
+            role = self.auth.role_of(header)
+        except MagnetarError as exc:
+            await _send_error(scope, send, exc)
+            return
+        token = _role.set(role)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _role.reset(token)
+
+
+async def _send_error(scope: Scope, send: Send, exc: MagnetarError) -> None:
+    from magnetar_runtime.app import error_body  # noqa: PLC0415 (app imports this module)
+
+    content_type, body = error_body(exc, dict(scope["headers"]).get(b"content-type", b"").decode())
+    await send({"type": "http.response.start", "status": exc.http_status,
+                "headers": [(b"content-type", content_type.encode()),
+                            (b"www-authenticate", b"Bearer")]})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,1 @@
+"""Magnetar's transaction-key registry (seed 000; docs/transaction-keys.md)."""

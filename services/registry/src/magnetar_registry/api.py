@@ -1,0 +1,18 @@
+"""The registry's protobuf routes (docs/protocol.md)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_runtime.app import proto_route
+
+from magnetar_registry.service import RegistryService
+
+
+def add_routes(app: FastAPI, service: RegistryService) -> None:
+    for path, request_type, handler in [
+        ("/v1/keys/connect", pb.ConnectKeyRequest, service.connect),
+        ("/v1/keys/delete", pb.DeleteKeyRequest, service.delete),
+    ]:
+        proto_route(app, path, request_type, handler)
