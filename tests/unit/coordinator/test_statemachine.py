@@ -41,3 +41,13 @@ def test_registration_needs_open():
 
 def test_txn_string_form():
     assert sm.txn_str(3, 42) == "(3,42)"
+
+
+def test_a_fenced_transaction_answers_expired_not_invalid_status():
+    from magnetar_protocol.errors import ExpiredTransactionError
+    for status in (sm.ABORTING, sm.ABORTED):
+        with pytest.raises(ExpiredTransactionError):
+            sm.plan_end(status, pb.TXN_COMMIT, expired=True)
+    assert sm.plan_end(sm.ABORTED, pb.TXN_ABORT, expired=True) is sm.Step.DONE
+    with pytest.raises(ExpiredTransactionError):
+        sm.require_open(sm.ABORTED, "add partitions", expired=True)

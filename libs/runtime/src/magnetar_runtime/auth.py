@@ -38,6 +38,8 @@ class Authenticator:
         if self.enabled and not self._key:
             raise SystemExit("MAGNETAR_AUTH_ENABLED is set but neither MAGNETAR_AUTH_JWT_SECRET "
                              "nor MAGNETAR_AUTH_JWT_PUBLIC_KEY is: give one of them")
+        # An extra check on the path for the service's own rules (admin: superusers only).
+        self.path_rule = None  # (authenticator, path, role) -> None or raise
         self.service_token = settings.auth_service_token
         if self.enabled and not self.service_token and settings.auth_jwt_secret \
                 and not settings.auth_jwt_public_key and self.roles.superusers:
@@ -94,6 +96,8 @@ class AuthMiddleware:
                 break
         try:
             role = self.auth.role_of(header)
+            if self.auth.path_rule is not None:
+                self.auth.path_rule(self.auth, scope["path"], role)
         except MagnetarError as exc:
             await _send_error(scope, send, exc)
             return

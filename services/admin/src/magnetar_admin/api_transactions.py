@@ -1,7 +1,7 @@
 """/admin/v3/transactions: coordinators, transaction metadata, slow transactions,
 transaction buffer and pending-ack views (Pulsar's paths), and abortTransaction (through
-the coordinator's normal abort path).  Authorization (superuser or owner) arrives with
-authentication in issue #5."""
+the coordinator's normal abort path; its owner or a superuser, every other endpoint a
+superuser: see app.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from fastapi import APIRouter, FastAPI
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import TopicNotFound, TransactionCoordinatorNotFoundError, TransactionNotFound
 from magnetar_protocol.topics import TopicName, validate_name_part
-from magnetar_runtime.rpc import RpcClient
 from magnetar_storage.queries import load_queries
 
 from magnetar_admin.api import Service
@@ -56,7 +55,7 @@ async def _metadata(service, most: int, least: int) -> dict:
     }
 
 
-def transaction_routes(rpc: RpcClient) -> APIRouter:
+def transaction_routes() -> APIRouter:
     router = APIRouter(prefix="/admin/v3/transactions", tags=["transactions"])
 
     @router.get("/coordinators", summary="Transaction coordinators and their liveness")
@@ -138,18 +137,20 @@ def transaction_routes(rpc: RpcClient) -> APIRouter:
                 "cumulative": bool(mine and mine[0]["cumulative"]),
                 "state": "PENDING" if mine else ("COMMITTED" if outcome else "ABORTED" if outcome is False else "NONE")}
 
-    @router.post("/abortTransaction/{most}/{least}", status_code=204, summary="Abort a transaction now")
+    @router.post("/abortTransaction/{most}/{least}", status_code=204,
+                 summary="Abort a transaction now (its owner or a superuser)")
     async def abort_transaction(most: int, least: int, service: Service) -> None:
+        owner = await service.store.pool.fetchval(Q["transaction_owner"], most, least)
+        service.auth.require_owner_or_superuser(owner, f"aborting transaction ({most},{least})")
         rows = await service.store.pool.fetch(Q["coordinators"], service.store.ttl_s)
         url = next((r["url"] for r in rows if r["coordinator_id"] == most and r["alive"]), None)
         if url is None:
             raise TransactionCoordinatorNotFoundError(f"coordinator {most} is not running")
-        await rpc.call(url, "/v1/txn/end", pb.EndTxnRequest(txn=pb.TxnId(most_bits=most, least_bits=least),
+        await service.rpc.call(url, "/v1/txn/end", pb.EndTxnRequest(txn=pb.TxnId(most_bits=most, least_bits=least),
                                                             action=pb.TXN_ABORT), pb.EndTxnResponse)
 
     return router
 
 
 def add_transaction_routes(app: FastAPI) -> None:
-    # One client for coordinator calls; its connections end with the process.
-    app.include_router(transaction_routes(RpcClient()))
+    app.include_router(transaction_routes())

@@ -16,12 +16,20 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
-from magnetar_protocol.errors import BadRequest, Conflict, PersistenceError, UnknownError
+from magnetar_protocol.errors import (
+    AuthorizationError,
+    BadRequest,
+    Conflict,
+    PersistenceError,
+    UnknownError,
+)
 from magnetar_runtime.app import create_app, error_response
+from magnetar_runtime.auth import Authenticator
 from magnetar_runtime.serve import serve
 from magnetar_storage.db import create_pool
 
 from magnetar_admin.api import add_routes
+from magnetar_admin.api_transaction_keys import add_transaction_key_routes
 from magnetar_admin.api_transactions import add_transaction_routes
 from magnetar_admin.service import AdminService
 from magnetar_admin.settings import AdminSettings
@@ -35,7 +43,7 @@ def build_app(settings: AdminSettings | None = None) -> FastAPI:
 
     async def lifespan(app: FastAPI):
         pool = await create_pool(settings.database_url, max_size=settings.db_pool_size)
-        service = AdminService(AdminStore(pool, settings.lease_ttl_ms / 1000), settings)
+        service = AdminService(AdminStore(pool, settings.lease_ttl_ms / 1000), settings, auth)
         await service.start()
         app.state.service = service
         try:
@@ -49,12 +57,27 @@ def build_app(settings: AdminSettings | None = None) -> FastAPI:
         service = getattr(app.state, "service", None)
         return service is not None and await service.store.ping()
 
-    app = create_app("admin", lifespan=lifespan, ready=ready)
+    auth = Authenticator(settings)
+    auth.path_rule = admin_path_rule
+    app = create_app("admin", lifespan=lifespan, ready=ready, auth=auth)
     app.state.service = None
     add_routes(app, settings.cluster_name)
     add_transaction_routes(app)
+    add_transaction_key_routes(app)
     add_error_handlers(app)
     return app
+
+
+# Endpoints a non-superuser may call (they check ownership themselves); every other
+# admin endpoint needs a superuser role when authentication is on.
+OWNER_PATHS = ("/admin/v2/transactions/transaction-keys", "/admin/v3/transactions/abortTransaction/")
+
+
+def admin_path_rule(auth: Authenticator, path: str, role: str) -> None:
+    if path.startswith(OWNER_PATHS) or auth.roles.is_superuser(role):
+        return
+    raise AuthorizationError(f"{path} needs a superuser role (MAGNETAR_AUTH_SUPERUSER_ROLES); "
+                             f"{role!r} is not one")
 
 
 def add_error_handlers(app: FastAPI) -> None:

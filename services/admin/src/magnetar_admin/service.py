@@ -18,6 +18,9 @@ import aiohttp
 from magnetar_protocol.errors import BadRequest, Conflict, SubscriptionNotFound, TopicNotFound
 from magnetar_protocol.topics import TopicName
 
+from magnetar_runtime.auth import Authenticator
+from magnetar_runtime.rpc import RpcClient
+
 from magnetar_admin import stats as shapes
 from magnetar_admin.settings import AdminSettings
 from magnetar_admin.store import AdminStore
@@ -26,18 +29,22 @@ log = logging.getLogger("magnetar.admin")
 
 
 class AdminService:
-    def __init__(self, store: AdminStore, settings: AdminSettings):
+    def __init__(self, store: AdminStore, settings: AdminSettings, auth: Authenticator | None = None):
         self.store = store
         self.settings = settings
+        self.auth = auth or Authenticator(settings)
         self._timeout = aiohttp.ClientTimeout(total=settings.broker_request_timeout_ms / 1000)
         self.http: aiohttp.ClientSession | None = None
+        # Protobuf calls to coordinators and the registry, with this service's token.
+        self.rpc = RpcClient(settings.broker_request_timeout_ms / 1000, self.auth.headers())
 
     async def start(self) -> None:
-        self.http = aiohttp.ClientSession(timeout=self._timeout)
+        self.http = aiohttp.ClientSession(timeout=self._timeout, headers=self.auth.headers())
 
     async def stop(self) -> None:
         if self.http is not None:
             await self.http.close()
+        await self.rpc.close()
 
     # ---------------------------------------------------------------- brokers
 

@@ -46,3 +46,6 @@ GROUP BY txn_most, txn_least ORDER BY txn_most, txn_least;
 -- name: sub_outcome
 SELECT committed FROM txn_outcomes
 WHERE topic_id = $1 AND subscription = $2 AND txn_most = $3 AND txn_least = $4;
+
+-- name: transaction_owner
+SELECT owner FROM transactions WHERE coordinator_id = $1 AND txn_id = $2;

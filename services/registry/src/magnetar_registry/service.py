@@ -107,7 +107,7 @@ class RegistryService:
                 metrics.FENCES.inc(len(fenced))
                 metrics.FENCE_LATENCY.observe(time.perf_counter() - started)
                 log.info("key %s: epoch %d fenced %d transaction(s) in %.1f ms", identity(owner, key),
-                         binding.epoch, fenced, (time.perf_counter() - started) * 1000)
+                         binding.epoch, len(fenced), (time.perf_counter() - started) * 1000)
         return pb.ConnectKeyResponse(epoch=binding.epoch, coordinator_id=binding.coordinator_id,
                                      coordinator_url=coordinators.get(binding.coordinator_id, ""))
 
