@@ -14,7 +14,7 @@ import asyncio
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
-    NotAllowedError,
+    ConnectError,
     ServiceNotReady,
     TransactionCoordinatorNotFoundError,
 )
@@ -22,7 +22,7 @@ from magnetar_protocol.keys import key_problem
 
 from magnetar._core import Core
 from magnetar._transaction import Transaction, check_timeout
-from magnetar._types import TransactionState, TxnID
+from magnetar._types import TxnID
 
 
 def validate_key(key: str) -> str:
@@ -39,15 +39,18 @@ class KeyConnection:
         self.epoch = -1  # -1: not connected yet (the seed's first-connection epoch)
         self.coordinator_id: int | None = None
         self._connect_lock = asyncio.Lock()
-        self._current: Transaction | None = None
+        self._registry_url: str | None = None  # looked up once, again when it fails
 
     async def _registry(self) -> str:
+        if self._registry_url:
+            return self._registry_url
         reply = await self.core.any_broker("/v1/registry/lookup", pb.LookupRegistryRequest(),
                                            pb.LookupRegistryResponse)
         if not reply.urls:
             raise ServiceNotReady("no transaction-key registry is running "
                                   "(start magnetar-registry)")
-        return reply.urls[next(self.core._rr) % len(reply.urls)].rstrip("/")
+        self._registry_url = reply.urls[next(self.core._rr) % len(reply.urls)].rstrip("/")
+        return self._registry_url
 
     async def connect(self, epoch: int | None = None) -> int:
         """Connect presenting ``epoch`` (default: the one this client holds; -1 takes the
@@ -56,22 +59,23 @@ class KeyConnection:
             presented = self.epoch if epoch is None else epoch
 
             async def attempt() -> pb.ConnectKeyResponse:
-                return await self.core.call(
-                    await self._registry(), "/v1/keys/connect",
-                    pb.ConnectKeyRequest(transaction_key=self.key, epoch=presented),
-                    pb.ConnectKeyResponse)
+                try:
+                    return await self.core.call(
+                        await self._registry(), "/v1/keys/connect",
+                        pb.ConnectKeyRequest(transaction_key=self.key, epoch=presented),
+                        pb.ConnectKeyResponse)
+                except (ConnectError, ServiceNotReady):
+                    self._registry_url = None  # gone or stopping: ask a broker again
+                    raise
 
             reply = await self.core.with_retries(f"connect transaction key {self.key!r}", attempt)
             self.epoch, self.coordinator_id = reply.epoch, reply.coordinator_id
             return self.epoch
 
     async def open_transaction(self, timeout_ms: int) -> Transaction:
+        # One open transaction per key is the coordinator's rule (NotAllowedError): only
+        # it knows whether our last transaction timed out or was aborted meanwhile.
         check_timeout(timeout_ms)
-        current = self._current
-        if current is not None and current.state is TransactionState.OPEN:
-            raise NotAllowedError(
-                f"transaction key {self.key!r} already has an open transaction {current.txn_id}: "
-                "commit or abort it first (one transaction at a time per key)")
         if self.epoch < 0:
             await self.connect(-1)
 
@@ -87,6 +91,4 @@ class KeyConnection:
             return Transaction(self.core, TxnID(reply.txn.most_bits, reply.txn.least_bits), url,
                                timeout_ms)
 
-        txn = await self.core.with_retries("new transaction", attempt)
-        self._current = txn
-        return txn
+        return await self.core.with_retries("new transaction", attempt)

@@ -48,6 +48,8 @@ class RegistryService:
         self.metrics_loop = BackgroundLoop("key-metrics", settings.metrics_interval_ms / 1000,
                                            self.refresh_metrics)
         self._labelled: set[str] = set()
+        self._coordinators: dict[int, str] = {}
+        self._coordinators_at = float("-inf")
 
     async def start(self) -> None:
         await self.heartbeat()
@@ -76,10 +78,10 @@ class RegistryService:
             raise BadRequest(problem)
         owner, key = current_role(), req.transaction_key
         started = time.perf_counter()
-        existing = await self.store.get_key(owner, key)
+        existing = None if req.epoch == -1 else await self.store.get_key(owner, key)
         outcome = connect_outcome(existing[0] if existing else None,
                                   bool(existing and existing[1]), req.epoch)
-        coordinators = await self.store.live_coordinators(self.ttl_s)
+        coordinators = await self._live_coordinators()
         if outcome == "refuse":
             metrics.CONNECTS.labels("refused").inc()
             now = "never connected" if existing is None else (
@@ -111,6 +113,14 @@ class RegistryService:
         return pb.ConnectKeyResponse(epoch=binding.epoch, coordinator_id=binding.coordinator_id,
                                      coordinator_url=coordinators.get(binding.coordinator_id, ""))
 
+    async def _live_coordinators(self, fresh: bool = False) -> dict[int, str]:
+        """Live coordinators, cached for a heartbeat interval (connects are frequent)."""
+        now = time.monotonic()
+        if fresh or now - self._coordinators_at > self.settings.heartbeat_interval_ms / 1000:
+            self._coordinators = await self.store.live_coordinators(self.ttl_s)
+            self._coordinators_at = now
+        return self._coordinators
+
     async def _abort_older(self, owner: str, key: str, epoch: int) -> list[pb.TxnId]:
         """Abort (as expired) every unfinished transaction of the key opened under an
         older epoch, through its coordinator's normal abort path; return them."""
@@ -124,7 +134,7 @@ class RegistryService:
         delay = 0.02
         request = pb.EndTxnRequest(txn=txn, action=pb.TXN_ABORT, expired=True)
         while True:
-            url = (await self.store.live_coordinators(self.ttl_s)).get(txn.most_bits)
+            url = (await self._live_coordinators(fresh=delay > 0.02)).get(txn.most_bits)
             try:
                 if url:
                     await self.rpc.call(url, "/v1/txn/end", request, pb.EndTxnResponse)
