@@ -60,7 +60,7 @@ def _refused(url: str) -> bool:
 
 
 def test_every_process_is_healthy_ready_and_exports_metrics(cluster):
-    assert list(cluster.services) == ["broker-0", "broker-1", "coordinator-0", "admin"]
+    assert list(cluster.services) == ["broker-0", "broker-1", "coordinator-0", "registry", "admin"]
     for name, svc in cluster.services.items():
         status, body = _get(cluster.url(name) + "/healthz")
         assert status == 200 and f'"service":"{svc.kind}"' in body.replace(" ", "")
@@ -70,7 +70,7 @@ def test_every_process_is_healthy_ready_and_exports_metrics(cluster):
         # Its own process group, so a signal to it never reaches pytest or a sibling.
         assert os.getpgid(svc.pid) == svc.pid != os.getpgid(0)
     assert "pulsar_txn_active_count" in _get(cluster.url("coordinator-0") + "/metrics")[1]
-    assert len({svc.pid for svc in cluster.services.values()}) == 4
+    assert len({svc.pid for svc in cluster.services.values()}) == 5
 
 
 def test_each_process_gets_exactly_the_variables_env_for_names(cluster_factory, monkeypatch):
@@ -146,7 +146,7 @@ def test_no_process_of_a_service_outlives_it(how, database_url, tmp_path, monkey
     script.write_text(textwrap.dedent(FORKER).format(python=sys.executable))
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setitem(KINDS, "forker", Kind(str(script), 1, lambda i: 0))
-    cluster = LocalCluster(tmp_path / "data", services={"broker": 0, "coordinator": 0, "admin": 0},
+    cluster = LocalCluster(tmp_path / "data", services={"broker": 0, "coordinator": 0, "admin": 0, "registry": 0},
                            database_url=database_url,
                            service_env={"forker": {"CHILD_PID_FILE": str(tmp_path / "child")}})
     try:
@@ -165,7 +165,7 @@ def test_no_process_of_a_service_outlives_it(how, database_url, tmp_path, monkey
 
 
 def test_a_service_that_cannot_start_names_itself_and_its_log(database_url, tmp_path):
-    cluster = LocalCluster(tmp_path, services={"broker": 1, "coordinator": 0, "admin": 0},
+    cluster = LocalCluster(tmp_path, services={"broker": 1, "coordinator": 0, "admin": 0, "registry": 0},
                            database_url=database_url,
                            env={"MAGNETAR_LEASE_TTL_MS": "-1"})  # fails validation
     with pytest.raises(ServiceFailed, match=r"broker-0 exited with code -?\d+ .*broker-0\.log"):
