@@ -23,6 +23,8 @@ class PendingAcks:
     def __init__(self) -> None:
         self.by_entry: dict[int, dict[int, TxnKey]] = {}   # entry -> index (or WHOLE) -> txn
         self.cumulative: tuple[TxnKey, int, int] | None = None  # (txn, entry, index)
+        # txn -> its individual positions, so ending one transaction costs its own size.
+        self.by_txn: dict[TxnKey, set[tuple[int, int]]] = {}
 
     def load(self, rows) -> None:
         for entry_id, index, most, least, cumulative in rows:
@@ -31,6 +33,11 @@ class PendingAcks:
                     self.cumulative = ((most, least), entry_id, index)
             else:
                 self.by_entry.setdefault(entry_id, {})[index] = (most, least)
+                self.by_txn.setdefault((most, least), set()).add((entry_id, index))
+
+    def holds(self, txn: TxnKey) -> bool:
+        """Whether the transaction has acks pending here (so it has not ended here)."""
+        return txn in self.by_txn or bool(self.cumulative and self.cumulative[0] == txn)
 
     def holder(self, entry_id: int, index: int) -> TxnKey | None:
         held = self.by_entry.get(entry_id)
@@ -77,17 +84,17 @@ class PendingAcks:
             entry_id, index = positions[-1]
             self.cumulative = (txn, entry_id, index)
             return
+        mine = self.by_txn.setdefault(txn, set())
         for entry_id, index in positions:
             self.by_entry.setdefault(entry_id, {})[index] = txn
+            mine.add((entry_id, index))
 
     def take(self, txn: TxnKey) -> tuple[list[tuple[int, int]], tuple[int, int] | None]:
         """Remove and return the transaction's (individual positions, cumulative position)."""
-        taken = []
-        for entry_id in list(self.by_entry):
+        taken = sorted(self.by_txn.pop(txn, ()))
+        for entry_id, index in taken:
             held = self.by_entry[entry_id]
-            for index in [i for i, t in held.items() if t == txn]:
-                del held[index]
-                taken.append((entry_id, index))
+            del held[index]
             if not held:
                 del self.by_entry[entry_id]
         cumulative = None

@@ -119,7 +119,9 @@ class TransactionalAcks:
         async with self._lock, self._persist_lock:
             for txn, commit in items:
                 outcome = self.txn_outcomes.get(txn)
-                if outcome is None:
+                if outcome is None and not self.txn_acks.holds(txn):
+                    # Acks pending here mean it has not ended here; otherwise ask the
+                    # database (a repeat after a restart must get the same answer).
                     outcome = await store.outcome(self.log.topic_id, self.name, txn)
                 if outcome is not None:
                     self.txn_outcomes[txn] = outcome

@@ -85,12 +85,15 @@ SELECT status, timeout_ms, opened_at, deadline_at, ended_at, owner, timed_out, e
        transaction_key
 FROM transactions WHERE coordinator_id = $1 AND txn_id = $2;
 
--- name: txn_partitions
-SELECT topic FROM txn_partitions WHERE coordinator_id = $1 AND txn_id = $2 ORDER BY topic;
-
--- name: txn_subscriptions
-SELECT topic, subscription FROM txn_subscriptions
-WHERE coordinator_id = $1 AND txn_id = $2 ORDER BY topic, subscription;
+-- name: txn_participants
+-- Partitions and subscriptions in one round trip (read after the ending status is
+-- durable, so no registration can slip in after it).
+SELECT ARRAY(SELECT topic FROM txn_partitions
+             WHERE coordinator_id = $1 AND txn_id = $2 ORDER BY topic) AS partitions,
+       ARRAY(SELECT topic FROM txn_subscriptions
+             WHERE coordinator_id = $1 AND txn_id = $2 ORDER BY topic, subscription) AS sub_topics,
+       ARRAY(SELECT subscription FROM txn_subscriptions
+             WHERE coordinator_id = $1 AND txn_id = $2 ORDER BY topic, subscription) AS subs;
 
 -- name: ending_txns
 SELECT txn_id, status FROM transactions

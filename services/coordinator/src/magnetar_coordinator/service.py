@@ -199,6 +199,11 @@ class CoordinatorService:
     async def end_txn(self, txn_id: int, action: int, timed_out: bool = False,
                       expired: bool = False) -> None:
         """Drive the transaction to the end ``action`` asks for; idempotent."""
+        # The usual case first: an OPEN transaction, ended once.  One compare-and-set
+        # instead of a read and then a write; anything else is planned from the record.
+        if await self._start_ending(txn_id, action, timed_out, expired):
+            await asyncio.shield(self._drive(txn_id, action))
+            return
         while True:
             record = await self.store.get(txn_id)
             if record is None:
@@ -206,21 +211,27 @@ class CoordinatorService:
             step = sm.plan_end(record.status, action, record.expired)
             if step is sm.Step.DONE:
                 return
-            if step is sm.Step.START:
-                failpoint("coordinator.before_ending_durable")
-                moved, key_ok = await self._guard(self.store.start_ending(
-                    txn_id, sm.ending_status(action), timed_out, expired))
-                if not key_ok:
-                    # Its key moved to a newer epoch: the holder is fenced.  Abort it as
-                    # expired (the registry does the same; whoever is first wins).
-                    await self.end_txn(txn_id, pb.TXN_ABORT, expired=True)
-                    sm.plan_end(sm.ABORTED, pb.TXN_COMMIT, expired=True)  # raises Expired
-                if not moved:
-                    continue  # someone else moved it (a timeout, a duplicate request): plan again
-                metrics.APPEND_LOG.inc()
-                failpoint("coordinator.after_ending_durable")
+            if step is sm.Step.START and not await self._start_ending(
+                    txn_id, action, timed_out, expired):
+                continue  # someone else moved it (a timeout, a duplicate request): plan again
             await asyncio.shield(self._drive(txn_id, action))
             return
+
+    async def _start_ending(self, txn_id: int, action: int, timed_out: bool, expired: bool) -> bool:
+        """OPEN -> COMMITTING/ABORTING, durable; False when it was not OPEN (or not this
+        process's to move).  A commit whose key moved to a newer epoch is aborted as
+        expired instead and ExpiredTransactionError raised."""
+        failpoint("coordinator.before_ending_durable")
+        moved, key_ok = await self._guard(self.store.start_ending(
+            txn_id, sm.ending_status(action), timed_out, expired))
+        if not key_ok:
+            # The holder is fenced: abort (the registry does the same; the first wins).
+            await self.end_txn(txn_id, pb.TXN_ABORT, expired=True)
+            sm.plan_end(sm.ABORTED, pb.TXN_COMMIT, expired=True)  # raises Expired
+        if moved:
+            metrics.APPEND_LOG.inc()
+            failpoint("coordinator.after_ending_durable")
+        return moved
 
     def _drive(self, txn_id: int, action: int) -> asyncio.Task:
         """One fan-out task per transaction; repeated requests wait on the same one."""

@@ -135,10 +135,8 @@ class CoordinatorStore:
         return TxnRecord(txn_id, *row) if row else None
 
     async def participants(self, txn_id: int) -> tuple[list[str], list[tuple[str, str]]]:
-        async with self.pool.acquire() as conn:
-            parts = [r[0] for r in await conn.fetch(Q["txn_partitions"], self.tcid, txn_id)]
-            subs = [(r[0], r[1]) for r in await conn.fetch(Q["txn_subscriptions"], self.tcid, txn_id)]
-        return parts, subs
+        row = await self.pool.fetchrow(Q["txn_participants"], self.tcid, txn_id)
+        return list(row["partitions"]), list(zip(row["sub_topics"], row["subs"]))
 
     async def ending(self) -> list[tuple[int, int]]:
         return [(r[0], r[1]) for r in await self.pool.fetch(Q["ending_txns"], self.tcid)]
