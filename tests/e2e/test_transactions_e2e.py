@@ -174,3 +174,33 @@ def test_client_killed_with_open_transaction_releases_its_acks(cluster, client):
     survivor = client.subscribe("tx-client-dies", "work", consumer_type=magnetar.ConsumerType.Shared)
     msg = survivor.receive(timeout_millis=20000)
     assert msg.data() == b"job" and msg.redelivery_count() >= 1
+
+
+def test_one_request_ends_many_participants_and_names_the_ones_that_failed(cluster, client):
+    """EndTxnOnParticipants (a coordinator's call to one broker): applies every end it
+    can and reports the others per participant, so the coordinator retries only those."""
+    from magnetar_protocol import magnetar_pb2 as pb
+
+    topic = "persistent://public/default/tx-batch-end"
+    consumer = client.subscribe(topic, "s", initial_position=magnetar.InitialPosition.Earliest)
+    producer = client.create_producer(topic)
+    producer.send(b"input")
+    msg = consumer.receive(timeout_millis=5000)
+    txn = client.new_transaction()
+    producer.send(b"output", txn=txn)
+    consumer.acknowledge(msg, txn=txn)
+    owner = cluster.url(cluster.owner_of(topic))
+    request = pb.EndTxnOnParticipantsRequest(
+        txn=txn.txn_id.to_wire(), action=pb.TXN_COMMIT,
+        partitions=[topic, "persistent://public/default/tx-batch-unknown"],
+        subscriptions=[pb.TxnSubscription(topic=topic, subscription="s")])
+    reply = client._io.run(client._client.core.call(
+        owner, "/v1/txn/end-on-participants", request, pb.EndTxnOnParticipantsResponse))
+    assert [(e.topic, e.subscription) for e in reply.errors] == [
+        ("persistent://public/default/tx-batch-unknown", "")]
+    assert reply.errors[0].error.code in (pb.NOT_OWNER, pb.TOPIC_NOT_FOUND)
+    # Both participants applied the commit: the output is visible, the input acked.
+    assert consumer.receive(timeout_millis=5000).data() == b"output"
+    txn.commit()  # the coordinator's own fan-out finds them done (idempotent)
+    with pytest.raises(magnetar.Timeout):
+        consumer.receive(timeout_millis=500)

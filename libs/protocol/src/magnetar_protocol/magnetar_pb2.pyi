@@ -621,6 +621,34 @@ class EndTxnOnSubscriptionResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class EndTxnOnParticipantsRequest(_message.Message):
+    __slots__ = ("txn", "action", "partitions", "subscriptions")
+    TXN_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    txn: TxnId
+    action: TxnAction
+    partitions: _containers.RepeatedScalarFieldContainer[str]
+    subscriptions: _containers.RepeatedCompositeFieldContainer[TxnSubscription]
+    def __init__(self, txn: _Optional[_Union[TxnId, _Mapping]] = ..., action: _Optional[_Union[TxnAction, str]] = ..., partitions: _Optional[_Iterable[str]] = ..., subscriptions: _Optional[_Iterable[_Union[TxnSubscription, _Mapping]]] = ...) -> None: ...
+
+class ParticipantError(_message.Message):
+    __slots__ = ("topic", "subscription", "error")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    error: Error
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
+class EndTxnOnParticipantsResponse(_message.Message):
+    __slots__ = ("errors",)
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    errors: _containers.RepeatedCompositeFieldContainer[ParticipantError]
+    def __init__(self, errors: _Optional[_Iterable[_Union[ParticipantError, _Mapping]]] = ...) -> None: ...
+
 class LookupRegistryRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

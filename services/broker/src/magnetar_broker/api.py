@@ -38,6 +38,7 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
         ("/v1/registry/lookup", pb.LookupRegistryRequest, txn.registries),
         ("/v1/txn/end-on-partition", pb.EndTxnOnPartitionRequest, txn.end_on_partition),
         ("/v1/txn/end-on-subscription", pb.EndTxnOnSubscriptionRequest, txn.end_on_subscription),
+        ("/v1/txn/end-on-participants", pb.EndTxnOnParticipantsRequest, txn.end_on_participants),
     ]
     for path, request_type, handler in routes:
         proto_route(app, path, request_type, handler)

@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import to_wire
+from magnetar_runtime.app import as_magnetar_error
 from magnetar_protocol.topics import TopicName, validate_name_part
 
 from magnetar_broker.cursor import Cursor
@@ -40,6 +44,27 @@ class TxnHandlers:
         plog = await self.service.ownership.get_log(TopicName.parse(req.topic))
         await plog.end_txn((req.txn.most_bits, req.txn.least_bits), req.action == pb.TXN_COMMIT)
         return pb.EndTxnOnPartitionResponse()
+
+    async def end_on_participants(self, req: pb.EndTxnOnParticipantsRequest) -> pb.EndTxnOnParticipantsResponse:
+        """Many EndTxnOn* in one request (one per broker and transaction instead of one
+        per participant), applied concurrently; failures are reported per participant."""
+        self.service.auth.require_superuser("EndTxnOnParticipants (a coordinator's call)")
+
+        async def one(topic: str, subscription: str, coro) -> pb.ParticipantError | None:
+            try:
+                await coro
+                return None
+            except Exception as exc:  # reported, not raised: the others went through
+                return pb.ParticipantError(topic=topic, subscription=subscription,
+                                           error=to_wire(as_magnetar_error(exc)))
+
+        jobs = [one(t, "", self.end_on_partition(pb.EndTxnOnPartitionRequest(
+                    topic=t, txn=req.txn, action=req.action))) for t in req.partitions]
+        jobs += [one(s.topic, s.subscription, self.end_on_subscription(pb.EndTxnOnSubscriptionRequest(
+                     topic=s.topic, subscription=s.subscription, txn=req.txn, action=req.action)))
+                 for s in req.subscriptions]
+        errors = [e for e in await asyncio.gather(*jobs) if e is not None]
+        return pb.EndTxnOnParticipantsResponse(errors=errors)
 
     async def end_on_subscription(self, req: pb.EndTxnOnSubscriptionRequest) -> pb.EndTxnOnSubscriptionResponse:
         self.service.auth.require_superuser("EndTxnOnSubscription (a coordinator's call)")

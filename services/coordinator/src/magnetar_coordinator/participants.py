@@ -59,19 +59,46 @@ class Participants:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
+    def _one(self, txn: pb.TxnId, action: int, topic: str, sub: str):
+        """The one-participant call, retried until done (following ownership moves)."""
+        if not sub:
+            return self._until_done("EndTxnOnPartition", topic, "/v1/txn/end-on-partition",
+                                    pb.EndTxnOnPartitionRequest(topic=topic, txn=txn, action=action),
+                                    pb.EndTxnOnPartitionResponse)
+        return self._until_done("EndTxnOnSubscription", topic, "/v1/txn/end-on-subscription",
+                                pb.EndTxnOnSubscriptionRequest(topic=topic, subscription=sub, txn=txn,
+                                                               action=action),
+                                pb.EndTxnOnSubscriptionResponse)
+
+    async def _batch(self, url: str, txn: pb.TxnId, action: int,
+                     members: list[tuple[str, str]]) -> None:
+        """Every participant a broker owns (as far as we know) in one request; the ones
+        that fail there go the one-by-one way."""
+        request = pb.EndTxnOnParticipantsRequest(
+            txn=txn, action=action, partitions=[t for t, s in members if not s],
+            subscriptions=[pb.TxnSubscription(topic=t, subscription=s) for t, s in members if s])
+        try:
+            reply = await self.rpc.call(url, "/v1/txn/end-on-participants", request,
+                                        pb.EndTxnOnParticipantsResponse)
+            retry = [(e.topic, e.subscription) for e in reply.errors]
+        except MagnetarError as exc:
+            log.info("EndTxnOnParticipants at %s: %s; one by one instead", url, exc)
+            retry = members
+        for topic, _ in retry:
+            self._owners.pop(topic, None)
+        await asyncio.gather(*(self._one(txn, action, t, s) for t, s in retry))
+
     async def end(self, txn: pb.TxnId, action: int, partitions: list[str],
                   subscriptions: list[tuple[str, str]]) -> None:
-        """Apply the outcome on every participant, concurrently; return when all have."""
-        jobs = [
-            self._until_done("EndTxnOnPartition", topic, "/v1/txn/end-on-partition",
-                             pb.EndTxnOnPartitionRequest(topic=topic, txn=txn, action=action),
-                             pb.EndTxnOnPartitionResponse)
-            for topic in partitions
-        ] + [
-            self._until_done("EndTxnOnSubscription", topic, "/v1/txn/end-on-subscription",
-                             pb.EndTxnOnSubscriptionRequest(topic=topic, subscription=sub, txn=txn,
-                                                            action=action),
-                             pb.EndTxnOnSubscriptionResponse)
-            for topic, sub in subscriptions
-        ]
-        await asyncio.gather(*jobs)
+        """Apply the outcome on every participant, concurrently; return when all have.
+        Participants of a known owner go in one request per broker."""
+        by_owner: dict[str, list[tuple[str, str]]] = {}
+        unknown: list[tuple[str, str]] = []
+        for topic, sub in [(t, "") for t in partitions] + list(subscriptions):
+            if url := self._owners.get(topic):
+                by_owner.setdefault(url, []).append((topic, sub))
+            else:
+                unknown.append((topic, sub))
+        await asyncio.gather(
+            *(self._batch(url, txn, action, members) for url, members in by_owner.items()),
+            *(self._one(txn, action, t, s) for t, s in unknown))
