@@ -70,7 +70,10 @@ def txn_part(kind: str, value: int) -> int:
 
 
 def transaction_key(value: str) -> str:
-    if not value:
-        raise UsageError("a transaction key cannot be empty; "
-                         "`magnetar-admin transactions list-transaction-keys` lists them")
+    """The service's own rule (no '&', 1 to 255 UTF-8 bytes, printable), checked here
+    so a bad key is a usage error before anything is sent."""
+    from magnetar_protocol.keys import key_problem
+
+    if problem := key_problem(value):
+        raise UsageError(f"{problem}; `magnetar-admin transactions list-transaction-keys` lists the keys")
     return value

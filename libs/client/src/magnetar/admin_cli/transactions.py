@@ -80,8 +80,11 @@ def group_transactions(add) -> None:
 
     def delete_key(api, out, a) -> None:
         key = transaction_key(a.key)
-        api.request("DELETE", f"{KEYS}/{q(key)}", query={"owner": a.owner})
-        out.done(f"Deleted transaction key {key!r}; its open transactions were aborted", transactionKey=key)
+        answer = api.request("DELETE", f"{KEYS}/{q(key)}", query={"owner": a.owner}) or {}
+        aborted = answer.get("abortedTransactions") or []
+        out.done(f"Deleted transaction key {key!r} of owner {answer.get('owner')!r}; "
+                 + (f"aborted its transactions {' '.join(aborted)}" if aborted else "it had no open transaction"),
+                 **answer)
 
     def txn_options(p) -> None:
         p.add_argument("--most-sig-bits", "-m", type=int, required=True,
