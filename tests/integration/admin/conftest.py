@@ -5,6 +5,10 @@ from tests/conftest.py).  Tests talk plain HTTP to it and look at the database d
 ``admin.call(method, path, body)`` -> (status, JSON or None); ``admin.sql(query, *args)``
 -> rows as dicts; ``admin.snapshot()`` -> every row of every table, to prove a refused
 request changed nothing.
+
+Live stats, fencing and ownership need brokers: ``live`` is a real Magnetar (broker and
+coordinator processes) shared by a test module, ``live_admin`` the admin service on its
+database.  No stand-in brokers: what a broker answers is what the real one answers.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ import json
 import threading
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -22,6 +25,7 @@ import asyncpg
 import pytest
 import uvicorn
 
+from magnetar_runtime.local.cluster import LocalCluster
 from magnetar_runtime.local.postgres import free_port
 
 from magnetar_admin.app import build_app
@@ -143,68 +147,47 @@ def admin(database_url):
     server.stop()
 
 
-class FakeBroker:
-    """A stand-in for a broker's internal JSON API (docs/protocol.md), registered in the
-    ``brokers`` table with a heartbeat far in the future.  It answers topic-stats with
-    ``stats[topic]`` (409 NotOwner if absent) and records every request; ``on_unload``
-    runs when an unload arrives (e.g. to look at the database at that moment)."""
+@pytest.fixture(scope="module")
+def live(postgres, tmp_path_factory, request):
+    """One real Magnetar (broker, coordinator and, if asked, admin processes) per test
+    module, on a database of its own: starting one costs seconds, so the tests of a
+    module share it and keep apart by topic names.  A module sets ``LIVE_CLUSTER``
+    (LocalCluster options, e.g. ``{"brokers": 2, "admin": True}``) to change it.  When a
+    test of the module failed, teardown prints each service's log tail."""
+    from tests.e2e.conftest import TEST_ENV, _print_logs
 
-    def __init__(self, database_url: str, broker_id: str = "fake-broker"):
-        import http.server
-
-        self.broker_id = broker_id
-        self.stats: dict[str, dict] = {}
-        self.requests: list[tuple[str, str]] = []
-        self.on_unload = None
-        self.unload_observations: list = []
-        fake = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _answer(self, status: int, body: Any) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                url = urllib.parse.urlsplit(self.path)
-                topic = urllib.parse.parse_qs(url.query).get("topic", [""])[0]
-                fake.requests.append(("GET", url.path + "?topic=" + topic))
-                if url.path == "/internal/v1/topic-stats" and topic in fake.stats:
-                    self._answer(200, fake.stats[topic])
-                else:
-                    self._answer(409, {"reason": f"{topic} is not served here", "code": "NotOwner"})
-
-            def do_POST(self):
-                url = urllib.parse.urlsplit(self.path)
-                topic = urllib.parse.parse_qs(url.query).get("topic", [""])[0]
-                fake.requests.append(("POST", url.path + "?topic=" + topic))
-                if fake.on_unload is not None:
-                    fake.unload_observations.append(fake.on_unload(topic))
-                self._answer(200, {"unloaded": True})
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-        run_sql(database_url, "INSERT INTO brokers (broker_id, url, heartbeat_at) "
-                              "VALUES ($1, $2, now() + interval '1 hour')", broker_id, self.url)
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    options = dict(getattr(request.module, "LIVE_CLUSTER", {}))
+    options["env"] = TEST_ENV | dict(options.get("env") or {})
+    db_name = ("live_" + request.module.__name__.rsplit(".", 1)[-1])[:63]
+    url = postgres.create_database(db_name)
+    cluster = LocalCluster(tmp_path_factory.mktemp("live"), database_url=url, **options)
+    cluster.start()
+    failures = request.session.testsfailed
+    yield cluster
+    cluster.close()
+    if request.session.testsfailed > failures:
+        _print_logs(cluster)
+    postgres.drop_database(db_name)
 
 
 @pytest.fixture
-def fake_broker(database_url):
-    broker = FakeBroker(database_url)
-    yield broker
-    broker.close()
+def live_admin(live):
+    """The admin service (in this process, so each test picks its settings) on the live
+    cluster's database: it sees the real brokers' heartbeats and asks them for stats."""
+    server, settings = start_admin(live.database_url, lease_ttl_ms=2000, broker_request_timeout_ms=1000)
+    yield Admin(server, live.database_url, settings)
+    server.stop()
+
+
+def until(condition, what: str, timeout: float = 20.0):
+    """Poll ``condition`` until it returns something true; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(0.05)
 
 
 def own(database_url: str, topic: str, broker_id: str, epoch: int = 5) -> int:

@@ -1,21 +1,24 @@
 """``magnetar-admin`` run as a subprocess (the installed console script) against a running
-admin service: table and JSON output, and exit codes 0 (done), 1 (refused, reason and
-fix on stderr), 2 (usage) and 3 (cannot connect)."""
+admin service: table and JSON output, the bearer token, and exit codes 0 (done), 1
+(refused, reason and fix on stderr), 2 (usage) and 3 (cannot connect, or the service
+failed).  The transaction commands: test_cli_transactions.py."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import subprocess
-import threading
 
 import pytest
 
+import magnetar
 from magnetar_runtime.local.cluster import command_path
 from magnetar_runtime.local.postgres import free_port
 
-from tests.integration.admin.conftest import own
+from tests.integration.admin.conftest import Admin, start_admin
+
+# test_brokers needs real brokers; the other tests use an admin service on a fresh database.
+LIVE_CLUSTER = {"brokers": 1, "coordinators": 0, "registry": False, "admin": False}
 
 CLI = command_path("magnetar-admin")
 
@@ -106,14 +109,21 @@ def test_topics(admin):
     assert admin.sql("SELECT count(*) AS n FROM partitioned_topics") == [{"n": 0}]
 
 
-def test_brokers(admin, fake_broker):
-    admin.ok("PUT", "/admin/v2/persistent/public/default/solo")
-    own(admin.database_url, "persistent://public/default/solo", fake_broker.broker_id, epoch=4)
-    assert ok(admin, "brokers", "list").split() == ["BROKER", "URL", fake_broker.url]
-    rows = js(admin, "brokers", "ownership")
-    assert rows == [{"topic": "persistent://public/default/solo", "brokerId": fake_broker.broker_id,
-                     "brokerUrl": fake_broker.url, "ownerEpoch": 4, "brokerAlive": True}]
-    assert fake_broker.broker_id in ok(admin, "brokers", "ownership")
+def test_brokers(live, live_admin):
+    admin, topic = live_admin, "persistent://public/default/cli-owned"
+    admin.ok("PUT", "/admin/v2/persistent/public/default/cli-owned")
+    client = magnetar.Client(live.service_url)
+    try:
+        client.create_producer(topic).send(b"x")  # the broker takes the topic's lease
+    finally:
+        client.close()
+    owner = live.owner_of(topic)
+    assert ok(admin, "brokers", "list").split() == ["BROKER", "URL", live.url("broker-0")]
+    rows = [r for r in js(admin, "brokers", "ownership") if r["topic"] == topic]
+    assert [(r["brokerId"], r["brokerUrl"], r["brokerAlive"]) for r in rows] == [
+        (owner, live.url(owner), True)]
+    assert rows[0]["ownerEpoch"] >= 1
+    assert any(line.split()[:2] == [topic, owner] for line in ok(admin, "brokers", "ownership").splitlines())
 
 
 def test_refusals_exit_1_with_the_reason_and_a_fix(admin):
@@ -161,44 +171,57 @@ def test_url_from_environment_and_options_after_the_command(admin):
     assert p.returncode == 0 and json.loads(p.stdout) == ["public"]
 
 
-class _Recorder(http.server.BaseHTTPRequestHandler):
-    seen: list = []
-    status, body, content_type = 200, b"[]", "application/json"
+SECRET = "cli-test-secret-of-at-least-32-bytes"
 
-    def log_message(self, *args):
-        pass
 
-    def do_GET(self):
-        type(self).seen.append(dict(self.headers))
-        self.send_response(self.status)
-        self.send_header("content-type", self.content_type)
-        self.send_header("content-length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
+def token(role: str) -> str:
+    import jwt
+
+    return jwt.encode({"sub": role}, SECRET, algorithm="HS256")
 
 
 @pytest.fixture
-def recorder():
-    handler = type("Handler", (_Recorder,), {"seen": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield handler, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+def secured_admin(database_url):
+    server, settings = start_admin(database_url, auth_enabled=True, auth_jwt_secret=SECRET,
+                                   auth_superuser_roles="ops")
+    yield Admin(server, database_url, settings)
+    server.stop()
 
 
-def test_auth_token_is_sent_as_a_bearer_token(recorder):
-    handler, url = recorder
-    p = cli("--auth-token", "s3cret", "tenants", "list", url=url)
-    assert p.returncode == 0
-    assert handler.seen[-1]["Authorization"] == "Bearer s3cret"
-    assert cli("tenants", "list", url=url, env={"MAGNETAR_AUTH_TOKEN": "t2"}).returncode == 0
-    assert handler.seen[-1]["Authorization"] == "Bearer t2"
+def test_auth_token_is_sent_as_a_bearer_token(secured_admin):
+    admin = secured_admin
+    p = cli("tenants", "list", url=admin.url)
+    assert p.returncode == 1 and "AuthenticationError" in p.stderr and "--auth-token" in p.stderr
+    p = cli("--auth-token", token("ops"), "tenants", "list", url=admin.url)
+    assert (p.returncode, p.stdout.split()) == (0, ["TENANT", "public"])
+    p = cli("tenants", "list", url=admin.url, env={"MAGNETAR_AUTH_TOKEN": token("ops")})
+    assert p.returncode == 0, p.stderr
+    p = cli("tenants", "list", "--auth-token", token("intern"), url=admin.url)  # after the command too
+    assert p.returncode == 1 and "AuthorizationError" in p.stderr and "superuser" in p.stderr
+    p = cli("--auth-token", "not-a-jwt", "tenants", "list", url=admin.url)
+    assert p.returncode == 1 and "HTTP 401" in p.stderr
 
 
-def test_a_server_error_page_that_is_not_json_exits_3_with_its_text(recorder):
-    handler, url = recorder
-    handler.status, handler.body, handler.content_type = 502, b"Bad Gateway from the proxy", "text/plain"
+def test_a_failing_admin_service_exits_3_with_its_reason(postgres):
+    import asyncio
+
+    from magnetar_storage.migrate import migrate
+
+    url = postgres.create_database("t_cli_failing_admin")
+    asyncio.run(migrate(url))
+    server, _ = start_admin(url)
+    try:
+        assert cli("tenants", "list", url=server.url).returncode == 0
+        postgres.drop_database("t_cli_failing_admin")  # its database goes away under it
+        p = cli("tenants", "list", url=server.url)
+        assert p.returncode == 3, p.stderr
+        assert f"the admin service at {server.url} failed" in p.stderr and "HTTP 5" in p.stderr
+        assert "readyz" in p.stderr
+    finally:
+        server.stop()
+
+
+def test_something_that_is_not_http_exits_3(postgres):
+    url = f"http://127.0.0.1:{postgres.port}"  # PostgreSQL does not speak HTTP
     p = cli("tenants", "list", url=url)
-    assert p.returncode == 3 and "Bad Gateway from the proxy" in p.stderr and "HTTP 502" in p.stderr
+    assert p.returncode == 3 and url in p.stderr and "--admin-url" in p.stderr

@@ -1,10 +1,18 @@
 """Topic stats: backlog and storage from the database (entries after each subscription's
 mark-delete position, minus what was acknowledged individually), live parts from the
-owning broker when a live one answers, the database alone otherwise."""
+owning broker when a live one answers, the database alone otherwise.  The brokers are
+real processes (``live``); a broker that does not answer is a frozen one (SIGSTOP)."""
 
+import threading
+import time
+
+import magnetar
 from magnetar_protocol import magnetar_pb2 as pb
 
-from tests.integration.admin.conftest import FakeBroker, own
+from tests.integration.admin.conftest import Admin, http, own, start_admin, until
+
+# Real brokers for the live parts (one cluster for the module; tests use their own topics).
+LIVE_CLUSTER = {"brokers": 2, "coordinators": 0, "registry": False, "admin": False}
 
 P = "/admin/v2/persistent"
 SOLO = "persistent://public/default/solo"
@@ -77,90 +85,169 @@ def test_empty_topic_stats(admin):
     assert stats["storageSize"] == 0 and stats["subscriptions"] == {}
 
 
-def test_live_parts_come_from_the_owning_broker(admin, fake_broker):
-    _solo_with_log(admin)
-    own(admin.database_url, SOLO, fake_broker.broker_id, epoch=9)
-    fake_broker.stats[SOLO] = {
-        "msgInCounter": 41, "bytesInCounter": 410, "msgOutCounter": 12, "accessMode": "Exclusive",
-        "exclusiveProducer": "p1", "topicEpoch": 3, "waitingProducers": ["p2"], "deduplicationEnabled": True,
-        "publishers": [{"producerName": "p1", "producerId": 1, "accessMode": "Exclusive", "msgInCounter": 41}],
-        "subscriptions": {
-            "audit": {"type": "Failover", "unackedMessages": 2, "backlogEntries": 99,
-                      "consumers": [{"consumerName": "c1", "isActive": True, "msgOutCounter": 12}]},
-            "reader-1": {"type": "Exclusive", "durable": False, "backlogEntries": 4, "consumers": []},
-        },
-    }
-    stats = admin.ok("GET", f"{P}/public/default/solo/stats")
-    assert ("GET", f"/internal/v1/topic-stats?topic={SOLO}") in fake_broker.requests
-    assert stats["liveStats"] is True and stats["ownerBroker"] == fake_broker.broker_id
-    assert (stats["msgInCounter"], stats["bytesInCounter"], stats["msgOutCounter"]) == (41, 410, 12)
-    assert stats["accessMode"] == "Exclusive" and stats["exclusiveProducer"] == "p1"
-    assert stats["topicEpoch"] == 3 and stats["waitingProducers"] == ["p2"] and stats["waitingPublishers"] == 1
-    assert stats["deduplicationStatus"] == "Enabled"
-    assert [p["producerName"] for p in stats["publishers"]] == ["p1"]
-    audit = stats["subscriptions"]["audit"]
-    assert audit["type"] == "Failover" and audit["activeConsumerName"] == "c1"
-    assert audit["msgBacklog"] == 2  # the database's count, not the broker's entry count
-    assert audit["unackedMessages"] == 2 and audit["msgOutCounter"] == 12
-    assert stats["subscriptions"]["reader-1"]["isDurable"] is False
-    assert stats["subscriptions"]["fresh"]["consumers"] == []
-    internal = admin.ok("GET", f"{P}/public/default/solo/internalStats")
-    assert internal["ownerBrokerUrl"] == fake_broker.url and internal["ownerEpoch"] == 9
+def _client(live):
+    return magnetar.Client(",".join(live.broker_urls))
 
 
-def test_owner_that_does_not_answer_leaves_database_stats(admin, database_url):
-    _solo_with_log(admin)
-    gone = FakeBroker(database_url, "gone-broker")
-    gone.close()  # registered and heartbeating in the database, but nothing listens
-    own(database_url, SOLO, "gone-broker")
-    stats = admin.ok("GET", f"{P}/public/default/solo/stats")
-    assert stats["liveStats"] is False and stats["ownerBroker"] == "gone-broker"
-    assert stats["subscriptions"]["audit"]["msgBacklog"] == 2
+def _thawed(live, broker: str) -> None:
+    live.thaw(broker)
+    # Its next heartbeat writes now() over whatever the test put in the row.
+    until(lambda: http("GET", live.url(broker) + "/readyz")[0] == 200, f"{broker} to answer again")
 
 
-def test_owner_that_says_not_owner_leaves_database_stats(admin, fake_broker):
-    _solo_with_log(admin)
-    own(admin.database_url, SOLO, fake_broker.broker_id)  # fake_broker.stats is empty: 409 NotOwner
-    stats = admin.ok("GET", f"{P}/public/default/solo/stats")
-    assert fake_broker.requests and stats["liveStats"] is False
-    assert stats["subscriptions"]["fresh"]["msgBacklog"] == 8
+def test_live_parts_come_from_the_owning_broker(live, live_admin):
+    admin, topic = live_admin, "persistent://public/default/st-live"
+    admin.ok("PUT", f"{P}/public/default/st-live")
+    client, waiter = _client(live), _client(live)
+    try:
+        holder = client.create_producer(topic, producer_name="p1", batching_enabled=False,
+                                        access_mode=magnetar.ProducerAccessMode.Exclusive)
+        fresh = client.subscribe(topic, "fresh", initial_position=magnetar.InitialPosition.Earliest)
+        fresh.close()  # a durable subscription with no consumer: its backlog is every message
+        audit = client.subscribe(topic, "audit", consumer_type=magnetar.ConsumerType.Failover,
+                                 consumer_name="c1", initial_position=magnetar.InitialPosition.Earliest)
+        reader = client.create_reader(topic, magnetar.MessageId.earliest)
+        for i in range(3):
+            holder.send(f"m{i}".encode())
+        received = [audit.receive(timeout_millis=10000) for _ in range(3)]
+        audit.acknowledge(received[1])  # one individual ack beyond the mark-delete position
+        second = threading.Thread(target=lambda: waiter.create_producer(
+            topic, producer_name="p2", access_mode=magnetar.ProducerAccessMode.WaitForExclusive))
+        second.start()
+        stats = until(lambda: (lambda st: st if st.get("waitingProducers") == ["p2"]
+                               and st["subscriptions"]["audit"]["msgBacklog"] == 2 else None)(
+            admin.ok("GET", f"{P}/public/default/st-live/stats")), "p2 waiting and the ack stored")
+        assert stats["liveStats"] is True and stats["ownerBroker"] == live.owner_of(topic)
+        assert (stats["msgInCounter"], stats["msgOutCounter"]) == (3, 6)  # to audit and to the reader
+        assert stats["accessMode"] == "Exclusive" and stats["exclusiveProducer"] == "p1"
+        assert stats["topicEpoch"] >= 1 and stats["waitingPublishers"] == 1
+        assert stats["deduplicationStatus"] == "Enabled"  # the broker default
+        assert [p["producerName"] for p in stats["publishers"]] == ["p1"]
+        sub = stats["subscriptions"]["audit"]
+        assert sub["type"] == "Failover" and sub["activeConsumerName"] == "c1"
+        # The database's count (3 after the mark-delete position, 1 acked individually),
+        # with the broker's live part: two delivered messages wait for their ack.
+        assert sub["msgBacklog"] == 2 and sub["unackedMessages"] == 2
+        readers = [s for name, s in stats["subscriptions"].items() if name not in ("audit", "fresh")]
+        assert [s["isDurable"] for s in readers] == [False]
+        assert stats["subscriptions"]["fresh"]["consumers"] == []
+        assert stats["subscriptions"]["fresh"]["msgBacklog"] == 3
+        internal = admin.ok("GET", f"{P}/public/default/st-live/internalStats")
+        assert internal["ownerBrokerUrl"] == live.url(live.owner_of(topic))
+        holder.close()  # p2 gets the topic
+        second.join(30)
+        assert not second.is_alive(), "the waiting producer never got the topic"
+        reader.close()
+    finally:
+        client.close()
+        waiter.close()
 
 
-def test_owner_with_a_stale_heartbeat_is_not_asked(admin, fake_broker):
-    _solo_with_log(admin)
-    own(admin.database_url, SOLO, fake_broker.broker_id)
-    admin.sql("UPDATE brokers SET heartbeat_at = now() - interval '10 seconds'")
-    fake_broker.stats[SOLO] = {"publishers": [{"producerName": "ghost"}], "subscriptions": {}}
-    stats = admin.ok("GET", f"{P}/public/default/solo/stats")
-    assert fake_broker.requests == [] and stats["publishers"] == [] and stats["liveStats"] is False
+def _owned_topic_with_messages(live, admin, local: str) -> tuple[str, str]:
+    """A topic with 2 messages and a durable subscription, served by a live broker."""
+    topic = f"persistent://public/default/{local}"
+    admin.ok("PUT", f"{P}/public/default/{local}")
+    client = _client(live)
+    try:
+        client.subscribe(topic, "audit").close()
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"a")
+        producer.send(b"b")
+        producer.close()
+    finally:
+        client.close()
+    return topic, until(lambda: live.owner_of(topic), f"an owner of {topic}")
 
 
-def test_partitioned_stats_sum_the_partitions(admin, fake_broker):
-    admin.ok("PUT", f"{P}/public/default/orders/partitions", 2)
-    for i, sizes in enumerate(([1, 1, 1], [2, 2])):
-        topic = f"persistent://public/default/orders-partition-{i}"
-        _cursor(admin, _log(admin, topic, sizes), "audit", 0, {})
-    own(admin.database_url, "persistent://public/default/orders-partition-1", fake_broker.broker_id)
-    fake_broker.stats["persistent://public/default/orders-partition-1"] = {
-        "msgInCounter": 4, "publishers": [{"producerName": "p"}],
-        "subscriptions": {"audit": {"type": "Shared", "unackedMessages": 1, "consumers": [{"consumerName": "c"}]}}}
-    stats = admin.ok("GET", f"{P}/public/default/orders/partitioned-stats")
-    assert stats["metadata"] == {"partitions": 2}
-    assert stats["storageSize"] == 50 and stats["numberOfMessages"] == 7 and stats["msgInCounter"] == 4
-    audit = stats["subscriptions"]["audit"]
-    assert audit["msgBacklog"] == 2 + 2  # after entry 0 of each partition
-    assert audit["type"] == "Shared" and audit["unackedMessages"] == 1 and len(audit["consumers"]) == 1
-    assert [p["producerName"] for p in stats["publishers"]] == ["p"]
-    parts = stats["partitions"]
-    assert sorted(parts) == [f"persistent://public/default/orders-partition-{i}" for i in range(2)]
-    assert parts["persistent://public/default/orders-partition-1"]["liveStats"] is True
-    assert parts["persistent://public/default/orders-partition-0"]["storageSize"] == 30
-    assert admin.ok("GET", f"{P}/public/default/orders/partitioned-stats?perPartition=false")["partitions"] == {}
-    internal = admin.ok("GET", f"{P}/public/default/orders/partitioned-internalStats")
-    assert internal["metadata"] == {"partitions": 2}
-    assert internal["partitions"]["persistent://public/default/orders-partition-1"]["lastConfirmedEntry"] == "1:-1"
-    assert internal["partitions"]["persistent://public/default/orders-partition-1"]["ownerBroker"] == \
-        fake_broker.broker_id
+def test_owner_that_does_not_answer_leaves_database_stats(live, live_admin):
+    admin = live_admin
+    topic, owner = _owned_topic_with_messages(live, admin, "st-silent")
+    live.freeze(owner)  # keeps its socket: the admin's request is accepted and never answered
+    try:
+        # A pause shorter than its lease: the broker still counts as alive however slow
+        # this machine is.
+        admin.sql("UPDATE brokers SET heartbeat_at = now() + interval '1 hour' WHERE broker_id = $1", owner)
+        started = time.monotonic()
+        stats = admin.ok("GET", f"{P}/public/default/st-silent/stats")
+        assert time.monotonic() - started >= admin.settings.broker_request_timeout_ms / 1000 * 0.9
+        assert stats["liveStats"] is False and stats["ownerBroker"] == owner
+        assert stats["subscriptions"]["audit"]["msgBacklog"] == 2 and stats["numberOfMessages"] == 2
+    finally:
+        _thawed(live, owner)
+
+
+def test_owner_with_a_stale_heartbeat_is_not_asked(live):
+    topic = "persistent://public/default/st-stale"
+    patient, settings = start_admin(live.database_url, lease_ttl_ms=2000, broker_request_timeout_ms=60000)
+    admin = Admin(patient, live.database_url, settings)
+    try:
+        _, owner = _owned_topic_with_messages(live, admin, "st-stale")
+        live.freeze(owner)
+        try:
+            admin.sql("UPDATE brokers SET heartbeat_at = now() - interval '10 seconds' WHERE broker_id = $1",
+                      owner)
+            started = time.monotonic()
+            stats = admin.ok("GET", f"{P}/public/default/st-stale/stats")
+            # Asking the frozen broker would have taken the whole 60 s request timeout.
+            assert time.monotonic() - started < 20
+            assert stats["liveStats"] is False and stats["publishers"] == []
+            assert stats["ownerBroker"] == owner and stats["numberOfMessages"] == 2
+        finally:
+            _thawed(live, owner)
+    finally:
+        patient.stop()
+
+
+def test_owner_that_says_not_owner_leaves_database_stats(live, live_admin):
+    admin = live_admin
+    admin.ok("PUT", f"{P}/public/default/st-moved")
+    topic_id = _log(admin, "persistent://public/default/st-moved", [1, 3])
+    _cursor(admin, topic_id, "fresh", -1, {})
+    # The lease names a live broker that never loaded the topic: it answers NotOwner.
+    own(admin.database_url, "persistent://public/default/st-moved", "broker-0", epoch=9)
+    stats = admin.ok("GET", f"{P}/public/default/st-moved/stats")
+    assert stats["liveStats"] is False and stats["ownerBroker"] == "broker-0"
+    assert stats["subscriptions"]["fresh"]["msgBacklog"] == 4
+    status, answer = http("GET", live.url("broker-0") + "/internal/v1/topic-stats?topic="
+                          "persistent://public/default/st-moved")
+    assert (status, answer["code"]) == (409, "NotOwner")
+
+
+def test_partitioned_stats_sum_the_partitions(live, live_admin):
+    admin = live_admin
+    admin.ok("PUT", f"{P}/public/default/st-orders/partitions", 2)
+    part = [f"persistent://public/default/st-orders-partition-{i}" for i in range(2)]
+    _cursor(admin, _log(admin, part[0], [1, 1, 1]), "audit", 0, {})  # unowned: database only
+    client = _client(live)
+    try:
+        producer = client.create_producer(part[1], producer_name="p", batching_enabled=False)
+        consumer = client.subscribe(part[1], "audit", consumer_type=magnetar.ConsumerType.Shared,
+                                    initial_position=magnetar.InitialPosition.Earliest)
+        producer.send(b"x")
+        producer.send(b"y")
+        first = consumer.receive(timeout_millis=10000)
+        consumer.receive(timeout_millis=10000)
+        consumer.acknowledge(first)
+        path = f"{P}/public/default/st-orders/partitioned-stats"
+        stats = until(lambda: (lambda st: st if st["subscriptions"]["audit"]["msgBacklog"] == 2 + 1 else None)(
+            admin.ok("GET", path)), "the ack to reach the backlog")
+        assert stats["metadata"] == {"partitions": 2}
+        assert stats["numberOfMessages"] == 5 and stats["msgInCounter"] == 2
+        parts = stats["partitions"]
+        assert sorted(parts) == part
+        assert stats["storageSize"] == sum(p["storageSize"] for p in parts.values())
+        assert parts[part[0]]["storageSize"] == 30 and parts[part[0]]["liveStats"] is False
+        assert parts[part[1]]["liveStats"] is True
+        audit = stats["subscriptions"]["audit"]
+        assert audit["type"] == "Shared" and audit["unackedMessages"] == 1 and len(audit["consumers"]) == 1
+        assert [p["producerName"] for p in stats["publishers"]] == ["p"]
+        assert admin.ok("GET", path + "?perPartition=false")["partitions"] == {}
+        internal = admin.ok("GET", f"{P}/public/default/st-orders/partitioned-internalStats")
+        assert internal["metadata"] == {"partitions": 2}
+        assert internal["partitions"][part[1]]["lastConfirmedEntry"] == "1:-1"
+        assert internal["partitions"][part[1]]["ownerBroker"] == live.owner_of(part[1])
+    finally:
+        client.close()
 
 
 def test_stats_refusals(admin):

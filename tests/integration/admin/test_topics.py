@@ -2,7 +2,15 @@
 deletion with fencing before the owner is told to unload, subscriptions; every refusal
 with its reason and an unchanged database."""
 
-from tests.integration.admin.conftest import FakeBroker, own
+import pytest
+
+import magnetar
+
+from tests.integration.admin.conftest import Admin, http, own, run_sql, start_admin, until
+
+# Real brokers own the topics of the delete tests (one cluster for the module; tests use
+# their own topics).
+LIVE_CLUSTER = {"brokers": 2, "coordinators": 0, "registry": False, "admin": False}
 
 P = "/admin/v2/persistent"
 NS = "/admin/v2/namespaces"
@@ -80,70 +88,152 @@ def test_a_partition_row_in_the_way_rolls_the_whole_creation_back(admin):
     assert admin.sql("SELECT count(*) AS n FROM partitioned_topics") == [{"n": 0}]
 
 
-def test_delete_fences_the_lease_before_the_owner_is_asked_to_unload(admin, fake_broker):
-    admin.ok("PUT", f"{P}/public/default/orders/partitions", 2)
-    for i in range(2):
-        topic_id = own(admin.database_url, f"persistent://public/default/orders-partition-{i}",
-                       fake_broker.broker_id, epoch=5)
-        admin.sql("INSERT INTO entries VALUES ($1, 0, 'p', 0, 0, 1, 0, 'x')", topic_id)
-        admin.sql("INSERT INTO producer_sequences (topic_id, producer_name, last_sequence_id) "
-                  "VALUES ($1, 'p', 0)", topic_id)
-        admin.sql("INSERT INTO subscriptions (topic_id, subscription, mark_delete_entry) VALUES ($1, 's', -1)",
-                  topic_id)
-    fake_broker.on_unload = lambda topic: admin.sql(
-        "SELECT o.broker_id, o.epoch FROM topic_owners o JOIN topics t USING (topic_id) WHERE t.topic = $1",
-        topic)
-    assert admin.call("DELETE", f"{P}/public/default/orders/partitions") == (204, None)
-    unloads = sorted(r for r in fake_broker.requests if r[0] == "POST")
-    assert unloads == [("POST", f"/internal/v1/unload?topic=persistent://public/default/orders-partition-{i}")
-                       for i in range(2)]
-    # When the broker heard of it, its lease was already gone and the epoch had moved on.
-    assert fake_broker.unload_observations == [[{"broker_id": None, "epoch": 6}]] * 2
+ADMIN_APP = "admin-under-test"
+
+
+@pytest.fixture
+def traced_admin(live):
+    """The admin service on the live database, its sessions named ADMIN_APP, and a
+    trigger that records every change of a lease row with the name of the session that
+    made it (the brokers' sessions have no name): who took a lease away, and when."""
+    for statement in (
+            "CREATE TABLE IF NOT EXISTS lease_trail (n bigserial, topic_id bigint, app text, "
+            "old_broker text, new_broker text, old_epoch bigint, new_epoch bigint)",
+            "CREATE OR REPLACE FUNCTION record_lease() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "INSERT INTO lease_trail (topic_id, app, old_broker, new_broker, old_epoch, new_epoch) VALUES "
+            "(NEW.topic_id, current_setting('application_name'), OLD.broker_id, NEW.broker_id, OLD.epoch, "
+            "NEW.epoch); RETURN NEW; END $$",
+            "CREATE OR REPLACE TRIGGER lease_trail AFTER UPDATE ON topic_owners "
+            "FOR EACH ROW EXECUTE FUNCTION record_lease()"):
+        run_sql(live.database_url, statement)
+    # asyncpg passes unknown DSN parameters on as server settings.
+    server, settings = start_admin(f"{live.database_url}?application_name={ADMIN_APP}",
+                                   lease_ttl_ms=2000, broker_request_timeout_ms=1000)
+    yield Admin(server, live.database_url, settings)
+    server.stop()
+
+
+def _trail_mark(admin) -> int:
+    return admin.sql("SELECT coalesce(max(n), 0) AS n FROM lease_trail")[0]["n"]
+
+
+def _trail(admin, topic_id: int, after: int) -> list[dict]:
+    return admin.sql("SELECT app, old_broker, new_broker FROM lease_trail WHERE topic_id = $1 AND n > $2 "
+                     "ORDER BY n", topic_id, after)
+
+
+def _served(live, broker: str) -> list[str]:
+    return http("GET", live.url(broker) + "/internal/v1/owned-topics")[1]["topics"]
+
+
+def _owned(live, topics: list[str], subscription: str | None = None) -> dict[str, str]:
+    """Each topic written once (and subscribed) by a real client, then left without
+    clients; returns {topic: owning broker}."""
+    client = magnetar.Client(",".join(live.broker_urls))
+    try:
+        for topic in topics:
+            if subscription:
+                client.subscribe(topic, subscription).close()
+            producer = client.create_producer(topic, producer_name="p")
+            producer.send(b"x")
+            producer.close()
+    finally:
+        client.close()
+    return {t: until(lambda t=t: live.owner_of(t), f"an owner of {t}") for t in topics}
+
+
+def test_delete_fences_the_lease_before_the_owner_is_asked_to_unload(live, traced_admin):
+    admin = traced_admin
+    admin.ok("PUT", f"{P}/public/default/tp-orders/partitions", 2)
+    parts = [f"persistent://public/default/tp-orders-partition-{i}" for i in range(2)]
+    owners = _owned(live, parts, subscription="s")
+    ids = {r["topic"]: r["topic_id"] for r in admin.sql("SELECT topic, topic_id FROM topics WHERE topic = ANY($1)",
+                                                         parts)}
+    mark = _trail_mark(admin)
+    assert admin.call("DELETE", f"{P}/public/default/tp-orders/partitions") == (204, None)
+    for topic, broker in owners.items():
+        until(lambda: topic not in _served(live, broker), f"{broker} to stop serving {topic}")
+        trail = _trail(admin, ids[topic], mark)
+        # The admin service took the lease from the broker first, so the broker's own
+        # release (compare-and-set on its epoch) found nothing left to release.
+        assert trail[0] == {"app": ADMIN_APP, "old_broker": broker, "new_broker": None}, trail
+        assert all(row["app"] == ADMIN_APP for row in trail), trail
     for table in ("partitioned_topics", "topics", "topic_owners", "entries", "producer_sequences",
                   "subscriptions"):
-        assert admin.sql(f"SELECT count(*) AS n FROM {table}") == [{"n": 0}], table
-    assert "orders" in admin.refused("GET", f"{P}/public/default/orders/partitions", status=404)
+        assert admin.sql(f"SELECT count(*) AS n FROM {table} WHERE "
+                         + ("topic = 'persistent://public/default/tp-orders'" if table == "partitioned_topics"
+                            else "topic_id = ANY($1)"),
+                         *([] if table == "partitioned_topics" else [list(ids.values())])) == [{"n": 0}], table
+    assert "tp-orders" in admin.refused("GET", f"{P}/public/default/tp-orders/partitions", status=404)
 
 
-def test_delete_refuses_while_clients_are_connected_unless_forced(admin, fake_broker):
-    admin.ok("PUT", f"{P}/public/default/busy")
-    own(admin.database_url, "persistent://public/default/busy", fake_broker.broker_id)
-    fake_broker.stats["persistent://public/default/busy"] = {
-        "publishers": [{"producerName": "p1"}], "subscriptions": {"s": {"type": "Shared", "consumers": [{}]}}}
-    reason = admin.refused("DELETE", f"{P}/public/default/busy", status=409, code="Conflict")
-    assert "1 connected producer(s) and 1 consumer(s)" in reason and "force=true" in reason
-    assert not [r for r in fake_broker.requests if r[0] == "POST"]  # nobody was told to unload
-    assert admin.call("DELETE", f"{P}/public/default/busy?force=true") == (204, None)
-    assert ("POST", "/internal/v1/unload?topic=persistent://public/default/busy") in fake_broker.requests
-    assert admin.ok("GET", f"{P}/public/default") == []
+def test_delete_refuses_while_clients_are_connected_unless_forced(live, live_admin):
+    admin, topic = live_admin, "persistent://public/default/tp-busy"
+    admin.ok("PUT", f"{P}/public/default/tp-busy")
+    client = magnetar.Client(",".join(live.broker_urls))
+    try:
+        producer = client.create_producer(topic, producer_name="p1")
+        client.subscribe(topic, "s", consumer_type=magnetar.ConsumerType.Shared)
+        producer.send(b"before")
+        owner = live.owner_of(topic)
+        reason = admin.refused("DELETE", f"{P}/public/default/tp-busy", status=409, code="Conflict")
+        assert "1 connected producer(s) and 1 consumer(s)" in reason and "force=true" in reason
+        assert topic in _served(live, owner)  # nobody was told to unload
+        producer.send(b"still served")
+        assert admin.call("DELETE", f"{P}/public/default/tp-busy?force=true") == (204, None)
+        until(lambda: topic not in _served(live, owner), f"{owner} to let {topic} go")
+        assert topic not in admin.ok("GET", f"{P}/public/default")
+    finally:
+        client.close()
 
 
-def test_delete_refuses_when_a_live_owner_does_not_answer_unless_forced(admin, database_url):
-    admin.ok("PUT", f"{P}/public/default/silent")
-    mute = FakeBroker(database_url, "mute-broker")
-    mute.close()  # its heartbeat is fresh in the database, but nothing listens
-    own(database_url, "persistent://public/default/silent", "mute-broker")
-    reason = admin.refused("DELETE", f"{P}/public/default/silent", status=409)
-    assert "mute-broker" in reason and "did not answer" in reason and "force=true" in reason
-    admin.ok("DELETE", f"{P}/public/default/silent?force=true")
-    assert admin.sql("SELECT count(*) AS n FROM topics") == [{"n": 0}]
+def _frozen_owner(live, admin, local: str, heartbeat: str):
+    """A topic whose owner is then frozen, its heartbeat set to ``heartbeat``."""
+    topic = f"persistent://public/default/{local}"
+    admin.ok("PUT", f"{P}/public/default/{local}")
+    owner = _owned(live, [topic])[topic]
+    live.freeze(owner)
+    admin.sql(f"UPDATE brokers SET heartbeat_at = {heartbeat} WHERE broker_id = $1", owner)
+    return topic, owner
 
 
-def test_delete_when_the_owner_says_it_does_not_own_the_topic(admin, fake_broker):
-    admin.ok("PUT", f"{P}/public/default/moved")
-    own(admin.database_url, "persistent://public/default/moved", fake_broker.broker_id)
-    # fake_broker.stats has no entry for it: the broker answers 409 NotOwner, so no client is there
-    admin.ok("DELETE", f"{P}/public/default/moved")
-    assert admin.sql("SELECT count(*) AS n FROM topics") == [{"n": 0}]
+def _thaw(live, broker: str) -> None:
+    live.thaw(broker)  # its next heartbeat writes now() over the test's value
+    until(lambda: http("GET", live.url(broker) + "/readyz")[0] == 200, f"{broker} to answer again")
 
 
-def test_delete_of_a_topic_owned_by_a_dead_broker_does_not_call_it(admin, fake_broker):
-    admin.ok("PUT", f"{P}/public/default/orphan")
-    own(admin.database_url, "persistent://public/default/orphan", fake_broker.broker_id)
-    admin.sql("UPDATE brokers SET heartbeat_at = now() - interval '1 minute'")
-    admin.ok("DELETE", f"{P}/public/default/orphan")
-    assert fake_broker.requests == []
-    assert admin.sql("SELECT count(*) AS n FROM topics") == [{"n": 0}]
+def test_delete_refuses_when_a_live_owner_does_not_answer_unless_forced(live, live_admin):
+    admin = live_admin
+    # Frozen within its lease (the heartbeat an hour ahead, so a slow machine cannot
+    # let it expire): it may still have clients, so only --force deletes.
+    topic, owner = _frozen_owner(live, admin, "tp-silent", "now() + interval '1 hour'")
+    try:
+        reason = admin.refused("DELETE", f"{P}/public/default/tp-silent", status=409)
+        assert owner in reason and "did not answer" in reason and "force=true" in reason
+        admin.ok("DELETE", f"{P}/public/default/tp-silent?force=true")
+        assert admin.sql("SELECT count(*) AS n FROM topics WHERE topic = $1", topic) == [{"n": 0}]
+    finally:
+        _thaw(live, owner)
+
+
+def test_delete_when_the_owner_says_it_does_not_own_the_topic(live, live_admin):
+    admin, topic = live_admin, "persistent://public/default/tp-moved"
+    admin.ok("PUT", f"{P}/public/default/tp-moved")
+    own(admin.database_url, topic, "broker-0")  # a live broker that never loaded it: NotOwner
+    admin.ok("DELETE", f"{P}/public/default/tp-moved")
+    assert admin.sql("SELECT count(*) AS n FROM topics WHERE topic = $1", topic) == [{"n": 0}]
+
+
+def test_delete_of_a_topic_owned_by_a_dead_broker_does_not_call_it(live, live_admin):
+    admin = live_admin
+    # Its lease is stale: the admin service must not wait for it (asked, the frozen
+    # broker would not answer and the delete would be refused as above).
+    topic, owner = _frozen_owner(live, admin, "tp-orphan", "now() - interval '1 minute'")
+    try:
+        admin.ok("DELETE", f"{P}/public/default/tp-orphan")
+        assert admin.sql("SELECT count(*) AS n FROM topics WHERE topic = $1", topic) == [{"n": 0}]
+    finally:
+        _thaw(live, owner)
 
 
 def test_delete_refusals_change_nothing(admin):
@@ -180,18 +270,27 @@ def test_subscriptions_are_listed_over_partitions_and_deleted_everywhere(admin):
     assert admin.sql("SELECT DISTINCT epoch FROM topic_owners") == [{"epoch": 0}]
 
 
-def test_deleting_a_subscription_of_an_owned_topic_fences_it_and_unloads(admin, fake_broker):
-    admin.ok("PUT", f"{P}/public/default/served")
-    own(admin.database_url, "persistent://public/default/served", fake_broker.broker_id, epoch=3)
-    _subscribe(admin, "persistent://public/default/served", "s")
-    fake_broker.stats["persistent://public/default/served"] = {
-        "publishers": [], "subscriptions": {"s": {"type": "Exclusive", "consumers": [{"consumerName": "c"}]}}}
-    reason = admin.refused("DELETE", f"{P}/public/default/served/subscription/s", status=409)
-    assert "'s'" in reason and "1 connected consumer(s)" in reason
-    admin.ok("DELETE", f"{P}/public/default/served/subscription/s?force=true")
-    assert admin.sql("SELECT count(*) AS n FROM subscriptions") == [{"n": 0}]
-    assert admin.sql("SELECT broker_id, epoch FROM topic_owners") == [{"broker_id": None, "epoch": 4}]
-    assert ("POST", "/internal/v1/unload?topic=persistent://public/default/served") in fake_broker.requests
+def test_deleting_a_subscription_of_an_owned_topic_fences_it_and_unloads(live, traced_admin):
+    admin, topic = traced_admin, "persistent://public/default/tp-served"
+    admin.ok("PUT", f"{P}/public/default/tp-served")
+    owner = _owned(live, [topic])[topic]
+    client = magnetar.Client(",".join(live.broker_urls))
+    try:
+        consumer = client.subscribe(topic, "s")
+        reason = admin.refused("DELETE", f"{P}/public/default/tp-served/subscription/s", status=409)
+        assert "'s'" in reason and "1 connected consumer(s)" in reason
+        consumer.close()
+    finally:
+        client.close()
+    (topic_id,) = [r["topic_id"] for r in admin.sql("SELECT topic_id FROM topics WHERE topic = $1", topic)]
+    mark = _trail_mark(admin)
+    admin.ok("DELETE", f"{P}/public/default/tp-served/subscription/s")
+    assert admin.sql("SELECT count(*) AS n FROM subscriptions WHERE topic_id = $1", topic_id) == [{"n": 0}]
+    # The broker held the cursor in memory: the lease is taken from it (by the admin
+    # service) and it stops serving, so no client finds the old cursor.
+    until(lambda: topic not in _served(live, owner), f"{owner} to stop serving {topic}")
+    trail = _trail(admin, topic_id, mark)
+    assert trail[0] == {"app": ADMIN_APP, "old_broker": owner, "new_broker": None}, trail
 
 
 def test_subscription_refusals_change_nothing(admin):
