@@ -43,12 +43,13 @@ NO_BODY = object()
 class ServerThread:
     """A uvicorn server running ``app`` on a thread; start() returns once it listens."""
 
-    def __init__(self, app, port: int):
+    def __init__(self, app, port: int, **uvicorn_options):
         config = uvicorn.Config(app, host="127.0.0.1", port=port, loop="asyncio", log_level="warning",
-                                lifespan="on", timeout_graceful_shutdown=5)
+                                lifespan="on", timeout_graceful_shutdown=5, **uvicorn_options)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name=f"uvicorn-{port}", daemon=True)
-        self.url = f"http://127.0.0.1:{port}"
+        scheme = "https" if uvicorn_options.get("ssl_certfile") else "http"
+        self.url = f"{scheme}://127.0.0.1:{port}"
 
     def start(self, timeout: float = 30.0) -> "ServerThread":
         self.thread.start()
