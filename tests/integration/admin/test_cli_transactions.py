@@ -178,6 +178,9 @@ def test_console_script_exit_codes_for_keys(live):
     assert p.returncode == 2 and "at most 255 bytes" in p.stderr
     p = cli("transactions", "coordinator-stats", url=live.url("broker-0") + "/nothing-here")
     assert p.returncode == 1 and "HTTP 404" in p.stderr
+    # A URL that answers 200 with something else (here a broker's Prometheus page).
+    p = cli("transactions", "coordinator-stats", url=live.url("broker-0") + "/metrics?")
+    assert p.returncode == 3 and p.stdout == "" and "did not answer as the Magnetar admin service" in p.stderr
     live.freeze("admin")  # accepts connections, answers nothing
     try:
         p = cli("--timeout", "1", "transactions", "coordinator-stats")
