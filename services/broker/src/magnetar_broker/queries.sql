@@ -185,6 +185,35 @@ SELECT count(e.seq) AS batches, coalesce(sum(e.num_messages), 0) AS messages,
 FROM txn_entries e
 WHERE e.topic_id = $1 AND e.txn_most = $2 AND e.txn_least = $3;
 
+-- name: txn_send_check
+-- txn_state and txn_registered in one round trip: what a partition needs to know before
+-- a transaction's first send ($4 = this partition's full name).
+SELECT (SELECT count(*) FROM txn_entries e
+        WHERE e.topic_id = $1 AND e.txn_most = $2 AND e.txn_least = $3) AS batches,
+       (SELECT coalesce(sum(e.num_messages), 0) FROM txn_entries e
+        WHERE e.topic_id = $1 AND e.txn_most = $2 AND e.txn_least = $3) AS messages,
+       (SELECT committed FROM txn_outcomes o
+        WHERE o.topic_id = $1 AND o.subscription = '' AND o.txn_most = $2 AND o.txn_least = $3)
+       AS committed,
+       t.status, coalesce(t.expired, false) AS expired,
+       EXISTS (SELECT 1 FROM txn_partitions p
+               WHERE p.coordinator_id = $2 AND p.txn_id = $3 AND p.topic = $4) AS registered
+FROM (SELECT 1) AS one
+LEFT JOIN transactions t ON t.coordinator_id = $2 AND t.txn_id = $3;
+
+-- name: txn_ack_check
+-- A transaction's outcome on this subscription and its registration, in one round trip
+-- ($3 topic full name, $4 subscription, $5 topic id).
+SELECT (SELECT committed FROM txn_outcomes o
+        WHERE o.topic_id = $5 AND o.subscription = $4 AND o.txn_most = $1 AND o.txn_least = $2)
+       AS committed,
+       t.status, coalesce(t.expired, false) AS expired,
+       EXISTS (SELECT 1 FROM txn_subscriptions s
+               WHERE s.coordinator_id = $1 AND s.txn_id = $2 AND s.topic = $3
+                 AND s.subscription = $4) AS registered
+FROM (SELECT 1) AS one
+LEFT JOIN transactions t ON t.coordinator_id = $1 AND t.txn_id = $2;
+
 -- name: txn_registered
 -- Whether the coordinator registered this partition for the transaction, and its status.
 SELECT t.status, t.expired,

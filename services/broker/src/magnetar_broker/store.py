@@ -142,6 +142,19 @@ class BrokerStore:
         row = await self.pool.fetchrow(Q["txn_state"], topic_id, *txn, subscription)
         return row["batches"], row["messages"], row["committed"]
 
+    async def txn_send_check(self, topic_id: int, txn: tuple[int, int], topic: str):
+        """(batches, messages, committed-or-None, coordinator status or None, expired,
+        registered): txn_state and txn_registered in one round trip."""
+        row = await self.pool.fetchrow(Q["txn_send_check"], topic_id, *txn, topic)
+        return (row["batches"], row["messages"], row["committed"], row["status"], row["expired"],
+                row["registered"])
+
+    async def txn_ack_check(self, topic_id: int, topic: str, subscription: str,
+                            txn: tuple[int, int]):
+        """(outcome here or None, coordinator status or None, expired, registered)."""
+        row = await self.pool.fetchrow(Q["txn_ack_check"], *txn, topic, subscription, topic_id)
+        return row["committed"], row["status"], row["expired"], row["registered"]
+
     async def txn_registered(self, txn: tuple[int, int], topic: str,
                              subscription: str | None = None) -> tuple[int | None, bool, bool]:
         """(coordinator status or None if unknown, registered for this participant,

@@ -30,13 +30,15 @@ class TransactionalAcks:
     async def _check_txn(self, txn: tuple[int, int]) -> None:
         store = self.log.store
         outcome = self.txn_outcomes.get(txn)
-        if outcome is None:
-            outcome = await store.outcome(self.log.topic_id, self.name, txn)
         if outcome is not None:
-            self.txn_outcomes[txn] = outcome
             raise await ended_txn_error(store, txn, outcome)
         if txn not in self._txn_registered:
-            status, registered, expired = await store.txn_registered(txn, self.log.name.full, self.name)
+            # The first ack of a transaction here: its outcome and registration in one query.
+            outcome, status, expired, registered = await store.txn_ack_check(
+                self.log.topic_id, self.log.name.full, self.name, txn)
+            if outcome is not None:
+                self.txn_outcomes[txn] = outcome
+                raise await ended_txn_error(store, txn, outcome)
             if status is None:
                 raise TransactionNotFound(f"transaction {txn_str(txn)} does not exist")
             if status != pb.TXN_OPEN:

@@ -109,11 +109,23 @@ class TxnBuffer:
     async def check_send(self, txn: TxnKey) -> TxnBuf:
         """A send is accepted only while the coordinator has this partition registered
         for an OPEN transaction (so no transaction is left hanging here)."""
-        buf = await self.state(txn)
+        buf = self.txns.get(txn)
+        if buf is None or (buf.committed is None and not buf.registered):
+            # A transaction's first send here: its buffer state and its registration in
+            # one query (this sits on every transaction's send path).
+            batches, messages, committed, status, expired, registered = \
+                await self.store.txn_send_check(self.topic_id, txn, self.topic)
+            if txn not in self.txns:
+                if committed is None:
+                    metrics.TB_ACTIVE.inc()
+                self.txns[txn] = TxnBuf(batches, messages, [] if batches == 0 else None,
+                                        committed=committed)
+            buf = self.txns[txn]
+        else:
+            status = expired = registered = None
         if buf.committed is not None:
             raise await ended_txn_error(self.store, txn, buf.committed)
         if not buf.registered:
-            status, registered, expired = await self.store.txn_registered(txn, self.topic)
             if status is None:
                 raise TransactionNotFound(f"transaction {txn_str(txn)} does not exist")
             if status != pb.TXN_OPEN:
