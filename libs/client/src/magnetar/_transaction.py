@@ -41,6 +41,7 @@ class Transaction:
         self._ops_idle = asyncio.Event()
         self._ops_idle.set()
         self._failure: BaseException | None = None
+        self._early: set[asyncio.Task] = set()  # registrations started at send time
 
     def __repr__(self) -> str:
         return f"Transaction({self.txn_id}, {self.state.value})"
@@ -104,6 +105,19 @@ class Transaction:
                 fut.exception()  # retrieved: the caller below re-raises it
                 self.mark_failed(exc)
         await asyncio.shield(fut)
+
+    def register_soon(self, topic: str) -> None:
+        """Start registering ``topic`` unless already started (the send awaits it)."""
+        if topic not in self._partitions:
+            task = asyncio.get_running_loop().create_task(self._register_quietly(topic))
+            self._early.add(task)  # a reference, so the task is not collected mid-flight
+            task.add_done_callback(self._early.discard)
+
+    async def _register_quietly(self, topic: str) -> None:
+        try:
+            await self.register_partition(topic)
+        except MagnetarError:
+            pass  # recorded (the transaction is spoiled); the send retries and reports it
 
     async def register_partition(self, topic: str) -> None:
         """Register ``topic`` with the coordinator (once) before sending to it."""
