@@ -232,14 +232,14 @@ async def test_keyed_messages_go_to_crc32_partition_and_unkeyed_rotate_per_batch
 async def test_transaction_ids_travel_with_transactional_batches(client, transport):
     producer = await client.create_producer("t")
     txn = aio.Transaction(client.core, magnetar.TxnID(3, 9), "http://coordinator", 60000)
-    transport.handlers["/v1/txn/add-partitions"] = lambda url, req: pb.AddPartitionToTxnResponse()
+    transport.handlers["/v1/txn/add-participants"] = lambda url, req: pb.AddParticipantsToTxnResponse()
     msg_id = await producer.send(b"in-txn", txn=txn)
     await producer.send(b"plain")
     in_txn, plain = batches(transport)
     assert (in_txn.txn.most_bits, in_txn.txn.least_bits) == (3, 9)
     assert not plain.HasField("txn")
     assert msg_id.entry_id() == -1  # positions of transactional messages come at commit
-    [register] = transport.sent("/v1/txn/add-partitions")
+    [register] = transport.sent("/v1/txn/add-participants")
     assert list(register.topics) == ["persistent://public/default/t"]
 
 
@@ -309,3 +309,21 @@ async def test_a_retry_goes_out_as_the_producer_the_reconnect_created(client, tr
     assert retry.producer_id == created[0].producer_id != first.producer_id
     assert retry.batch == first.batch
     assert len(transport.sent("/v1/sessions/open")) == 1
+
+
+async def test_a_transactions_registrations_of_one_turn_go_in_one_request(client, transport):
+    """Sends and an ack issued together register with the coordinator in one
+    AddParticipantsToTxn request; a later send to a known partition registers nothing."""
+    transport.handlers["/v1/txn/add-participants"] = lambda url, req: pb.AddParticipantsToTxnResponse()
+    transport.handlers["/v1/consumers/ack"] = lambda url, req: pb.AckResponse()
+    first = await client.create_producer("out-1")
+    second = await client.create_producer("out-2")
+    consumer = await client.subscribe("in", "sub")
+    txn = aio.Transaction(client.core, magnetar.TxnID(1, 5), "http://coordinator", 60000)
+    await asyncio.gather(first.send(b"a", txn=txn), second.send(b"b", txn=txn),
+                         consumer.acknowledge(magnetar.MessageId(-1, 3, 0), txn=txn))
+    await first.send(b"c", txn=txn)
+    # (The scripted transport names every partition "t".)
+    [register] = transport.sent("/v1/txn/add-participants")
+    assert list(register.topics) == ["persistent://public/default/t"]
+    assert [s.subscription for s in register.subscriptions] == ["sub"]

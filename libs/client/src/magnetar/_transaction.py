@@ -41,7 +41,8 @@ class Transaction:
         self._ops_idle = asyncio.Event()
         self._ops_idle.set()
         self._failure: BaseException | None = None
-        self._early: set[asyncio.Task] = set()  # registrations started at send time
+        self._early: set[asyncio.Task] = set()  # registration tasks in flight
+        self._to_register: list = []  # (registry, key, future) for the next request
 
     def __repr__(self) -> str:
         return f"Transaction({self.txn_id}, {self.state.value})"
@@ -91,26 +92,50 @@ class Transaction:
         if url:
             self.coordinator_url = url
 
-    async def _register(self, registry: dict, key, request_factory, path: str,
-                        response_type) -> None:
+    async def _register(self, registry: dict, key) -> None:
+        """Register a partition (key: topic) or subscription (key: (topic, name)) once.
+        Whatever the transaction asks to register within one event-loop turn goes to
+        the coordinator as one request (``/v1/txn/add-participants``)."""
         fut = registry.get(key)
         if fut is None:
-            fut = registry[key] = asyncio.get_running_loop().create_future()
-            try:
-                await self._call(path, request_factory(), response_type)
-                fut.set_result(None)
-            except Exception as exc:
-                del registry[key]
-                fut.set_exception(exc)
-                fut.exception()  # retrieved: the caller below re-raises it
-                self.mark_failed(exc)
+            loop = asyncio.get_running_loop()
+            fut = registry[key] = loop.create_future()
+            self._to_register.append((registry, key, fut))
+            if len(self._to_register) == 1:
+                loop.call_soon(self._flush_registrations)
         await asyncio.shield(fut)
+
+    def _flush_registrations(self) -> None:
+        batch, self._to_register = self._to_register, []
+        task = asyncio.get_running_loop().create_task(self._register_batch(batch))
+        self._early.add(task)  # a reference, so the task is not collected mid-flight
+        task.add_done_callback(self._early.discard)
+
+    async def _register_batch(self, batch: list) -> None:
+        request = pb.AddParticipantsToTxnRequest(txn=self.txn_id.to_wire())
+        for registry, key, _ in batch:
+            if registry is self._partitions:
+                request.topics.append(key)
+            else:
+                request.subscriptions.add(topic=key[0], subscription=key[1])
+        try:
+            await self._call("/v1/txn/add-participants", request, pb.AddParticipantsToTxnResponse)
+        except Exception as exc:
+            for registry, key, fut in batch:
+                if registry.get(key) is fut:
+                    del registry[key]  # a later operation may try again
+                fut.set_exception(exc)
+                fut.exception()  # retrieved: the callers re-raise it
+            self.mark_failed(exc)
+            return
+        for _, _, fut in batch:
+            fut.set_result(None)
 
     def register_soon(self, topic: str) -> None:
         """Start registering ``topic`` unless already started (the send awaits it)."""
         if topic not in self._partitions:
             task = asyncio.get_running_loop().create_task(self._register_quietly(topic))
-            self._early.add(task)  # a reference, so the task is not collected mid-flight
+            self._early.add(task)
             task.add_done_callback(self._early.discard)
 
     async def _register_quietly(self, topic: str) -> None:
@@ -121,20 +146,13 @@ class Transaction:
 
     async def register_partition(self, topic: str) -> None:
         """Register ``topic`` with the coordinator (once) before sending to it."""
-        await self._register(
-            self._partitions, topic,
-            lambda: pb.AddPartitionToTxnRequest(txn=self.txn_id.to_wire(), topics=[topic]),
-            "/v1/txn/add-partitions", pb.AddPartitionToTxnResponse)
+        await self._register(self._partitions, topic)
 
     async def ack(self, part, position: pb.Position, cumulative: bool, subscription: str) -> None:
         """Acknowledge in this transaction; waits for the broker (conflicts raise here)."""
         self.check_usable()
         try:
-            await self._register(
-                self._subscriptions, (part.topic, subscription),
-                lambda: pb.AddSubscriptionToTxnRequest(txn=self.txn_id.to_wire(), subscriptions=[
-                    pb.TxnSubscription(topic=part.topic, subscription=subscription)]),
-                "/v1/txn/add-subscriptions", pb.AddSubscriptionToTxnResponse)
+            await self._register(self._subscriptions, (part.topic, subscription))
             req = pb.AckRequest(positions=[position], txn=self.txn_id.to_wire(),
                                 ack_type=pb.ACK_CUMULATIVE if cumulative else pb.ACK_INDIVIDUAL)
             await part.call("/v1/consumers/ack", req, pb.AckResponse)  # current consumer id

@@ -563,6 +563,20 @@ class AddSubscriptionToTxnResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class AddParticipantsToTxnRequest(_message.Message):
+    __slots__ = ("txn", "topics", "subscriptions")
+    TXN_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    txn: TxnId
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    subscriptions: _containers.RepeatedCompositeFieldContainer[TxnSubscription]
+    def __init__(self, txn: _Optional[_Union[TxnId, _Mapping]] = ..., topics: _Optional[_Iterable[str]] = ..., subscriptions: _Optional[_Iterable[_Union[TxnSubscription, _Mapping]]] = ...) -> None: ...
+
+class AddParticipantsToTxnResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class EndTxnRequest(_message.Message):
     __slots__ = ("txn", "action", "expired")
     TXN_FIELD_NUMBER: _ClassVar[int]

@@ -19,6 +19,7 @@ def add_routes(app: FastAPI, service: CoordinatorService) -> None:
         ("/v1/txn/new", pb.NewTxnRequest, service.new_txn),
         ("/v1/txn/add-partitions", pb.AddPartitionToTxnRequest, service.add_partitions),
         ("/v1/txn/add-subscriptions", pb.AddSubscriptionToTxnRequest, service.add_subscriptions),
+        ("/v1/txn/add-participants", pb.AddParticipantsToTxnRequest, service.add_participants),
         ("/v1/txn/end", pb.EndTxnRequest, service.end),
         ("/v1/txn/status", pb.TxnStatusRequest, service.status),
     ]:

@@ -69,6 +69,28 @@ WITH fence AS (
 SELECT (SELECT count(*) FROM fence) AS fenced_ok, (SELECT status FROM txn) AS status,
        (SELECT count(*) FROM added) AS added;
 
+-- name: add_participants
+-- add_partitions and add_subscriptions in one statement.
+WITH fence AS (
+    SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
+), txn AS (
+    SELECT status FROM transactions WHERE coordinator_id = $1 AND txn_id = $3 FOR SHARE
+), parts AS (
+    INSERT INTO txn_partitions (coordinator_id, txn_id, topic)
+    SELECT $1, $3, t FROM unnest($4::text[]) AS t
+    WHERE EXISTS (SELECT 1 FROM fence) AND (SELECT status FROM txn) = 0
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+), subs AS (
+    INSERT INTO txn_subscriptions (coordinator_id, txn_id, topic, subscription)
+    SELECT $1, $3, s.topic, s.sub FROM unnest($5::text[], $6::text[]) AS s (topic, sub)
+    WHERE EXISTS (SELECT 1 FROM fence) AND (SELECT status FROM txn) = 0
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fence) AS fenced_ok, (SELECT status FROM txn) AS status,
+       (SELECT count(*) FROM parts) + (SELECT count(*) FROM subs) AS added;
+
 -- name: transition
 WITH fence AS (
     SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE

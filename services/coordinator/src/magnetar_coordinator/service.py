@@ -161,6 +161,20 @@ class CoordinatorService:
         metrics.APPEND_LOG.inc()
         return pb.AddSubscriptionToTxnResponse()
 
+    async def add_participants(self, req: pb.AddParticipantsToTxnRequest) -> pb.AddParticipantsToTxnResponse:
+        self._check_ready()
+        txn_id = self._txn_id(req.txn)
+        if not req.topics and not req.subscriptions:
+            raise BadRequest("add-participants: no topics or subscriptions given")
+        topics = [TopicName.parse(t).full for t in req.topics]
+        sub_topics = [TopicName.parse(s.topic).full for s in req.subscriptions]
+        subs = [validate_name_part("subscription", s.subscription) for s in req.subscriptions]
+        await self._authorize(txn_id, "add participants to a transaction")
+        status = await self._guard(self.store.add_participants(txn_id, topics, sub_topics, subs))
+        await self._require_open(txn_id, status, "add participants")
+        metrics.APPEND_LOG.inc()
+        return pb.AddParticipantsToTxnResponse()
+
     async def _require_open(self, txn_id: int, status: int, what: str) -> None:
         if status != sm.OPEN:  # the slow path: is it ended because its key was fenced?
             record = await self.store.get(txn_id)

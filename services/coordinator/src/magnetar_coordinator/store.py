@@ -116,6 +116,10 @@ class CoordinatorStore:
         """Register partitions if OPEN; return the transaction's status."""
         return await self._add("add_partitions", txn_id, topics)
 
+    async def add_participants(self, txn_id: int, topics: list[str], sub_topics: list[str],
+                               subs: list[str]) -> int:
+        return await self._add("add_participants", txn_id, topics, sub_topics, subs)
+
     async def add_subscriptions(self, txn_id: int, topics: list[str], subs: list[str]) -> int:
         return await self._add("add_subscriptions", txn_id, topics, subs)
 
