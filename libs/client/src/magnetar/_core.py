@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import ConnectError, MagnetarError, ServiceNotReady
@@ -12,6 +13,9 @@ from magnetar_protocol.topics import TopicName
 
 from magnetar._retry import retry, deadline_after
 from magnetar._session import Sessions
+
+# Coordinators move rarely (a restart keeps the id); a failed call looks them up again.
+COORDINATORS_TTL_S = 30.0
 
 log = logging.getLogger("magnetar.client")
 
@@ -38,6 +42,8 @@ class Core:
         self.sessions = Sessions(self.call, operation_timeout_s)
         self._rr = itertools.count()
         self.closed = False
+        self._coordinators: dict[int, str] = {}
+        self._coordinators_at = float("-inf")
 
     async def call(self, url: str, path: str, request, response_type, timeout: float | None = None):
         """One request through the transport (operation timeout by default)."""
@@ -90,11 +96,16 @@ class Core:
 
     # ---------------------------------------------------------------- coordinators
 
-    async def coordinators(self) -> dict[int, str]:
-        """The live transaction coordinators: id -> URL."""
-        reply = await self.any_broker("/v1/txn/coordinators", pb.LookupCoordinatorsRequest(),
-                                      pb.LookupCoordinatorsResponse)
-        return {c.coordinator_id: c.url.rstrip("/") for c in reply.coordinators}
+    async def coordinators(self, fresh: bool = False) -> dict[int, str]:
+        """The live transaction coordinators: id -> URL.  Looked up once and kept
+        (COORDINATORS_TTL_S at most); ``fresh`` after a coordinator failed us."""
+        now = time.monotonic()
+        if fresh or not self._coordinators or now - self._coordinators_at > COORDINATORS_TTL_S:
+            reply = await self.any_broker("/v1/txn/coordinators", pb.LookupCoordinatorsRequest(),
+                                          pb.LookupCoordinatorsResponse)
+            self._coordinators = {c.coordinator_id: c.url.rstrip("/") for c in reply.coordinators}
+            self._coordinators_at = now
+        return self._coordinators
 
     async def close(self) -> None:
         """Close the sessions and the transport."""

@@ -79,8 +79,12 @@ class KeyConnection:
         if self.epoch < 0:
             await self.connect(-1)
 
+        failed = False
+
         async def attempt() -> Transaction:
-            url = (await self.core.coordinators()).get(self.coordinator_id)
+            nonlocal failed
+            url = (await self.core.coordinators(fresh=failed)).get(self.coordinator_id)
+            failed = True  # a retry (if any) looks the coordinators up again
             if url is None:
                 raise TransactionCoordinatorNotFoundError(
                     f"coordinator {self.coordinator_id}, which transaction key {self.key!r} is "

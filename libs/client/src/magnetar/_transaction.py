@@ -86,7 +86,7 @@ class Transaction:
 
     async def _resolve_coordinator(self) -> None:
         try:
-            url = (await self.core.coordinators()).get(self.txn_id.most_bits)
+            url = (await self.core.coordinators(fresh=True)).get(self.txn_id.most_bits)
         except MagnetarError:
             return
         if url:
@@ -217,15 +217,22 @@ async def open_transaction(core: Core, timeout_ms: int) -> Transaction:
     """Open a transaction on one of the coordinators (round robin)."""
     check_timeout(timeout_ms)
 
+    failed = False
+
     async def attempt() -> Transaction:
-        coordinators = await core.coordinators()
+        nonlocal failed
+        coordinators = await core.coordinators(fresh=failed)
         if not coordinators:
             raise TransactionCoordinatorNotFoundError("no transaction coordinator is running")
         ids = sorted(coordinators)
         tcid = ids[next(core._rr) % len(ids)]  # spread transactions over the coordinators
         url = coordinators[tcid]
-        reply = await core.call(url, "/v1/txn/new", pb.NewTxnRequest(timeout_ms=timeout_ms),
-                                pb.NewTxnResponse)
+        try:
+            reply = await core.call(url, "/v1/txn/new", pb.NewTxnRequest(timeout_ms=timeout_ms),
+                                    pb.NewTxnResponse)
+        except MagnetarError:
+            failed = True  # the next attempt looks the coordinators up again
+            raise
         return Transaction(core, TxnID(reply.txn.most_bits, reply.txn.least_bits), url, timeout_ms)
 
     return await core.with_retries("new transaction", attempt)
