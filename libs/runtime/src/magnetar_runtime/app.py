@@ -127,6 +127,37 @@ def proto_route(
 
     app.router.routes.append(Route(path, endpoint, methods=["POST"]))
 
+    async def direct(scope, receive, send) -> None:
+        response = await endpoint(Request(scope, receive))
+        await response(scope, receive, send)
+
+    # The same endpoint for FastPath, behind the same authentication as the app's.
+    auth = getattr(app.state, "auth", None)
+    fast = getattr(app.state, "fast_routes", None)
+    if fast is None:
+        fast = app.state.fast_routes = {}
+    fast[path] = AuthMiddleware(direct, auth) if auth is not None else direct
+
+
+class FastPath:
+    """The ASGI entry point services run: a POST to a protobuf route goes straight to its
+    endpoint (one dict lookup, then authentication) instead of through FastAPI's
+    middleware stack and the router's regex scan, which a profile put at a third of a
+    service's time on the transaction path.  Everything else (JSON, probes, lifespan)
+    goes to the app unchanged."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            fast = getattr(self.app.state, "fast_routes", None)
+            endpoint = fast.get(scope["path"]) if fast else None
+            if endpoint is not None:
+                await endpoint(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
 
 def service_app(name: str, settings, make_service, add_routes) -> FastAPI:
     """The app of a service with a database pool and a ``service`` object that has

@@ -7,6 +7,7 @@ import gc
 
 import uvicorn
 
+from magnetar_runtime.app import FastPath
 from magnetar_runtime.logs import configure_logging
 from magnetar_runtime.settings import ServiceSettings
 
@@ -19,7 +20,7 @@ def serve(app, settings: ServiceSettings, service: str) -> None:
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
     config = uvicorn.Config(
-        app,
+        FastPath(app),  # protobuf routes skip the middleware stack (app.py)
         host=settings.host,
         port=settings.port,
         loop="uvloop",
@@ -29,5 +30,8 @@ def serve(app, settings: ServiceSettings, service: str) -> None:
         timeout_graceful_shutdown=10,
         # A broker holds long-poll fetches open; keep idle connections long enough.
         timeout_keep_alive=75,
+        # Services are reached directly (or through a Kubernetes Service), not through
+        # proxies whose X-Forwarded-* headers they would need to trust.
+        proxy_headers=False,
     )
     uvicorn.Server(config).run()
