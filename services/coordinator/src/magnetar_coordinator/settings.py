@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import socket
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from magnetar_runtime.settings import ServiceSettings
 
@@ -22,6 +22,13 @@ class CoordinatorSettings(ServiceSettings):
     ended_retention_s: int = Field(24 * 3600, ge=0)
     txn_id_block: int = Field(1000, gt=0)
     broker_request_timeout_ms: int = Field(10_000, gt=0)
+
+    @field_validator("coordinator_id", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value):
+        # Kubernetes sets MAGNETAR_COORDINATOR_ID from the pod-index label; on clusters
+        # without that label it is empty, and the hostname's ordinal is used instead.
+        return None if value == "" else value
 
     def resolved_coordinator_id(self) -> int:
         if self.coordinator_id is not None:

@@ -1,0 +1,156 @@
+{{- define "magnetar.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "magnetar.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* selector labels of one component: (dict "ctx" $ "component" "broker") */}}
+{{- define "magnetar.selector" -}}
+app.kubernetes.io/name: {{ .ctx.Chart.Name }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "magnetar.image" -}}
+{{ printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end -}}
+
+{{- define "magnetar.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{ default (include "magnetar.fullname" .) .Values.serviceAccount.name }}
+{{- else -}}
+{{ default "default" .Values.serviceAccount.name }}
+{{- end -}}
+{{- end -}}
+
+{{- define "magnetar.dbSecretName" -}}
+{{- if .Values.database.external.existingSecret -}}
+{{ .Values.database.external.existingSecret }}
+{{- else -}}
+{{ include "magnetar.fullname" . }}-database
+{{- end -}}
+{{- end -}}
+
+{{- define "magnetar.dbSecretKey" -}}
+{{- if .Values.database.external.existingSecret -}}
+{{ .Values.database.external.existingSecretKey }}
+{{- else -}}
+url
+{{- end -}}
+{{- end -}}
+
+{{- define "magnetar.authSecretName" -}}
+{{ default (printf "%s-auth" (include "magnetar.fullname" .)) .Values.auth.jwt.existingSecret }}
+{{- end -}}
+
+{{/* Environment every service gets; the same variable names `magnetar-local` sets. */}}
+{{- define "magnetar.env" -}}
+- name: MAGNETAR_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "magnetar.dbSecretName" .ctx }}
+      key: {{ include "magnetar.dbSecretKey" .ctx }}
+- name: MAGNETAR_HOST
+  value: "0.0.0.0"
+- name: MAGNETAR_PORT
+  value: "8080"
+- name: MAGNETAR_LOG_FORMAT
+  value: json
+- name: MAGNETAR_AUTH_ENABLED
+  value: {{ .ctx.Values.auth.enabled | quote }}
+- name: MAGNETAR_AUTH_SUPERUSER_ROLES
+  value: {{ join "," .ctx.Values.auth.superuserRoles | quote }}
+{{- if .ctx.Values.auth.enabled }}
+{{- if .ctx.Values.auth.jwt.publicKey }}
+- name: MAGNETAR_AUTH_JWT_PUBLIC_KEY
+  valueFrom:
+    secretKeyRef: {name: {{ include "magnetar.authSecretName" .ctx }}, key: jwt-public-key}
+{{- else }}
+- name: MAGNETAR_AUTH_JWT_SECRET
+  valueFrom:
+    secretKeyRef: {name: {{ include "magnetar.authSecretName" .ctx }}, key: jwt-secret}
+{{- end }}
+- name: MAGNETAR_AUTH_SERVICE_TOKEN
+  valueFrom:
+    secretKeyRef: {name: {{ include "magnetar.authSecretName" .ctx }}, key: service-token, optional: true}
+{{- end }}
+{{- range $name, $value := .values.config }}
+- name: {{ printf "MAGNETAR_%s" ($name | snakecase | upper) }}
+  value: {{ $value | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "magnetar.probes" -}}
+{{- with .startup }}{{ if .enabled }}
+startupProbe:
+  httpGet: {path: /healthz, port: http}
+  periodSeconds: {{ .periodSeconds }}
+  failureThreshold: {{ .failureThreshold }}
+{{- end }}{{ end }}
+{{- with .readiness }}{{ if .enabled }}
+readinessProbe:
+  httpGet: {path: /readyz, port: http}
+  periodSeconds: {{ .periodSeconds }}
+  failureThreshold: {{ .failureThreshold }}
+{{- end }}{{ end }}
+{{- with .liveness }}{{ if .enabled }}
+livenessProbe:
+  httpGet: {path: /healthz, port: http}
+  periodSeconds: {{ .periodSeconds }}
+  failureThreshold: {{ .failureThreshold }}
+{{- end }}{{ end }}
+{{- end -}}
+
+{{/* The pod spec shared by every service: (dict "ctx" $ "values" .Values.broker "component" "broker" "command" "magnetar-broker" "extraEnv" list) */}}
+{{- define "magnetar.podSpec" -}}
+serviceAccountName: {{ include "magnetar.serviceAccountName" .ctx }}
+automountServiceAccountToken: false
+terminationGracePeriodSeconds: {{ .values.terminationGracePeriodSeconds }}
+securityContext: {{- toYaml .ctx.Values.podSecurityContext | nindent 2 }}
+{{- with .ctx.Values.imagePullSecrets }}
+imagePullSecrets: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if .ctx.Values.migration.initContainers }}
+initContainers:
+  - name: migrate
+    image: {{ include "magnetar.image" .ctx }}
+    imagePullPolicy: {{ .ctx.Values.image.pullPolicy }}
+    command: ["magnetar-migrate"]
+    env:
+      - name: MAGNETAR_DATABASE_URL
+        valueFrom:
+          secretKeyRef:
+            name: {{ include "magnetar.dbSecretName" .ctx }}
+            key: {{ include "magnetar.dbSecretKey" .ctx }}
+    resources: {{- toYaml .ctx.Values.migration.resources | nindent 6 }}
+    securityContext: {{- toYaml .ctx.Values.securityContext | nindent 6 }}
+{{- end }}
+containers:
+  - name: {{ .component }}
+    image: {{ include "magnetar.image" .ctx }}
+    imagePullPolicy: {{ .ctx.Values.image.pullPolicy }}
+    command: [{{ .command | quote }}]
+    ports:
+      - {name: http, containerPort: 8080, protocol: TCP}
+    env:
+      {{- with .extraEnv }}{{ toYaml . | nindent 6 }}{{ end }}
+      {{- include "magnetar.env" . | nindent 6 }}
+    {{- include "magnetar.probes" .values.probes | nindent 4 }}
+    resources: {{- toYaml .values.resources | nindent 6 }}
+    securityContext: {{- toYaml .ctx.Values.securityContext | nindent 6 }}
+    volumeMounts:
+      - {name: tmp, mountPath: /tmp}
+volumes:
+  - name: tmp
+    emptyDir: {}
+{{- end -}}
