@@ -24,3 +24,10 @@ def test_no_id_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(socket, "gethostname", lambda: "laptop")
     with pytest.raises(SystemExit, match="MAGNETAR_COORDINATOR_ID"):
         CoordinatorSettings().resolved_coordinator_id()
+
+
+def test_an_empty_id_falls_back_to_the_hostname(monkeypatch):
+    """The chart sets the id from the pod-index label, empty where the label is missing."""
+    monkeypatch.setenv("MAGNETAR_COORDINATOR_ID", "")
+    monkeypatch.setattr(socket, "gethostname", lambda: "release-magnetar-coordinator-4")
+    assert CoordinatorSettings().resolved_coordinator_id() == 4
