@@ -114,7 +114,7 @@ livenessProbe:
 {{/* The pod spec shared by every service: (dict "ctx" $ "values" .Values.broker "component" "broker" "command" "magnetar-broker" "extraEnv" list) */}}
 {{- define "magnetar.podSpec" -}}
 serviceAccountName: {{ include "magnetar.serviceAccountName" .ctx }}
-automountServiceAccountToken: false
+automountServiceAccountToken: {{ .automount | default false }}
 terminationGracePeriodSeconds: {{ .values.terminationGracePeriodSeconds }}
 securityContext: {{- toYaml .ctx.Values.podSecurityContext | nindent 2 }}
 {{- with .ctx.Values.imagePullSecrets }}

@@ -73,7 +73,8 @@ def test_probes_security_and_graceful_shutdown_on_every_service():
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
         assert pod["terminationGracePeriodSeconds"] >= 15
-        assert pod["automountServiceAccountToken"] is False
+        # Only the admin (scale endpoint) talks to the Kubernetes API.
+        assert pod["automountServiceAccountToken"] is (workload["metadata"]["name"] == "rel-magnetar-admin")
         assert pod["initContainers"][0]["command"] == ["magnetar-migrate"]
         assert container["resources"]["requests"]
 
@@ -95,9 +96,20 @@ def test_secrets_auth_and_no_kubernetes_api_rights():
     env = env_of(by_kind(objects, "StatefulSet")["rel-magnetar-broker"])
     assert env["MAGNETAR_AUTH_ENABLED"]["value"] == "true"  # on by default in the chart
     assert env["MAGNETAR_AUTH_JWT_SECRET"]["valueFrom"]["secretKeyRef"]["name"] == "rel-magnetar-auth"
-    # The services call no Kubernetes API: no Role, no binding.
-    assert not [o for o in objects if o["kind"] in ("Role", "ClusterRole", "RoleBinding",
-                                                    "ClusterRoleBinding")]
+    # The one Kubernetes API call: the admin's coordinator scale endpoint.
+    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    [role] = by_kind(objects, "Role").values()
+    assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["statefulsets/scale"],
+                              "resourceNames": ["rel-magnetar-coordinator"],
+                              "verbs": ["get", "patch"]}]
+    [binding] = by_kind(objects, "RoleBinding").values()
+    assert binding["subjects"][0]["name"] == "rel-magnetar"
+    deployments = by_kind(objects, "Deployment")
+    admin_pod = deployments["rel-magnetar-admin"]["spec"]["template"]["spec"]
+    assert admin_pod["automountServiceAccountToken"] is True  # it calls the API
+    admin_env = env_of(deployments["rel-magnetar-admin"])
+    assert admin_env["MAGNETAR_COORDINATOR_STATEFULSET"]["value"] == "rel-magnetar-coordinator"
+    assert admin_env["MAGNETAR_KUBERNETES_NAMESPACE"]["value"] == "ns"
     rs256 = render(*VALUE_SETS["auth on with RS256"])
     assert set(by_kind(rs256, "Secret")["rel-magnetar-auth"]["data"]) == {"jwt-public-key",
                                                                           "service-token"}

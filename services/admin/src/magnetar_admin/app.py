@@ -29,6 +29,7 @@ from magnetar_runtime.serve import serve
 from magnetar_storage.db import create_pool
 
 from magnetar_admin.api import add_routes
+from magnetar_admin.api_kubernetes import add_kubernetes_routes
 from magnetar_admin.api_transaction_keys import add_transaction_key_routes
 from magnetar_admin.api_transactions import add_transaction_routes
 from magnetar_admin.service import AdminService
@@ -64,6 +65,7 @@ def build_app(settings: AdminSettings | None = None) -> FastAPI:
     add_routes(app, settings.cluster_name)
     add_transaction_routes(app)
     add_transaction_key_routes(app)
+    add_kubernetes_routes(app)
     add_error_handlers(app)
     return app
 

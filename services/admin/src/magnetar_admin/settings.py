@@ -17,3 +17,8 @@ class AdminSettings(ServiceSettings):
     # Upper bound of a partitioned topic's partition count (Pulsar's
     # maxNumPartitionsPerPartitionedTopic; every partition is a row and a lease).
     max_partitions: int = Field(4096, gt=0)
+    # The coordinator StatefulSet the scale endpoint patches (the chart sets both).
+    kubernetes_namespace: str = "default"
+    coordinator_statefulset: str = "magnetar-coordinator"
+    # Kubernetes API base URL; empty: in-cluster configuration (tests point it at a stand-in).
+    kubernetes_api_url: str = ""
