@@ -73,7 +73,8 @@ def transaction_key_routes() -> APIRouter:
                         pageToken: str | None = None) -> dict:  # noqa: N803
         owner = _owner_for(request, owner, "listing transaction keys")
         after = _untoken(pageToken) if pageToken else (None, None)
-        rows = await service.store.pool.fetch(Q["list_keys"], owner, after[0], after[1], pageSize + 1)
+        rows = await service.store.pool.fetch(Q["list_keys"], owner, after[0], after[1],
+                                              pageSize + 1, None)
         page, more = rows[:pageSize], len(rows) > pageSize
         return {"transactionKeys": [key_json(r) for r in page],
                 "nextPageToken": _token(page[-1]["owner"], page[-1]["transaction_key"]) if more else None}
@@ -82,7 +83,7 @@ def transaction_key_routes() -> APIRouter:
     async def get_key(key: str, request: Request, service: Service, owner: str | None = None) -> dict:
         _check_key(key)
         owner = _owner_for(request, owner, f"reading transaction key {key!r}") or current_role()
-        row = await service.store.pool.fetchrow(Q["get_key"], owner, key)
+        row = await service.store.pool.fetchrow(Q["list_keys"], owner, None, None, 1, key)
         if row is None:
             raise TransactionKeyNotFound(f"transaction key {identity(owner, key)!r} does not exist")
         return key_json(row)

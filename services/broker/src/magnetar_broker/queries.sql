@@ -214,14 +214,6 @@ SELECT (SELECT committed FROM txn_outcomes o
 FROM (SELECT 1) AS one
 LEFT JOIN transactions t ON t.coordinator_id = $1 AND t.txn_id = $2;
 
--- name: txn_registered
--- Whether the coordinator registered this partition for the transaction, and its status.
-SELECT t.status, t.expired,
-       EXISTS (SELECT 1 FROM txn_partitions p
-               WHERE p.coordinator_id = t.coordinator_id AND p.txn_id = t.txn_id AND p.topic = $3)
-       AS registered
-FROM transactions t WHERE t.coordinator_id = $1 AND t.txn_id = $2;
-
 -- name: txn_expired
 -- Whether fencing of the transaction's key aborted it (seed 000): its holder's later
 -- operations get ExpiredTransactionError.
@@ -251,14 +243,6 @@ WHERE topic_id = $1 AND subscription = $2;
 SELECT committed FROM txn_outcomes
 WHERE topic_id = $1 AND subscription = $2 AND txn_most = $3 AND txn_least = $4;
 
--- name: txn_sub_registered
-SELECT t.status, t.expired,
-       EXISTS (SELECT 1 FROM txn_subscriptions s
-               WHERE s.coordinator_id = t.coordinator_id AND s.txn_id = t.txn_id
-                 AND s.topic = $3 AND s.subscription = $4)
-       AS registered
-FROM transactions t WHERE t.coordinator_id = $1 AND t.txn_id = $2;
-
 -- name: delete_pending_acks_many
 DELETE FROM pending_acks p
 USING unnest($3::bigint[], $4::bigint[]) AS t (most, least)
@@ -270,3 +254,13 @@ SELECT $1, $2, a.* FROM unnest($3::bigint[], $4::integer[], $5::bigint[], $6::bi
     AS a (entry_id, batch_index, most, least, cumulative)
 ON CONFLICT (topic_id, subscription, entry_id, batch_index) DO UPDATE
     SET txn_most = excluded.txn_most, txn_least = excluded.txn_least, cumulative = excluded.cumulative;
+
+-- name: live_coordinators
+-- Discovery for clients (/v1/txn/coordinators).
+SELECT coordinator_id, url FROM coordinators
+WHERE heartbeat_at > now() - make_interval(secs => $1::float8) ORDER BY coordinator_id;
+
+-- name: live_registries
+-- Discovery for keyed clients (/v1/registry/lookup).
+SELECT DISTINCT url FROM registries
+WHERE heartbeat_at > now() - make_interval(secs => $1::float8) ORDER BY url;

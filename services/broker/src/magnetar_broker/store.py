@@ -155,16 +155,6 @@ class BrokerStore:
         row = await self.pool.fetchrow(Q["txn_ack_check"], *txn, topic, subscription, topic_id)
         return row["committed"], row["status"], row["expired"], row["registered"]
 
-    async def txn_registered(self, txn: tuple[int, int], topic: str,
-                             subscription: str | None = None) -> tuple[int | None, bool, bool]:
-        """(coordinator status or None if unknown, registered for this participant,
-        aborted because its key was fenced)."""
-        if subscription is None:
-            row = await self.pool.fetchrow(Q["txn_registered"], *txn, topic)
-        else:
-            row = await self.pool.fetchrow(Q["txn_sub_registered"], *txn, topic, subscription)
-        return (row["status"], row["registered"], row["expired"]) if row else (None, False, False)
-
     async def txn_expired(self, txn: tuple[int, int]) -> bool:
         return bool(await self.pool.fetchval(Q["txn_expired"], *txn))
 

@@ -12,16 +12,9 @@ from magnetar_protocol.topics import TopicName, validate_name_part
 
 from magnetar_broker.cursor import Cursor
 from magnetar_broker.service import BrokerService
+from magnetar_broker.store import Q
 from magnetar_broker.subscription import Subscription
 
-LIVE_COORDINATORS = """
-SELECT coordinator_id, url FROM coordinators
-WHERE heartbeat_at > now() - make_interval(secs => $1::float8) ORDER BY coordinator_id
-"""
-LIVE_REGISTRIES = """
-SELECT DISTINCT url FROM registries
-WHERE heartbeat_at > now() - make_interval(secs => $1::float8) ORDER BY url
-"""
 
 
 class TxnHandlers:
@@ -30,13 +23,13 @@ class TxnHandlers:
 
     async def coordinators(self, _: pb.LookupCoordinatorsRequest) -> pb.LookupCoordinatorsResponse:
         rows = await self.service.store.pool.fetch(
-            LIVE_COORDINATORS, self.service.settings.lease_ttl_ms / 1000)
+            Q["live_coordinators"], self.service.settings.lease_ttl_ms / 1000)
         return pb.LookupCoordinatorsResponse(
             coordinators=[pb.CoordinatorInfo(coordinator_id=r[0], url=r[1]) for r in rows])
 
     async def registries(self, _: pb.LookupRegistryRequest) -> pb.LookupRegistryResponse:
         rows = await self.service.store.pool.fetch(
-            LIVE_REGISTRIES, self.service.settings.lease_ttl_ms / 1000)
+            Q["live_registries"], self.service.settings.lease_ttl_ms / 1000)
         return pb.LookupRegistryResponse(urls=[r[0] for r in rows])
 
     async def end_on_partition(self, req: pb.EndTxnOnPartitionRequest) -> pb.EndTxnOnPartitionResponse:

@@ -39,36 +39,6 @@ SELECT $1, $3, 0, $4::bigint, now() + make_interval(secs => $4::bigint / 1000.0)
 WHERE EXISTS (SELECT 1 FROM fence)
 RETURNING deadline_at;
 
--- name: add_partitions
-WITH fence AS (
-    SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
-), txn AS (
-    SELECT status FROM transactions WHERE coordinator_id = $1 AND txn_id = $3 FOR SHARE
-), added AS (
-    INSERT INTO txn_partitions (coordinator_id, txn_id, topic)
-    SELECT $1, $3, t FROM unnest($4::text[]) AS t
-    WHERE EXISTS (SELECT 1 FROM fence) AND (SELECT status FROM txn) = 0
-    ON CONFLICT DO NOTHING
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM fence) AS fenced_ok, (SELECT status FROM txn) AS status,
-       (SELECT count(*) FROM added) AS added;
-
--- name: add_subscriptions
-WITH fence AS (
-    SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
-), txn AS (
-    SELECT status FROM transactions WHERE coordinator_id = $1 AND txn_id = $3 FOR SHARE
-), added AS (
-    INSERT INTO txn_subscriptions (coordinator_id, txn_id, topic, subscription)
-    SELECT $1, $3, s.topic, s.sub FROM unnest($4::text[], $5::text[]) AS s (topic, sub)
-    WHERE EXISTS (SELECT 1 FROM fence) AND (SELECT status FROM txn) = 0
-    ON CONFLICT DO NOTHING
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM fence) AS fenced_ok, (SELECT status FROM txn) AS status,
-       (SELECT count(*) FROM added) AS added;
-
 -- name: add_participants
 -- add_partitions and add_subscriptions in one statement.
 WITH fence AS (

@@ -137,43 +137,31 @@ class CoordinatorService:
         return pb.NewTxnResponse(txn=pb.TxnId(most_bits=self.tcid, least_bits=txn_id), timeout_ms=timeout)
 
     async def add_partitions(self, req: pb.AddPartitionToTxnRequest) -> pb.AddPartitionToTxnResponse:
-        self._check_ready()
-        txn_id = self._txn_id(req.txn)
-        if not req.topics:
-            raise BadRequest("add-partitions: no topics given")
-        topics = [TopicName.parse(t).full for t in req.topics]
-        await self._authorize(txn_id, "add partitions to a transaction")
-        status = await self._guard(self.store.add_partitions(txn_id, topics))
-        await self._require_open(txn_id, status, "add partitions")
-        metrics.APPEND_LOG.inc()
+        await self._register(req.txn, req.topics, [], "add-partitions")
         return pb.AddPartitionToTxnResponse()
 
     async def add_subscriptions(self, req: pb.AddSubscriptionToTxnRequest) -> pb.AddSubscriptionToTxnResponse:
-        self._check_ready()
-        txn_id = self._txn_id(req.txn)
-        if not req.subscriptions:
-            raise BadRequest("add-subscriptions: no subscriptions given")
-        topics = [TopicName.parse(s.topic).full for s in req.subscriptions]
-        subs = [validate_name_part("subscription", s.subscription) for s in req.subscriptions]
-        await self._authorize(txn_id, "add subscriptions to a transaction")
-        status = await self._guard(self.store.add_subscriptions(txn_id, topics, subs))
-        await self._require_open(txn_id, status, "add subscriptions")
-        metrics.APPEND_LOG.inc()
+        await self._register(req.txn, [], req.subscriptions, "add-subscriptions")
         return pb.AddSubscriptionToTxnResponse()
 
     async def add_participants(self, req: pb.AddParticipantsToTxnRequest) -> pb.AddParticipantsToTxnResponse:
-        self._check_ready()
-        txn_id = self._txn_id(req.txn)
-        if not req.topics and not req.subscriptions:
-            raise BadRequest("add-participants: no topics or subscriptions given")
-        topics = [TopicName.parse(t).full for t in req.topics]
-        sub_topics = [TopicName.parse(s.topic).full for s in req.subscriptions]
-        subs = [validate_name_part("subscription", s.subscription) for s in req.subscriptions]
-        await self._authorize(txn_id, "add participants to a transaction")
-        status = await self._guard(self.store.add_participants(txn_id, topics, sub_topics, subs))
-        await self._require_open(txn_id, status, "add participants")
-        metrics.APPEND_LOG.inc()
+        await self._register(req.txn, req.topics, req.subscriptions, "add-participants")
         return pb.AddParticipantsToTxnResponse()
+
+    async def _register(self, txn: pb.TxnId, topics, subscriptions, what: str) -> None:
+        """The one registration path (partitions and/or subscriptions), durable and
+        only while the transaction is OPEN."""
+        self._check_ready()
+        txn_id = self._txn_id(txn)
+        if not topics and not subscriptions:
+            raise BadRequest(f"{what}: no topics or subscriptions given")
+        partitions = [TopicName.parse(t).full for t in topics]
+        sub_topics = [TopicName.parse(s.topic).full for s in subscriptions]
+        subs = [validate_name_part("subscription", s.subscription) for s in subscriptions]
+        await self._authorize(txn_id, f"{what} on a transaction")
+        status = await self._guard(self.store.add_participants(txn_id, partitions, sub_topics, subs))
+        await self._require_open(txn_id, status, what)
+        metrics.APPEND_LOG.inc()
 
     async def _require_open(self, txn_id: int, status: int, what: str) -> None:
         if status != sm.OPEN:  # the slow path: is it ended because its key was fenced?

@@ -104,8 +104,11 @@ class CoordinatorStore:
             raise self._fenced()
         return bool(row["moved"]), bool(row["key_ok"])
 
-    async def _add(self, query: str, txn_id: int, *arrays) -> int | None:
-        row = await self.pool.fetchrow(Q[query], self.tcid, self.fence_epoch, txn_id, *arrays)
+    async def add_participants(self, txn_id: int, topics: list[str], sub_topics: list[str],
+                               subs: list[str]) -> int:
+        """Register partitions and subscriptions if OPEN; return the transaction's status."""
+        row = await self.pool.fetchrow(Q["add_participants"], self.tcid, self.fence_epoch, txn_id,
+                                       topics, sub_topics, subs)
         if not row["fenced_ok"]:
             raise self._fenced()
         if row["status"] is None:
@@ -113,15 +116,7 @@ class CoordinatorStore:
         return row["status"]
 
     async def add_partitions(self, txn_id: int, topics: list[str]) -> int:
-        """Register partitions if OPEN; return the transaction's status."""
-        return await self._add("add_partitions", txn_id, topics)
-
-    async def add_participants(self, txn_id: int, topics: list[str], sub_topics: list[str],
-                               subs: list[str]) -> int:
-        return await self._add("add_participants", txn_id, topics, sub_topics, subs)
-
-    async def add_subscriptions(self, txn_id: int, topics: list[str], subs: list[str]) -> int:
-        return await self._add("add_subscriptions", txn_id, topics, subs)
+        return await self.add_participants(txn_id, topics, [], [])
 
     async def transition(self, txn_id: int, current: int, target: int, timed_out: bool = False) -> bool:
         """Compare-and-set the status; False if it was no longer ``current``."""
