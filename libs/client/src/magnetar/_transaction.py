@@ -96,6 +96,10 @@ class Transaction:
         """Register a partition (key: topic) or subscription (key: (topic, name)) once.
         Whatever the transaction asks to register within one event-loop turn goes to
         the coordinator as one request (``/v1/txn/add-participants``)."""
+        await asyncio.shield(self._registration(registry, key))
+
+    def _registration(self, registry: dict, key) -> asyncio.Future:
+        """The future of ``key``'s registration, queued for the next request if new."""
         fut = registry.get(key)
         if fut is None:
             loop = asyncio.get_running_loop()
@@ -103,7 +107,7 @@ class Transaction:
             self._to_register.append((registry, key, fut))
             if len(self._to_register) == 1:
                 loop.call_soon(self._flush_registrations)
-        await asyncio.shield(fut)
+        return fut
 
     def _flush_registrations(self) -> None:
         batch, self._to_register = self._to_register, []
@@ -132,17 +136,9 @@ class Transaction:
             fut.set_result(None)
 
     def register_soon(self, topic: str) -> None:
-        """Start registering ``topic`` unless already started (the send awaits it)."""
-        if topic not in self._partitions:
-            task = asyncio.get_running_loop().create_task(self._register_quietly(topic))
-            self._early.add(task)
-            task.add_done_callback(self._early.discard)
-
-    async def _register_quietly(self, topic: str) -> None:
-        try:
-            await self.register_partition(topic)
-        except MagnetarError:
-            pass  # recorded (the transaction is spoiled); the send retries and reports it
+        """Start registering ``topic`` now (the send awaits the same registration); a
+        failure is recorded on the transaction and raised to that send."""
+        self._registration(self._partitions, topic)
 
     async def register_partition(self, topic: str) -> None:
         """Register ``topic`` with the coordinator (once) before sending to it."""
