@@ -18,6 +18,10 @@ from magnetar_protocol.errors import AuthenticationError, AuthorizationError, Ma
 from magnetar_runtime.roles import ANONYMOUS, Roles
 
 _role: contextvars.ContextVar[str] = contextvars.ContextVar("magnetar_role", default=ANONYMOUS)
+# The Kubernetes API server's service proxy consumes `Authorization` (it authenticates
+# the kubectl user with it and does not pass it on), so a caller behind it (the kubectl
+# plugin) sends the Magnetar token in this header instead; when present it wins.
+ALT_AUTHORIZATION = b"x-magnetar-authorization"
 # Paths open without a token: probes and Prometheus must not need credentials.
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
@@ -53,7 +57,8 @@ class Authenticator:
         if not authorization or not authorization.lower().startswith("bearer "):
             raise AuthenticationError(
                 "authentication is required: send 'Authorization: Bearer <JWT>' "
-                "(client: auth_token=...)")
+                "(or 'X-Magnetar-Authorization: Bearer <JWT>' through a proxy that takes "
+                "Authorization; client: auth_token=...)")
         try:
             claims = jwt.decode(authorization[7:].strip(), self._key, algorithms=self._algorithms,
                                 options={"require": ["sub"]})
@@ -89,11 +94,14 @@ class AuthMiddleware:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS or not self.auth.enabled:
             await self.app(scope, receive, send)
             return
-        header = None
+        header = alt = None
         for name, value in scope["headers"]:
             if name == b"authorization":
                 header = value.decode("latin-1")
-                break
+            elif name == ALT_AUTHORIZATION:
+                alt = value.decode("latin-1")
+        if alt is not None:
+            header = alt
         try:
             role = self.auth.role_of(header)
             if self.auth.path_rule is not None:
