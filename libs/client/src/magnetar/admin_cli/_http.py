@@ -103,6 +103,10 @@ def refusal(status: int, payload: bytes) -> Refused:
         answer = json.loads(payload)
     except ValueError:
         answer = None
+    if isinstance(answer, dict) and answer.get("kind") == "Status" and answer.get("message"):
+        # The Kubernetes API server's own refusal (kubectl plugin): its `reason` is a bare
+        # word such as NotFound, the sentence is in `message`.
+        return Refused(status, str(answer.get("reason") or ""), str(answer["message"]))
     if isinstance(answer, dict) and ("reason" in answer or "detail" in answer):
         reason = answer.get("reason") or answer.get("detail")
         return Refused(status, str(answer.get("code") or ""),
