@@ -105,6 +105,13 @@ class Client:
                              f"got {timeout_ms!r}")
         return Transaction(self._io, self._io.run(self._client.new_transaction(timeout_ms)))
 
+    def transaction_from_id(self, txn_id: TxnID, timeout_ms: int = 60000) -> "Transaction":
+        """The open transaction ``txn_id`` begun by another client (another process): send
+        and acknowledge in it, commit or abort it.  An operation on a transaction that
+        already ended raises then (InvalidTxnStatusError, ExpiredTransactionError)."""
+        return Transaction(self._io, self._io.run(
+            self._client.transaction_from_id(txn_id, timeout_ms)))
+
     def connect_transaction_key(self) -> int:
         """Connect this client's ``transaction_key`` now and return its epoch (the first
         ``new_transaction()`` does it otherwise); the key's previous holder is fenced,

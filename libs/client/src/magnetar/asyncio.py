@@ -60,7 +60,7 @@ from magnetar._message import Message
 from magnetar._producer import Producer, producer_options
 from magnetar._keys import KeyConnection
 from magnetar._reader import Reader
-from magnetar._transaction import Transaction, open_transaction
+from magnetar._transaction import Transaction, check_timeout, open_transaction
 from magnetar._transport import Transport
 from magnetar._types import (
     ConsumerType,
@@ -188,6 +188,26 @@ class Client:
         if self._key is not None:
             return await self._key.open_transaction(timeout_ms)
         return await open_transaction(self.core, timeout_ms)
+
+    async def transaction_from_id(self, txn_id: TxnID, timeout_ms: int = 60000) -> Transaction:
+        """The open transaction ``txn_id`` that another client (another process) began,
+        to send and acknowledge in it, or to commit or abort it (a Spark job's driver
+        opens one transaction, its executors send into it).  Nothing is asked of the
+        coordinator here: an operation on a transaction that ended raises then.
+        ``timeout_ms`` is informational: the opener's timeout is the one that counts."""
+        self._check_open()
+        check_timeout(timeout_ms)
+        if not (isinstance(txn_id, tuple) and len(txn_id) == 2
+                and all(isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in txn_id)):
+            raise TypeError(f"txn_id must be a TxnID(most_bits, least_bits), got {txn_id!r}")
+        txn_id = TxnID(*txn_id)
+        # The TxnID's most bits are the id of the coordinator that owns it.
+        url = ((await self.core.coordinators()).get(txn_id.most_bits)
+               or (await self.core.coordinators(fresh=True)).get(txn_id.most_bits))
+        if url is None:
+            raise TransactionCoordinatorNotFoundError(
+                f"coordinator {txn_id.most_bits}, which owns transaction {txn_id}, is not running")
+        return Transaction(self.core, txn_id, url, timeout_ms)
 
     async def connect_transaction_key(self) -> int:
         """Connect this client's transaction key now (``new_transaction`` does it on
