@@ -64,3 +64,34 @@ async def test_the_fast_path_is_authenticated_like_the_app():
     token = jwt.encode({"sub": "alice"}, SECRET, algorithm="HS256")
     status, body = await call(asgi, "POST", "/v1/echo", b"", token=token)
     assert status == 200 and pb.TxnId.FromString(body).least_bits == len("alice")
+
+
+def batch(*calls: tuple[str, bytes]) -> bytes:
+    return pb.BatchRequest(calls=[pb.BatchCall(path=p, body=b) for p, b in calls]).SerializeToString()
+
+
+async def test_a_batch_runs_each_call_and_answers_each_in_order():
+    asgi, _ = build(auth_enabled=False)
+    status, body = await call(asgi, "POST", "/v1/batch", batch(
+        ("/v1/echo", pb.TxnId(most_bits=1).SerializeToString()),
+        ("/v1/echo", b"\xff\xff"),  # not a TxnId: that call alone fails
+        ("/v1/nowhere", b""),
+        ("/v1/batch", b""),  # batches do not nest
+        ("/v1/echo", pb.TxnId(most_bits=5).SerializeToString())))
+    assert status == 200
+    results = pb.BatchResponse.FromString(body).results
+    assert [r.status for r in results] == [200, 400, 400, 400, 200]
+    assert [pb.TxnId.FromString(results[i].body).most_bits for i in (0, 4)] == [1, 5]
+    assert pb.Error.FromString(results[1].body).code == pb.BAD_REQUEST
+    assert "not a protobuf route" in pb.Error.FromString(results[2].body).message
+
+
+async def test_a_batch_is_authenticated_and_its_calls_run_as_the_caller():
+    asgi, _ = build(auth_enabled=True)
+    status, _ = await call(asgi, "POST", "/v1/batch", batch(("/v1/echo", b"")))
+    assert status == 401
+    token = jwt.encode({"sub": "bob"}, SECRET, algorithm="HS256")
+    status, body = await call(asgi, "POST", "/v1/batch", batch(("/v1/echo", b""), ("/v1/echo", b"")),
+                              token=token)
+    results = pb.BatchResponse.FromString(body).results
+    assert status == 200 and [pb.TxnId.FromString(r.body).least_bits for r in results] == [3, 3]

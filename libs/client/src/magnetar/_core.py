@@ -8,11 +8,13 @@ import logging
 import time
 
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.coalesce import Coalescer
 from magnetar_protocol.errors import ConnectError, MagnetarError, ServiceNotReady
 from magnetar_protocol.topics import TopicName
 
 from magnetar._retry import retry, deadline_after
 from magnetar._session import Sessions
+from magnetar._transport import PROTOBUF, decode_error
 
 # Coordinators move rarely (a restart keeps the id); a failed call looks them up again.
 COORDINATORS_TTL_S = 30.0
@@ -44,10 +46,21 @@ class Core:
         self.closed = False
         self._coordinators: dict[int, str] = {}
         self._coordinators_at = float("-inf")
+        # Transaction calls (NewTxn, registrations, EndTxn, transactional acks) of many
+        # concurrent transactions share requests when they pile up.
+        self.coalescer = Coalescer(
+            self.transport.call, lambda status, body, where: decode_error(status, body, PROTOBUF, where))
 
     async def call(self, url: str, path: str, request, response_type, timeout: float | None = None):
         """One request through the transport (operation timeout by default)."""
         return await self.transport.call(url, path, request, response_type,
+                                         timeout or self.operation_timeout_s)
+
+    async def call_coalesced(self, url: str, path: str, request, response_type,
+                             timeout: float | None = None):
+        """Like :meth:`call`, but sent inside a ``/v1/batch`` request with other calls to
+        the same URL and path when those pile up (magnetar_protocol.coalesce)."""
+        return await self.coalescer.call(url, path, request, response_type,
                                          timeout or self.operation_timeout_s)
 
     async def any_broker(self, path: str, request, response_type):

@@ -164,11 +164,14 @@ class PartitionConsumer:
                 # Plain acks are best effort, as in Pulsar: unacknowledged messages return.
                 log.warning("acknowledgements on %s dropped: %s", self.topic, exc)
 
-    async def call(self, path: str, request, response_type):
-        """A consumer request with the current consumer id, retried across reconnects."""
+    async def call(self, path: str, request, response_type, coalesce: bool = False):
+        """A consumer request with the current consumer id, retried across reconnects
+        (``coalesce``: may share a request with other consumers' calls, see Core)."""
+        send = self.core.call_coalesced if coalesce else self.core.call
+
         async def attempt():
             request.consumer_id = self.consumer_id
-            return await self.core.call(self.url, path, request, response_type)
+            return await send(self.url, path, request, response_type)
         return await self.core.with_retries(f"{path} on {self.topic}", attempt)
 
     async def close(self, unsubscribe: bool = False) -> None:

@@ -77,7 +77,8 @@ class Transaction:
     async def _call(self, path: str, request, response_type):
         async def attempt():
             try:
-                return await self.core.call(self.coordinator_url, path, request, response_type)
+                return await self.core.call_coalesced(self.coordinator_url, path, request,
+                                                      response_type)
             except (ConnectError, TransactionCoordinatorNotFoundError):
                 # The coordinator whose id is the TxnID's most bits may have moved.
                 await self._resolve_coordinator()
@@ -151,7 +152,7 @@ class Transaction:
             await self._register(self._subscriptions, (part.topic, subscription))
             req = pb.AckRequest(positions=[position], txn=self.txn_id.to_wire(),
                                 ack_type=pb.ACK_CUMULATIVE if cumulative else pb.ACK_INDIVIDUAL)
-            await part.call("/v1/consumers/ack", req, pb.AckResponse)  # current consumer id
+            await part.call("/v1/consumers/ack", req, pb.AckResponse, coalesce=True)
         except MagnetarError as exc:
             self.mark_failed(exc)
             raise
@@ -224,8 +225,8 @@ async def open_transaction(core: Core, timeout_ms: int) -> Transaction:
         tcid = ids[next(core._rr) % len(ids)]  # spread transactions over the coordinators
         url = coordinators[tcid]
         try:
-            reply = await core.call(url, "/v1/txn/new", pb.NewTxnRequest(timeout_ms=timeout_ms),
-                                    pb.NewTxnResponse)
+            reply = await core.call_coalesced(url, "/v1/txn/new",
+                                              pb.NewTxnRequest(timeout_ms=timeout_ms), pb.NewTxnResponse)
         except MagnetarError:
             failed = True  # the next attempt looks the coordinators up again
             raise

@@ -130,6 +130,34 @@ class Error(_message.Message):
     message: str
     def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
+class BatchCall(_message.Message):
+    __slots__ = ("path", "body")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    body: bytes
+    def __init__(self, path: _Optional[str] = ..., body: _Optional[bytes] = ...) -> None: ...
+
+class BatchRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[BatchCall]
+    def __init__(self, calls: _Optional[_Iterable[_Union[BatchCall, _Mapping]]] = ...) -> None: ...
+
+class BatchResult(_message.Message):
+    __slots__ = ("status", "body")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    status: int
+    body: bytes
+    def __init__(self, status: _Optional[int] = ..., body: _Optional[bytes] = ...) -> None: ...
+
+class BatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[BatchResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[BatchResult, _Mapping]]] = ...) -> None: ...
+
 class SingleMessage(_message.Message):
     __slots__ = ("payload", "partition_key", "properties", "sequence_id", "event_time")
     class PropertiesEntry(_message.Message):

@@ -6,6 +6,7 @@ paths skip FastAPI's validation layer, ~60 µs a request) and JSON routes with F
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -14,11 +15,12 @@ from contextlib import asynccontextmanager
 import asyncpg
 from fastapi import FastAPI
 from google.protobuf.message import DecodeError, Message
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_runtime.auth import Authenticator, AuthMiddleware
 from magnetar_protocol.errors import (
     BadRequest,
@@ -101,29 +103,48 @@ def create_app(
     return app
 
 
+BATCH_PATH = "/v1/batch"
+MAX_BATCH_CALLS = 1000
+
+BATCH_CALLS = Histogram(
+    "magnetar_batch_calls", "Calls carried by one /v1/batch request",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1000))
+
+
 def proto_route(
     app: FastAPI,
     path: str,
     request_type: type[Message],
     handler: Callable[[Message], Awaitable[Message]],
 ) -> None:
-    """POST ``path``: parse the body as ``request_type``, answer the handler's message."""
+    """POST ``path``: parse the body as ``request_type``, answer the handler's message.
+    The route can also be called inside a ``/v1/batch`` request (added with the first
+    protobuf route)."""
     type_name = request_type.DESCRIPTOR.full_name
 
-    async def endpoint(request: Request) -> Response:
+    async def invoke(body: bytes) -> tuple[int, bytes]:
+        """The call itself: (HTTP status, response or Error bytes)."""
         try:
-            body = await request.body()
             try:
                 msg = request_type.FromString(body)
             except (DecodeError, RuntimeWarning) as exc:
                 raise BadRequest(f"{path}: body is not a valid {type_name}: {exc}") from None
             reply = await handler(msg)
-            return Response(reply.SerializeToString(), media_type=PROTOBUF)
+            return 200, reply.SerializeToString()
         except Exception as exc:  # every failure becomes a wire error, never a 500 page
             err = as_magnetar_error(exc)
             if isinstance(err, UnknownError):
                 log.exception("%s failed", path)
+            return err.http_status, to_wire(err).SerializeToString()
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            body = await request.body()
+        except Exception as exc:  # the client went away mid-body
+            err = as_magnetar_error(exc)
             return Response(to_wire(err).SerializeToString(), err.http_status, media_type=PROTOBUF)
+        status, answer = await invoke(body)
+        return Response(answer, status, media_type=PROTOBUF)
 
     app.router.routes.append(Route(path, endpoint, methods=["POST"]))
 
@@ -137,6 +158,35 @@ def proto_route(
     if fast is None:
         fast = app.state.fast_routes = {}
     fast[path] = AuthMiddleware(direct, auth) if auth is not None else direct
+
+    calls = getattr(app.state, "proto_calls", None)
+    if calls is None:
+        calls = app.state.proto_calls = {}
+        proto_route(app, BATCH_PATH, pb.BatchRequest, lambda req: run_batch(calls, req))
+    if path != BATCH_PATH:
+        calls[path] = invoke
+
+
+async def run_batch(calls: dict, request: pb.BatchRequest) -> pb.BatchResponse:
+    """Every call of a /v1/batch request, concurrently (each in its own task, with the
+    caller's identity); results in the calls' order."""
+    if len(request.calls) > MAX_BATCH_CALLS:
+        raise BadRequest(f"{BATCH_PATH}: {len(request.calls)} calls in one batch; "
+                         f"send at most {MAX_BATCH_CALLS}")
+    BATCH_CALLS.observe(len(request.calls))
+
+    async def one(call: pb.BatchCall) -> pb.BatchResult:
+        invoke = calls.get(call.path)
+        if invoke is None:
+            err = BadRequest(f"{BATCH_PATH}: {call.path!r} is not a protobuf route of this "
+                             "service (batches cannot nest)")
+            return pb.BatchResult(status=err.http_status, body=to_wire(err).SerializeToString())
+        status, body = await invoke(call.body)
+        return pb.BatchResult(status=status, body=body)
+
+    if len(request.calls) == 1:
+        return pb.BatchResponse(results=[await one(request.calls[0])])
+    return pb.BatchResponse(results=await asyncio.gather(*(one(c) for c in request.calls)))
 
 
 class FastPath:

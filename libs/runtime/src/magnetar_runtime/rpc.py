@@ -12,6 +12,7 @@ import aiohttp
 from google.protobuf.message import DecodeError, Message
 
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.coalesce import Coalescer
 from magnetar_protocol.errors import ConnectError, UnknownError, error_for_code
 
 PROTOBUF = "application/x-protobuf"
@@ -23,6 +24,8 @@ class RpcClient:
         # This service's own credentials (auth.Authenticator.headers()).
         self._headers = {"content-type": PROTOBUF, **(headers or {})}
         self._session: aiohttp.ClientSession | None = None
+        self._coalescer = Coalescer(lambda url, path, req, rtype, _timeout: self.call(url, path, req, rtype),
+                                    _decode_error)
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -48,7 +51,21 @@ class RpcClient:
             raise UnknownError(f"{base_url}{path}: HTTP {status}: {body[:200]!r}") from None
         raise error_for_code(err.code, err.message)
 
+    async def call_coalesced(self, base_url: str, path: str, request: Message,
+                             response_type: type[Message]):
+        """Like :meth:`call`; calls to one URL and path that pile up behind the ones in
+        flight share one ``/v1/batch`` request (magnetar_protocol.coalesce)."""
+        return await self._coalescer.call(base_url, path, request, response_type)
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _decode_error(status: int, body: bytes, where: str) -> Exception:
+    try:
+        err = pb.Error.FromString(body)
+    except DecodeError:
+        return UnknownError(f"{where}: HTTP {status}: {body[:200]!r}")
+    return error_for_code(err.code, err.message or f"{where}: HTTP {status}")

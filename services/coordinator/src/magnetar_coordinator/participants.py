@@ -78,8 +78,8 @@ class Participants:
             txn=txn, action=action, partitions=[t for t, s in members if not s],
             subscriptions=[pb.TxnSubscription(topic=t, subscription=s) for t, s in members if s])
         try:
-            reply = await self.rpc.call(url, "/v1/txn/end-on-participants", request,
-                                        pb.EndTxnOnParticipantsResponse)
+            reply = await self.rpc.call_coalesced(url, "/v1/txn/end-on-participants", request,
+                                                  pb.EndTxnOnParticipantsResponse)
             retry = [(e.topic, e.subscription) for e in reply.errors]
         except MagnetarError as exc:
             log.info("EndTxnOnParticipants at %s: %s; one by one instead", url, exc)
