@@ -30,62 +30,77 @@ UPDATE coordinators SET next_txn_id = next_txn_id + $3
 WHERE coordinator_id = $1 AND fence_epoch = $2
 RETURNING next_txn_id - $3;
 
--- name: new_txn
+-- name: new_txns
+-- Many unkeyed transactions in one statement (the store's group commit): $3 ids,
+-- $4 timeouts in ms, $5 owners.  No row comes back when this process lost its TCID.
 WITH fence AS (
     SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
 )
 INSERT INTO transactions (coordinator_id, txn_id, status, timeout_ms, deadline_at, owner)
-SELECT $1, $3, 0, $4::bigint, now() + make_interval(secs => $4::bigint / 1000.0), $5
+SELECT $1, t.id, 0, t.timeout, now() + make_interval(secs => t.timeout / 1000.0), t.owner
+FROM unnest($3::bigint[], $4::bigint[], $5::text[]) AS t (id, timeout, owner)
 WHERE EXISTS (SELECT 1 FROM fence)
-RETURNING deadline_at;
+RETURNING txn_id;
 
 -- name: add_participants
--- add_partitions and add_subscriptions in one statement.
+-- Registrations of many transactions in one statement (the store's group commit): row i
+-- registers partition $4[i] ($5[i] = '') or subscription ($4[i], $5[i]) for transaction
+-- $3[i], each only while its transaction is OPEN (its row held FOR SHARE, so an ending
+-- waits for this statement and then reads what it registered).  Answers each
+-- transaction's status; one missing there does not exist.
 WITH fence AS (
     SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
-), txn AS (
-    SELECT status FROM transactions WHERE coordinator_id = $1 AND txn_id = $3 FOR SHARE
+), req AS (
+    SELECT * FROM unnest($3::bigint[], $4::text[], $5::text[]) AS r (id, topic, sub)
+), txns AS (
+    SELECT txn_id, status FROM transactions
+    WHERE coordinator_id = $1 AND txn_id IN (SELECT id FROM req)
+    FOR SHARE
 ), parts AS (
     INSERT INTO txn_partitions (coordinator_id, txn_id, topic)
-    SELECT $1, $3, t FROM unnest($4::text[]) AS t
-    WHERE EXISTS (SELECT 1 FROM fence) AND (SELECT status FROM txn) = 0
+    SELECT DISTINCT $1, r.id, r.topic FROM req r JOIN txns t ON t.txn_id = r.id
+    WHERE r.sub = '' AND t.status = 0 AND EXISTS (SELECT 1 FROM fence)
     ON CONFLICT DO NOTHING
     RETURNING 1
 ), subs AS (
     INSERT INTO txn_subscriptions (coordinator_id, txn_id, topic, subscription)
-    SELECT $1, $3, s.topic, s.sub FROM unnest($5::text[], $6::text[]) AS s (topic, sub)
-    WHERE EXISTS (SELECT 1 FROM fence) AND (SELECT status FROM txn) = 0
+    SELECT DISTINCT $1, r.id, r.topic, r.sub FROM req r JOIN txns t ON t.txn_id = r.id
+    WHERE r.sub <> '' AND t.status = 0 AND EXISTS (SELECT 1 FROM fence)
     ON CONFLICT DO NOTHING
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM fence) AS fenced_ok, (SELECT status FROM txn) AS status,
-       (SELECT count(*) FROM parts) + (SELECT count(*) FROM subs) AS added;
+SELECT (SELECT count(*) FROM fence) AS fenced_ok,
+       (SELECT count(*) FROM parts) + (SELECT count(*) FROM subs) AS added,
+       ARRAY(SELECT txn_id FROM txns) AS ids, ARRAY(SELECT status FROM txns) AS statuses;
 
--- name: transition
+-- name: transitions
+-- Many compare-and-sets in one statement (the store's group commit): each of $3 moves
+-- from $4 to $5; the ids that moved come back.
 WITH fence AS (
     SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
 )
-UPDATE transactions
-SET status = $5::smallint,
-    ended_at = CASE WHEN $5::smallint IN (2, 4) THEN now() ELSE ended_at END,
-    timed_out = timed_out OR $6
-WHERE coordinator_id = $1 AND txn_id = $3 AND status = $4::smallint AND EXISTS (SELECT 1 FROM fence)
-RETURNING status;
+UPDATE transactions t
+SET status = u.target,
+    ended_at = CASE WHEN u.target IN (2, 4) THEN now() ELSE t.ended_at END
+FROM unnest($3::bigint[], $4::smallint[], $5::smallint[]) AS u (id, current, target)
+WHERE t.coordinator_id = $1 AND t.txn_id = u.id AND t.status = u.current
+  AND EXISTS (SELECT 1 FROM fence)
+RETURNING t.txn_id;
 
 -- name: get_txn
 SELECT status, timeout_ms, opened_at, deadline_at, ended_at, owner, timed_out, expired,
        transaction_key
 FROM transactions WHERE coordinator_id = $1 AND txn_id = $2;
 
--- name: txn_participants
--- Partitions and subscriptions in one round trip (read after the ending status is
--- durable, so no registration can slip in after it).
-SELECT ARRAY(SELECT topic FROM txn_partitions
-             WHERE coordinator_id = $1 AND txn_id = $2 ORDER BY topic) AS partitions,
-       ARRAY(SELECT topic FROM txn_subscriptions
-             WHERE coordinator_id = $1 AND txn_id = $2 ORDER BY topic, subscription) AS sub_topics,
-       ARRAY(SELECT subscription FROM txn_subscriptions
-             WHERE coordinator_id = $1 AND txn_id = $2 ORDER BY topic, subscription) AS subs;
+-- name: txns_participants
+-- The participants of many transactions ($2) in one statement, one row per participant
+-- (subscription '' for a partition); read after their ending status is durable.
+SELECT txn_id, topic, '' AS subscription FROM txn_partitions
+WHERE coordinator_id = $1 AND txn_id = ANY($2::bigint[])
+UNION ALL
+SELECT txn_id, topic, subscription FROM txn_subscriptions
+WHERE coordinator_id = $1 AND txn_id = ANY($2::bigint[])
+ORDER BY 1, 2, 3;
 
 -- name: ending_txns
 SELECT txn_id, status FROM transactions

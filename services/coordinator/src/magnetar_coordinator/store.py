@@ -8,6 +8,7 @@ from datetime import datetime
 import asyncpg
 
 from magnetar_protocol.errors import NotAllowedError, NotOwner, TransactionNotFound
+from magnetar_runtime.groupcommit import GroupCommit
 from magnetar_storage.queries import load_queries
 
 Q = load_queries("magnetar_coordinator")
@@ -37,6 +38,12 @@ class CoordinatorStore:
         self.tcid = coordinator_id
         self.instance = instance
         self.fence_epoch = 0
+        # The statements every transaction makes, shared by the transactions queued while
+        # the previous one ran (one round trip and commit for the group).
+        self._new_txns = GroupCommit(self._insert_new_txns)
+        self._transitions = GroupCommit(self._apply_transitions)
+        self._participants = GroupCommit(self._read_participants)
+        self._registrations = GroupCommit(self._register)
 
     async def claim(self, url: str, ttl_s: float) -> bool:
         epoch = await self.pool.fetchval(Q["claim"], self.tcid, self.instance, url, ttl_s)
@@ -70,8 +77,15 @@ class CoordinatorStore:
         return first
 
     async def new_txn(self, txn_id: int, timeout_ms: int, owner: str | None) -> None:
-        if await self.pool.fetchval(Q["new_txn"], self.tcid, self.fence_epoch, txn_id, timeout_ms, owner) is None:
+        await self._new_txns.submit((txn_id, timeout_ms, owner))
+
+    async def _insert_new_txns(self, items: list[tuple[int, int, str | None]]) -> list[None]:
+        ids, timeouts, owners = (list(column) for column in zip(*items))
+        created = await self.pool.fetch(Q["new_txns"], self.tcid, self.fence_epoch, ids, timeouts,
+                                        owners)
+        if not created:  # not even one: this process lost its TCID
             raise self._fenced()
+        return [None] * len(items)
 
     async def new_keyed_txn(self, txn_id: int, timeout_ms: int, owner: str, key: str,
                             epoch: int) -> None:
@@ -107,35 +121,59 @@ class CoordinatorStore:
     async def add_participants(self, txn_id: int, topics: list[str], sub_topics: list[str],
                                subs: list[str]) -> int:
         """Register partitions and subscriptions if OPEN; return the transaction's status."""
-        row = await self.pool.fetchrow(Q["add_participants"], self.tcid, self.fence_epoch, txn_id,
-                                       topics, sub_topics, subs)
+        status = await self._registrations.submit((txn_id, topics, sub_topics, subs))
+        if status is None:
+            raise TransactionNotFound(f"transaction ({self.tcid},{txn_id}) does not exist")
+        return status
+
+    async def _register(self, items: list[tuple[int, list, list, list]]) -> list[int | None]:
+        rows = [(txn_id, topic, "") for txn_id, partitions, _, _ in items for topic in partitions]
+        rows += [(txn_id, topic, sub) for txn_id, _, sub_topics, subs in items
+                 for topic, sub in zip(sub_topics, subs)]
+        ids, topics, names = (list(column) for column in zip(*rows))
+        row = await self.pool.fetchrow(Q["add_participants"], self.tcid, self.fence_epoch, ids,
+                                       topics, names)
         if not row["fenced_ok"]:
             raise self._fenced()
-        if row["status"] is None:
-            raise TransactionNotFound(f"transaction ({self.tcid},{txn_id}) does not exist")
-        return row["status"]
+        statuses = dict(zip(row["ids"], row["statuses"]))
+        return [statuses.get(txn_id) for txn_id, *_ in items]
 
     async def add_partitions(self, txn_id: int, topics: list[str]) -> int:
         return await self.add_participants(txn_id, topics, [], [])
 
-    async def transition(self, txn_id: int, current: int, target: int, timed_out: bool = False) -> bool:
+    async def transition(self, txn_id: int, current: int, target: int) -> bool:
         """Compare-and-set the status; False if it was no longer ``current``."""
+        return await self._transitions.submit((txn_id, current, target))
+
+    async def _apply_transitions(self, items: list[tuple[int, int, int]]) -> list[bool]:
+        ids, currents, targets = (list(column) for column in zip(*items))
         async with self.pool.acquire() as conn:
-            done = await conn.fetchval(
-                Q["transition"], self.tcid, self.fence_epoch, txn_id, current, target, timed_out)
-            if done is None and not await conn.fetchval(
+            moved = {r[0] for r in await conn.fetch(
+                Q["transitions"], self.tcid, self.fence_epoch, ids, currents, targets)}
+            if not moved and not await conn.fetchval(
                     "SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2",
                     self.tcid, self.fence_epoch):
                 raise self._fenced()
-        return done is not None
+        return [txn_id in moved for txn_id in ids]
 
     async def get(self, txn_id: int) -> TxnRecord | None:
         row = await self.pool.fetchrow(Q["get_txn"], self.tcid, txn_id)
         return TxnRecord(txn_id, *row) if row else None
 
     async def participants(self, txn_id: int) -> tuple[list[str], list[tuple[str, str]]]:
-        row = await self.pool.fetchrow(Q["txn_participants"], self.tcid, txn_id)
-        return list(row["partitions"]), list(zip(row["sub_topics"], row["subs"]))
+        """(partitions, [(topic, subscription)]) registered for the transaction."""
+        return await self._participants.submit(txn_id)
+
+    async def _read_participants(self, txn_ids: list[int]) -> list[tuple[list, list]]:
+        found: dict[int, tuple[list, list]] = {txn_id: ([], []) for txn_id in txn_ids}
+        for txn_id, topic, sub in await self.pool.fetch(Q["txns_participants"], self.tcid,
+                                                        list(found)):
+            partitions, subscriptions = found[txn_id]
+            if sub:
+                subscriptions.append((topic, sub))
+            else:
+                partitions.append(topic)
+        return [found[txn_id] for txn_id in txn_ids]
 
     async def ending(self) -> list[tuple[int, int]]:
         return [(r[0], r[1]) for r in await self.pool.fetch(Q["ending_txns"], self.tcid)]
