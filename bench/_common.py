@@ -17,13 +17,14 @@ from magnetar_runtime.local.postgres import LocalPostgres
 
 
 @contextmanager
-def durable_postgres():
-    """MAGNETAR_DATABASE_URL if set, else a private fsync-on server for this run."""
+def durable_postgres(**settings: str):
+    """MAGNETAR_DATABASE_URL if set, else a private fsync-on server for this run
+    (``settings``: more server settings, e.g. to load pg_stat_statements)."""
     if url := os.environ.get("MAGNETAR_DATABASE_URL"):
         yield url
         return
     folder = Path(tempfile.mkdtemp(prefix="magnetar-bench-pg-"))
-    pg = LocalPostgres(folder, durable=True).start()
+    pg = LocalPostgres(folder, durable=True, settings=settings).start()
     try:
         yield pg.url
     finally:

@@ -5,7 +5,7 @@
   (c) consume-transform-produce transactions per second (1 ack + 2 sends to 2 topics)
       with 16 concurrent clients, and their p50/p99 commit latency.
 
-    .venv/bin/python bench/txn.py [--transactions 30] [--seconds 10]
+    .venv/bin/python bench/txn.py [--transactions 30] [--seconds 10] [--parts abc]
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ async def consume_transform_produce(client, workers: int, seconds: float) -> dic
             await txn.commit()
             latencies.append(time.perf_counter() - started)
 
+    print(f"  input ready; {workers} workers start", flush=True)
     started = time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(workers)))
     elapsed = time.perf_counter() - started
@@ -91,19 +92,60 @@ async def consume_transform_produce(client, workers: int, seconds: float) -> dic
 
 async def run(url: str, args) -> None:
     client = magnetar.Client(url)
-    print("(a) 1,000-message transactions vs plain sends ...", flush=True)
-    a = await plain_vs_txn(client, args.transactions)
-    print("(b) commit latency by transaction size ...", flush=True)
-    small = await commit_latency(client, 10, 20)
-    large = await commit_latency(client, 1000, 10)
-    print(f"(c) consume-transform-produce with {args.clients} clients ...", flush=True)
-    c = await consume_transform_produce(client, args.clients, args.seconds)
+    results = []
+    if "a" in args.parts:
+        print("(a) 1,000-message transactions vs plain sends ...", flush=True)
+        a = await plain_vs_txn(client, args.transactions)
+        results.append(("(a) 1 KB messages in 1,000-message transactions", a))
+    if "b" in args.parts:
+        print("(b) commit latency by transaction size ...", flush=True)
+        small = await commit_latency(client, 10, 20)
+        large = await commit_latency(client, 1000, 10)
+        results.append(("(b) commit latency p50", {"10 messages ms": round(small * 1000, 2),
+                                                   "1,000 messages ms": round(large * 1000, 2),
+                                                   "ratio": round(large / small, 2)}))
+    if "c" in args.parts:
+        print(f"(c) consume-transform-produce with {args.clients} clients ...", flush=True)
+        c = await consume_transform_produce(client, args.clients, args.seconds)
+        results.append(("(c) consume-transform-produce (1 ack + 2 sends)", c))
     await client.close()
-    report("(a) 1 KB messages in 1,000-message transactions", a)
-    report("(b) commit latency p50", {"10 messages ms": round(small * 1000, 2),
-                                      "1,000 messages ms": round(large * 1000, 2),
-                                      "ratio": round(large / small, 2)})
-    report("(c) consume-transform-produce (1 ack + 2 sends)", c)
+    for title, figures in results:
+        report(title, figures)
+    if args.profile:
+        await print_profile(url)
+
+
+async def print_profile(url: str) -> None:
+    """Where the work went: requests per /v1/batch (each service's histogram) and the
+    SQL statements by total time (pg_stat_statements)."""
+    import asyncpg
+    import re
+    import urllib.request
+
+    from magnetar_runtime.local.cluster import LocalCluster  # noqa: F401 (the URLs below)
+
+    for name, service_url in PROFILE_URLS.items():
+        text = urllib.request.urlopen(service_url + "/metrics").read().decode()
+        count = re.search(r"^magnetar_batch_calls_count ([0-9.e+]+)", text, re.M)
+        total = re.search(r"^magnetar_batch_calls_sum ([0-9.e+]+)", text, re.M)
+        if count and float(count.group(1)):
+            print(f"  {name}: {float(count.group(1)):.0f} batches carried "
+                  f"{float(total.group(1)):.0f} calls")
+    conn = await asyncpg.connect(PROFILE_DB)
+    try:
+        rows = await conn.fetch(
+            "SELECT calls, round(total_exec_time::numeric, 1) AS ms, left(regexp_replace(query, "
+            "'\\s+', ' ', 'g'), 90) AS query FROM pg_stat_statements "
+            "ORDER BY total_exec_time DESC LIMIT 15")
+    finally:
+        await conn.close()
+    print("  top statements (calls, total ms, query):")
+    for r in rows:
+        print(f"  {r['calls']:>8} {r['ms']:>9} {r['query']}")
+
+
+PROFILE_URLS: dict[str, str] = {}
+PROFILE_DB = ""
 
 
 def main() -> None:
@@ -113,8 +155,24 @@ def main() -> None:
     parser.add_argument("--transactions", type=int, default=30)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--parts", default="abc", help="which of (a) (b) (c) to run, e.g. c")
+    parser.add_argument("--profile", action="store_true",
+                        help="afterwards, print batch sizes and the top SQL statements")
     args = parser.parse_args()
-    with durable_postgres() as url, bench_cluster(url, brokers=1, coordinators=1) as cluster:
+    pg_settings = ({"shared_preload_libraries": "pg_stat_statements"} if args.profile else {})
+    with durable_postgres(**pg_settings) as url, \
+            bench_cluster(url, brokers=1, coordinators=1) as cluster:
+        if args.profile:
+            import asyncpg
+
+            async def enable():
+                conn = await asyncpg.connect(url)
+                await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                await conn.close()
+            asyncio.run(enable())
+            global PROFILE_DB
+            PROFILE_DB = url
+            PROFILE_URLS.update({name: svc.url for name, svc in cluster.services.items()})
         asyncio.run(run(cluster.service_url, args))
 
 

@@ -112,6 +112,7 @@ class LocalPostgres:
     port: int = 0
     durable: bool = True  # False: fsync off, for throwaway test clusters
     run_as: str = os.environ.get("MAGNETAR_PG_USER", "postgres")
+    settings: dict[str, str] = field(default_factory=dict)  # more `-c name=value`
     process: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -162,6 +163,7 @@ class LocalPostgres:
         }
         if not self.durable:
             settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+        settings |= self.settings
         args = [*drop, *_die_with_parent(), str(bin_dir / "postgres"), "-D", str(pgdata),
                 "-p", str(self.port)]
         for key, value in settings.items():
