@@ -146,6 +146,12 @@ containers:
       {{- with .extraEnv }}{{ toYaml . | nindent 6 }}{{ end }}
       {{- include "magnetar.env" . | nindent 6 }}
     {{- include "magnetar.probes" .values.probes | nindent 4 }}
+    {{- with .values.preStopSleepSeconds }}
+    lifecycle:
+      preStop:
+        exec:
+          command: ["sleep", {{ . | quote }}]
+    {{- end }}
     resources: {{- toYaml .values.resources | nindent 6 }}
     securityContext: {{- toYaml .ctx.Values.securityContext | nindent 6 }}
     volumeMounts:

@@ -79,6 +79,31 @@ def test_probes_security_and_graceful_shutdown_on_every_service():
         assert container["resources"]["requests"]
 
 
+def test_termination_grace_covers_every_shutdown_step():
+    """Kubernetes SIGKILLs a pod terminationGracePeriodSeconds after deletion starts,
+    preStop included.  After SIGTERM a service may take: the broker's lease release and
+    uvicorn's wait for open requests (serve.GRACE_S each at most), then the coordinator's
+    wait for the commits it drives (DRAIN_S).  Brokers and coordinators have no preStop
+    delay (clients reach them by pod address; a delay would only postpone the release)."""
+    from magnetar_coordinator.service import DRAIN_S
+    from magnetar_runtime.serve import GRACE_S
+
+    after_sigterm = {"coordinator": GRACE_S + DRAIN_S, "broker": 2 * GRACE_S,
+                     "registry": GRACE_S, "admin": GRACE_S}
+    workloads = {**by_kind(render(), "StatefulSet"), **by_kind(render(), "Deployment")}
+    for component, needed in after_sigterm.items():
+        pod = workloads[f"rel-magnetar-{component}"]["spec"]["template"]["spec"]
+        [container] = pod["containers"]
+        pre_stop = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
+        sleep = int(pre_stop[1]) if pre_stop else 0
+        assert pod["terminationGracePeriodSeconds"] >= sleep + needed, component
+        assert (sleep == 0) == (component in ("coordinator", "broker")), component
+    longer = by_kind(render("admin.preStopSleepSeconds=15"), "Deployment")["rel-magnetar-admin"]
+    assert longer["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"][
+        "command"] == ["sleep", "15"]
+    assert "preStopSleepSeconds" in render("broker.preStopSleepSeconds=-1", expect_failure=True)
+
+
 def test_migration_job_is_a_hook_before_upgrades():
     bundled = by_kind(render(), "Job")
     [job] = bundled.values()

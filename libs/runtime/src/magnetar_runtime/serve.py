@@ -1,15 +1,42 @@
-"""Run a service app under uvicorn; SIGTERM/SIGINT shut it down gracefully (the
-app's lifespan ``finally`` runs: brokers release leases, loops stop)."""
+"""Run a service app under uvicorn; SIGTERM/SIGINT shut it down gracefully.
+
+The order matters for handovers: first the app's ``state.on_shutdown`` (if it set one;
+the broker gives its leases back there), then uvicorn stops listening and waits for open
+requests (up to ``GRACE_S``), then the app's lifespan ``finally`` runs (loops stop, the
+coordinator waits for the commits it is driving).  Without the first step a broker kept
+its partitions until its consumers' long polls ended."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import logging
 
 import uvicorn
 
 from magnetar_runtime.app import FastPath
 from magnetar_runtime.logs import configure_logging
 from magnetar_runtime.settings import ServiceSettings
+
+log = logging.getLogger("magnetar.serve")
+# uvicorn's wait for open requests; the lifespan's own waits come after it, so the chart's
+# terminationGracePeriodSeconds must exceed their sum (charts/magnetar/values.yaml).
+GRACE_S = 10
+
+
+class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, app) -> None:
+        super().__init__(config)
+        self._app = app
+
+    async def shutdown(self, sockets=None) -> None:
+        first = getattr(self._app.state, "on_shutdown", None)
+        if first is not None:
+            try:
+                await asyncio.wait_for(first(), GRACE_S)
+            except Exception:  # the lifespan's stop still runs; a lease then lapses on its own
+                log.exception("the service's first shutdown step failed")
+        await super().shutdown(sockets)
 
 
 def serve(app, settings: ServiceSettings, service: str) -> None:
@@ -27,11 +54,11 @@ def serve(app, settings: ServiceSettings, service: str) -> None:
         http="httptools",
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=GRACE_S,
         # A broker holds long-poll fetches open; keep idle connections long enough.
         timeout_keep_alive=75,
         # Services are reached directly (or through a Kubernetes Service), not through
         # proxies whose X-Forwarded-* headers they would need to trust.
         proxy_headers=False,
     )
-    uvicorn.Server(config).run()
+    _Server(config, app).run()

@@ -15,10 +15,15 @@ from magnetar_broker.store import BrokerStore
 
 def build_app(settings: BrokerSettings | None = None) -> FastAPI:
     settings = settings or BrokerSettings()
-    return service_app(
-        "broker", settings,
-        lambda pool, auth: BrokerService(BrokerStore(pool, settings.resolved_broker_id), settings, auth),
-        add_routes)
+
+    def make_service(pool, auth) -> BrokerService:
+        service = BrokerService(BrokerStore(pool, settings.resolved_broker_id), settings, auth)
+        # On SIGTERM, before open requests (long polls) are waited for: see serve.py.
+        app.state.on_shutdown = service.release_leases
+        return service
+
+    app = service_app("broker", settings, make_service, add_routes)
+    return app
 
 
 def main() -> None:

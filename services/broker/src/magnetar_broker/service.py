@@ -53,6 +53,7 @@ class BrokerService:
             "broker-heartbeat", settings.heartbeat_interval_ms / 1000, self.ownership.heartbeat_once)
         self.session_loop = BackgroundLoop("session-expiry", 0.5, self.expire_sessions)
         self.ready = False
+        self._released = False
         self.producer_handlers = ProducerHandlers(self)
 
     # ---------------------------------------------------------------- lifecycle
@@ -64,15 +65,24 @@ class BrokerService:
         self.ready = True
         log.info("broker %s serving at %s", self.broker_id, self.settings.url)
 
-    async def stop(self) -> None:
-        """Graceful stop: give every lease back so other brokers take over at once."""
+    async def release_leases(self) -> None:
+        """Give every lease back so other brokers take over at once (their next lookup):
+        serving stops, queued writes and open fetches end with NotOwner.  Idempotent."""
+        if self._released:
+            return
+        self._released = True
         self.ready = False
         await self.heartbeat_loop.stop()
-        await self.session_loop.stop()
         for plog in list(self.ownership.logs.values()):
             plog.lose("broker shutting down")
         await self.store.deregister()
-        log.info("broker %s released its topics and stopped", self.broker_id)
+        log.info("broker %s released its topics", self.broker_id)
+
+    async def stop(self) -> None:
+        """Graceful stop (the lifespan's end): release the leases if not yet done."""
+        await self.release_leases()
+        await self.session_loop.stop()
+        log.info("broker %s stopped", self.broker_id)
 
     def _topic_lost(self, plog: PartitionLog) -> None:
         for producer in list(plog.producers.values()):

@@ -29,6 +29,9 @@ from magnetar_coordinator.settings import CoordinatorSettings
 from magnetar_coordinator.store import CoordinatorStore, Fenced
 
 log = logging.getLogger("magnetar.coordinator")
+# How long a stopping coordinator waits for the commits and aborts it is driving (after
+# uvicorn's own wait for open requests); the chart's terminationGracePeriodSeconds covers both.
+DRAIN_S = 10
 
 
 class CoordinatorService:
@@ -63,7 +66,7 @@ class CoordinatorService:
             await loop.stop()
         # Let in-flight commits finish so their clients get an answer.
         if self._driving:
-            await asyncio.wait(list(self._driving.values()), timeout=10)
+            await asyncio.wait(list(self._driving.values()), timeout=DRAIN_S)
         if was_ready:
             await self.store.release()
         await self.rpc.close()

@@ -1,0 +1,154 @@
+"""Graceful shutdown, as Kubernetes does it (SIGTERM, then SIGKILL after the pod's
+terminationGracePeriodSeconds): a broker gives its leases back at once, even with
+consumers' long polls open on it, so its partitions move in seconds rather than after the
+lease TTL; a coordinator finishes the commit it is driving before it exits."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import asyncpg
+import pytest
+
+import magnetar
+from magnetar import _partition_consumer
+from magnetar_protocol import magnetar_pb2 as pb
+from tests.e2e.helpers import read_all
+
+pytestmark = pytest.mark.e2e
+
+# Leases of 30 s: a takeover through lease expiry would take at least that long.
+LONG_LEASE = {"MAGNETAR_LEASE_TTL_MS": "30000", "MAGNETAR_HEARTBEAT_INTERVAL_MS": "1000",
+              "MAGNETAR_SESSION_TIMEOUT_MS": "60000"}
+HANDOVER_S = 5.0
+SLOW_FANOUT_S = 2.0
+COMMITTING, COMMITTED = pb.TXN_COMMITTING, pb.TXN_COMMITTED
+
+
+def _status(cluster, txn_id) -> int | None:
+    async def query():
+        conn = await asyncpg.connect(cluster.database_url)
+        try:
+            return await conn.fetchval("SELECT status FROM transactions WHERE coordinator_id = $1 "
+                                       "AND txn_id = $2", txn_id.most_bits, txn_id.least_bits)
+        finally:
+            await conn.close()
+    return asyncio.run(query())
+
+
+def _exited(cluster, name: str, timeout: float) -> int:
+    process = cluster.services[name].process
+    return process.wait(timeout)
+
+
+@pytest.mark.cluster(brokers=2, env=LONG_LEASE)
+def test_sigterm_broker_hands_partitions_over_long_before_the_lease_ttl(cluster, monkeypatch):
+    # Consumers long-poll for 20 s (the client's default is 2 s): a broker that waited for
+    # its open requests before letting go would hold its partitions that long.
+    monkeypatch.setattr(_partition_consumer, "FETCH_WAIT_MS", 20_000)
+    client = magnetar.Client(",".join(cluster.broker_urls))
+    try:
+        topics = [f"persistent://public/default/handover-{i}" for i in range(6)]
+        producers = [client.create_producer(t) for t in topics]
+        # Subscribed consumers keep long-poll fetches open on their topics' brokers.
+        consumers = [client.subscribe(t, "s", initial_position=magnetar.InitialPosition.Earliest)
+                     for t in topics]
+        for i, p in enumerate(producers):
+            p.send(f"before-{i}".encode())
+        owners = {t: cluster.owner_of(t) for t in topics}
+        victim = owners[topics[0]]
+        survivor = next(n for n in cluster.names("broker") if n != victim)
+        moved = [t for t in topics if owners[t] == victim]
+
+        started = time.monotonic()
+        cluster.kill(victim, signal.SIGTERM)  # does not wait: the broker is shutting down
+        sent_after = 0
+        while any(cluster.owner_of(t) != survivor for t in moved):
+            elapsed = time.monotonic() - started
+            assert elapsed < HANDOVER_S, (
+                f"{victim}'s partitions were not taken over within {HANDOVER_S}s of SIGTERM "
+                f"(lease TTL 30 s): owners now {[cluster.owner_of(t) for t in moved]}")
+            for t, p in zip(topics, producers):
+                if t in moved:
+                    p.send(f"after-{sent_after}".encode())  # a re-lookup finds the survivor
+            sent_after += 1
+        handover = time.monotonic() - started  # a send above may have blocked past the check
+        assert handover < HANDOVER_S, f"{victim}'s partitions moved only {handover:.1f}s after SIGTERM"
+        assert _exited(cluster, victim, 15) in (0, -signal.SIGTERM)
+
+        # Nothing was lost on the way (redelivery after the move may repeat a message).
+        for i, (t, c) in enumerate(zip(topics, consumers)):
+            expected = {f"before-{i}".encode()} | (
+                {f"after-{n}".encode() for n in range(sent_after)} if t in moved else set())
+            got: set[bytes] = set()
+            while not expected <= got:
+                msg = c.receive(timeout_millis=10000)
+                got.add(msg.data())
+                c.acknowledge(msg)
+        print(f"{len(moved)} partitions of {victim} owned by {survivor} {handover:.2f}s after SIGTERM")
+    finally:
+        client.close()
+
+
+def _healthz_refused(url: str) -> bool:
+    try:
+        urllib.request.urlopen(f"{url}/healthz", timeout=1).close()
+        return False
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return True
+
+
+@pytest.mark.cluster(brokers=2)
+def test_sigterm_coordinator_finishes_the_commit_in_flight(cluster):
+    client = magnetar.Client(",".join(cluster.broker_urls))
+    try:
+        topic = "persistent://public/default/commit-through-sigterm"
+        producer = client.create_producer(topic)
+        txn = client.new_transaction()
+        for i in range(3):
+            producer.send(f"m{i}".encode(), txn=txn)
+        # Freeze the partition's broker so the coordinator's commit fan-out is still
+        # waiting on it when SIGTERM arrives.
+        owner = cluster.owner_of(topic)
+        cluster.freeze(owner)
+        outcome: dict = {}
+
+        def commit():
+            try:
+                txn.commit()
+                outcome["ok"] = time.monotonic()
+            except Exception as exc:  # reported by the assertion below
+                outcome["error"] = exc
+
+        committer = threading.Thread(target=commit)
+        committer.start()
+        deadline = time.monotonic() + 20
+        while _status(cluster, txn.txn_id) != COMMITTING:
+            assert time.monotonic() < deadline, "the commit never became COMMITTING"
+            time.sleep(0.05)
+
+        coordinator = cluster.url("coordinator-0")
+        cluster.kill("coordinator-0", signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while not _healthz_refused(coordinator):  # it has stopped taking new connections
+            assert time.monotonic() < deadline, "the coordinator did not begin shutting down"
+            time.sleep(0.05)
+        # The fan-out stays stuck for SLOW_FANOUT_S of the coordinator's shutdown (the
+        # scenario's length, not a wait for something to settle): longer than uvicorn
+        # would keep an open request if it did not wait for it.
+        time.sleep(SLOW_FANOUT_S)
+        assert committer.is_alive(), f"the commit ended while its broker was frozen: {outcome}"
+        cluster.thaw(owner)
+
+        committer.join(30)
+        assert "ok" in outcome, f"the commit did not complete through SIGTERM: {outcome}"
+        assert _exited(cluster, "coordinator-0", 30) in (0, -signal.SIGTERM)
+        assert _status(cluster, txn.txn_id) == COMMITTED
+        assert read_all(client, topic) == [b"m0", b"m1", b"m2"]
+    finally:
+        client.close()
