@@ -9,24 +9,9 @@ from magnetar_protocol.errors import TransactionNotFound
 from magnetar_storage.db import create_pool
 from magnetar_coordinator.store import CoordinatorStore, Fenced
 
+from tests.integration.counting import CountingPool
+
 A, B = "persistent://public/default/a", "persistent://public/default/b"
-
-
-class CountingPool:
-    """The real pool, counting the statements the store sends through it."""
-
-    def __init__(self, pool) -> None:
-        self.pool = pool
-        self.statements = 0
-
-    def __getattr__(self, name):
-        method = getattr(self.pool, name)
-        if name in ("fetch", "fetchrow", "fetchval", "execute"):
-            async def counted(*args):
-                self.statements += 1
-                return await method(*args)
-            return counted
-        return method
 
 
 async def test_concurrent_transactions_share_statements_and_keep_their_own_answers(database_url):

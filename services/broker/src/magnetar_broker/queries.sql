@@ -185,34 +185,43 @@ SELECT count(e.seq) AS batches, coalesce(sum(e.num_messages), 0) AS messages,
 FROM txn_entries e
 WHERE e.topic_id = $1 AND e.txn_most = $2 AND e.txn_least = $3;
 
--- name: txn_send_check
--- txn_state and txn_registered in one round trip: what a partition needs to know before
--- a transaction's first send ($4 = this partition's full name).
+-- name: txn_send_checks
+-- What a partition needs to know before a transaction's first send there (its buffered
+-- batches and messages, its outcome here, the coordinator's status, whether it is
+-- registered), for many (topic id $1, txn $2/$3, partition name $4) in one round trip:
+-- the store groups the checks that arrive together.  One row per input, in order.
 SELECT (SELECT count(*) FROM txn_entries e
-        WHERE e.topic_id = $1 AND e.txn_most = $2 AND e.txn_least = $3) AS batches,
+        WHERE e.topic_id = r.topic_id AND e.txn_most = r.most AND e.txn_least = r.least)
+       AS batches,
        (SELECT coalesce(sum(e.num_messages), 0) FROM txn_entries e
-        WHERE e.topic_id = $1 AND e.txn_most = $2 AND e.txn_least = $3) AS messages,
+        WHERE e.topic_id = r.topic_id AND e.txn_most = r.most AND e.txn_least = r.least)
+       AS messages,
        (SELECT committed FROM txn_outcomes o
-        WHERE o.topic_id = $1 AND o.subscription = '' AND o.txn_most = $2 AND o.txn_least = $3)
-       AS committed,
+        WHERE o.topic_id = r.topic_id AND o.subscription = '' AND o.txn_most = r.most
+          AND o.txn_least = r.least) AS committed,
        t.status, coalesce(t.expired, false) AS expired,
        EXISTS (SELECT 1 FROM txn_partitions p
-               WHERE p.coordinator_id = $2 AND p.txn_id = $3 AND p.topic = $4) AS registered
-FROM (SELECT 1) AS one
-LEFT JOIN transactions t ON t.coordinator_id = $2 AND t.txn_id = $3;
+               WHERE p.coordinator_id = r.most AND p.txn_id = r.least AND p.topic = r.topic)
+       AS registered
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[])
+     WITH ORDINALITY AS r (topic_id, most, least, topic, i)
+LEFT JOIN transactions t ON t.coordinator_id = r.most AND t.txn_id = r.least
+ORDER BY r.i;
 
--- name: txn_ack_check
--- A transaction's outcome on this subscription and its registration, in one round trip
--- ($3 topic full name, $4 subscription, $5 topic id).
+-- name: txn_ack_checks
+-- A transaction's outcome on a subscription and its registration, for many (txn $1/$2,
+-- topic full name $3, subscription $4, topic id $5) in one round trip, in order.
 SELECT (SELECT committed FROM txn_outcomes o
-        WHERE o.topic_id = $5 AND o.subscription = $4 AND o.txn_most = $1 AND o.txn_least = $2)
-       AS committed,
+        WHERE o.topic_id = r.topic_id AND o.subscription = r.sub AND o.txn_most = r.most
+          AND o.txn_least = r.least) AS committed,
        t.status, coalesce(t.expired, false) AS expired,
        EXISTS (SELECT 1 FROM txn_subscriptions s
-               WHERE s.coordinator_id = $1 AND s.txn_id = $2 AND s.topic = $3
-                 AND s.subscription = $4) AS registered
-FROM (SELECT 1) AS one
-LEFT JOIN transactions t ON t.coordinator_id = $1 AND t.txn_id = $2;
+               WHERE s.coordinator_id = r.most AND s.txn_id = r.least AND s.topic = r.topic
+                 AND s.subscription = r.sub) AS registered
+FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[])
+     WITH ORDINALITY AS r (most, least, topic, sub, topic_id, i)
+LEFT JOIN transactions t ON t.coordinator_id = r.most AND t.txn_id = r.least
+ORDER BY r.i;
 
 -- name: txn_expired
 -- Whether fencing of the transaction's key aborted it (seed 000): its holder's later

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from magnetar_runtime.groupcommit import GroupCommit
 from magnetar_storage.queries import load_queries
 
 Q = load_queries("magnetar_broker")
@@ -36,6 +37,8 @@ class BrokerStore:
     def __init__(self, pool: asyncpg.Pool, broker_id: str):
         self.pool = pool
         self.broker_id = broker_id
+        self._send_checks = GroupCommit(self._run_send_checks)
+        self._ack_checks = GroupCommit(self._run_ack_checks)
 
     # ---------------------------------------------------------------- brokers
 
@@ -144,16 +147,23 @@ class BrokerStore:
 
     async def txn_send_check(self, topic_id: int, txn: tuple[int, int], topic: str):
         """(batches, messages, committed-or-None, coordinator status or None, expired,
-        registered): txn_state and txn_registered in one round trip."""
-        row = await self.pool.fetchrow(Q["txn_send_check"], topic_id, *txn, topic)
-        return (row["batches"], row["messages"], row["committed"], row["status"], row["expired"],
-                row["registered"])
+        registered); checks that arrive together share one statement."""
+        return await self._send_checks.submit((topic_id, *txn, topic))
+
+    async def _run_send_checks(self, items: list[tuple]) -> list[tuple]:
+        rows = await self.pool.fetch(Q["txn_send_checks"], *(list(c) for c in zip(*items)))
+        return [(r["batches"], r["messages"], r["committed"], r["status"], r["expired"],
+                 r["registered"]) for r in rows]
 
     async def txn_ack_check(self, topic_id: int, topic: str, subscription: str,
                             txn: tuple[int, int]):
-        """(outcome here or None, coordinator status or None, expired, registered)."""
-        row = await self.pool.fetchrow(Q["txn_ack_check"], *txn, topic, subscription, topic_id)
-        return row["committed"], row["status"], row["expired"], row["registered"]
+        """(outcome here or None, coordinator status or None, expired, registered);
+        checks that arrive together share one statement."""
+        return await self._ack_checks.submit((*txn, topic, subscription, topic_id))
+
+    async def _run_ack_checks(self, items: list[tuple]) -> list[tuple]:
+        rows = await self.pool.fetch(Q["txn_ack_checks"], *(list(c) for c in zip(*items)))
+        return [(r["committed"], r["status"], r["expired"], r["registered"]) for r in rows]
 
     async def txn_expired(self, txn: tuple[int, int]) -> bool:
         return bool(await self.pool.fetchval(Q["txn_expired"], *txn))
