@@ -160,3 +160,50 @@ volumes:
   - name: tmp
     emptyDir: {}
 {{- end -}}
+
+{{/* A Spark job's pod: (dict "ctx" $ "spark" .Values.sparkJobs "args" list "claim" name "brokers" urls "adminUrl" url "labels" dict) */}}
+{{- define "magnetar.sparkPod" -}}
+metadata:
+  labels: {{- toYaml .labels | nindent 4 }}
+spec:
+  restartPolicy: OnFailure
+  serviceAccountName: {{ include "magnetar.serviceAccountName" .ctx }}
+  automountServiceAccountToken: false
+  securityContext: {{- toYaml .ctx.Values.podSecurityContext | nindent 4 }}
+  {{- with .ctx.Values.imagePullSecrets }}
+  imagePullSecrets: {{- toYaml . | nindent 4 }}
+  {{- end }}
+  containers:
+    - name: spark
+      image: {{ printf "%s:%s" .spark.image.repository (default .ctx.Chart.AppVersion .spark.image.tag) }}
+      imagePullPolicy: {{ .spark.image.pullPolicy }}
+      command: ["spark-submit"]
+      args: {{- toYaml .args | nindent 8 }}
+      env:
+        # The jobs' --service-url, --admin-url and --auth-token defaults (spark-jobs/jobcommon.py).
+        - name: MAGNETAR_SERVICE_URL
+          value: {{ .brokers | quote }}
+        - name: MAGNETAR_ADMIN_URL
+          value: {{ .adminUrl | quote }}
+        {{- with .spark.authTokenSecret.name }}
+        - name: MAGNETAR_AUTH_TOKEN
+          valueFrom:
+            secretKeyRef: {name: {{ . }}, key: {{ $.spark.authTokenSecret.key }}}
+        {{- end }}
+        # The root file system is read-only: Spark's scratch space and the JVM's files go to /tmp.
+        - name: HOME
+          value: /tmp
+        - name: SPARK_LOCAL_DIRS
+          value: /tmp
+      resources: {{- toYaml .spark.resources | nindent 8 }}
+      securityContext: {{- toYaml .ctx.Values.securityContext | nindent 8 }}
+      volumeMounts:
+        - {name: tmp, mountPath: /tmp}
+        - {name: data, mountPath: /data}
+  volumes:
+    - name: tmp
+      emptyDir: {}
+    - name: data
+      persistentVolumeClaim:
+        claimName: {{ .claim }}
+{{- end -}}

@@ -20,6 +20,9 @@ VALUE_SETS = {
                            "auth.serviceToken=tok"],
     "3 coordinators and 3 brokers": ["coordinator.replicaCount=3", "broker.replicaCount=3",
                                      "admin.ingress.enabled=true"],
+    "Spark jobs on": ["components.sparkJobs=true", "sparkJobs.authTokenSecret.name=spark-token",
+                      "sparkJobs.jobs.windowed-counts.enabled=true",
+                      "sparkJobs.jobs.archive-orders.enabled=true"],
 }
 
 

@@ -62,9 +62,15 @@ def test_dockerfile_and_skaffold_point_at_what_exists():
         assert f"./{package}" in dockerfile and (ROOT / package / "pyproject.toml").exists()
     skaffold = yaml.safe_load((ROOT / "skaffold.yaml").read_text())
     assert skaffold["apiVersion"] == "skaffold/v4beta14"
-    [artifact] = skaffold["build"]["artifacts"]
-    assert (ROOT / artifact["docker"]["dockerfile"]).exists()
+    artifacts = {a["image"]: a["docker"]["dockerfile"] for a in skaffold["build"]["artifacts"]}
+    assert artifacts == {"magnetar": "Dockerfile", "magnetar-spark": "spark-jobs/Dockerfile"}
+    assert all((ROOT / dockerfile).exists() for dockerfile in artifacts.values())
     [release] = skaffold["deploy"]["helm"]["releases"]
+    # skaffold names an image's template variables after it, '-' becoming '_'.
+    values = release["setValueTemplates"]
+    assert values["image.repository"] == "{{.IMAGE_REPO_magnetar}}"
+    assert values["sparkJobs.image.repository"] == "{{.IMAGE_REPO_magnetar_spark}}"
+    assert values["sparkJobs.image.tag"] == "{{.IMAGE_TAG_magnetar_spark}}"
     assert (ROOT / release["chartPath"]) == CHART and (CHART / "Chart.yaml").exists()
     assert [p["name"] for p in skaffold["profiles"]] == ["dev"]
 
