@@ -19,7 +19,7 @@ VALUE_SETS = {
     "auth on with RS256": ["auth.enabled=true", "auth.jwt.publicKey=-----BEGIN PUBLIC KEY-----",
                            "auth.serviceToken=tok"],
     "3 coordinators and 3 brokers": ["coordinator.replicaCount=3", "broker.replicaCount=3",
-                                     "admin.ingress.enabled=true"],
+                                     "admin.ingress.enabled=true", "monitoring.grafanaDashboard.enabled=true"],
     "Spark jobs on": ["components.sparkJobs=true", "sparkJobs.authTokenSecret.name=spark-token",
                       "sparkJobs.jobs.windowed-counts.enabled=true",
                       "sparkJobs.jobs.archive-orders.enabled=true"],
