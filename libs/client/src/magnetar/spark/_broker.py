@@ -1,0 +1,131 @@
+"""What the data source asks of Magnetar: clients, topic discovery, the end of each
+partition (the admin API's ``lastConfirmedEntry``) and reading one range of entries."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Iterator
+
+import magnetar
+from magnetar.admin_cli._http import AdminApi, Refused, Unreachable, q
+from magnetar_protocol.topics import TopicName
+
+from magnetar.spark._offsets import split_partition
+from magnetar.spark._options import Connection, MagnetarOptionError, ReadOptions
+
+READ_POLL_MS = 500  # a reader's wait before asking whether more is visible at all
+
+
+class MagnetarSparkError(RuntimeError):
+    """The data source could not do what Spark asked (the message says why)."""
+
+
+def client(conn: Connection, transaction_key: str | None = None) -> magnetar.Client:
+    return magnetar.Client(conn.service_url, transaction_key=transaction_key,
+                           auth_token=conn.auth_token)
+
+
+def admin(conn: Connection) -> AdminApi:
+    if not conn.admin_url:
+        raise MagnetarOptionError(
+            "option 'admin.url' is required to read: the end of each partition comes from the "
+            "admin API, e.g. .option('admin.url', 'http://127.0.0.1:8081')")
+    return AdminApi(conn.admin_url, conn.auth_token)
+
+
+def _get(api: AdminApi, path: str):
+    try:
+        return api.request("GET", path)
+    except Refused as exc:
+        raise MagnetarSparkError(f"admin API refused GET {path}: {exc.reason}") from None
+    except Unreachable as exc:
+        raise MagnetarSparkError(f"admin API at {api.base_url} is unreachable: {exc}") from None
+
+
+def _topic_path(name: str) -> str:
+    t = TopicName.parse(name)
+    return f"/admin/v2/persistent/{q(t.tenant)}/{q(t.namespace)}/{q(t.local_name)}"
+
+
+def discover(opts: ReadOptions) -> list[str]:
+    """Every partition (full name) of the topics read, sorted."""
+    api = admin(opts.connection)
+    if opts.pattern is not None:
+        tenant, namespace = opts.pattern.namespace.split("/")
+        names = _get(api, f"/admin/v2/persistent/{q(tenant)}/{q(namespace)}")
+        bases = sorted({TopicName.parse(n).base.full for n in names if opts.pattern.matches(n)})
+    else:
+        bases = list(opts.topics)
+    out = []
+    for base in bases:
+        count = _get(api, _topic_path(base) + "/partitions")["partitions"]
+        if count:
+            out.extend(TopicName.parse(base).partition(i).full for i in range(count))
+        elif opts.pattern is not None or _exists(api, base):
+            out.append(base)
+        else:
+            raise MagnetarSparkError(f"topic {base} does not exist (create it, or check 'topic')")
+    return sorted(out)
+
+
+def _exists(api: AdminApi, name: str) -> bool:
+    t = TopicName.parse(name)
+    return name in _get(api, f"/admin/v2/persistent/{q(t.tenant)}/{q(t.namespace)}")
+
+
+def latest_offsets(opts: ReadOptions, partitions: list[str]) -> dict[str, int]:
+    """{partition: its next entry id}: everything below is committed and readable."""
+    api = admin(opts.connection)
+    out = {}
+    for name in partitions:
+        last = _get(api, _topic_path(name) + "/internalStats")["lastConfirmedEntry"]
+        out[name] = int(str(last).split(":")[0]) + 1  # "-1:-1" for an empty log
+    return out
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _time(ms: int) -> dt.datetime | None:
+    return _EPOCH + dt.timedelta(milliseconds=ms) if ms > 0 else None
+
+
+def row(msg: magnetar.Message, topic: str, partition: int) -> tuple:
+    """A message as a row of the data source's schema (magnetar.spark.SCHEMA)."""
+    mid = msg.message_id()
+    return (msg.data(), msg.partition_key() or None, topic,
+            f"{partition}:{mid.entry_id()}:{mid.batch_index()}",
+            _time(msg.publish_timestamp()), _time(msg.event_timestamp()), msg.properties())
+
+
+def read_range(conn: Connection, partition: str, start: int, end: int,
+               poll_timeout_ms: int) -> Iterator[tuple]:
+    """The messages of entries [start, end) of one partition, as rows.  Every entry below
+    ``end`` is committed (offsets come from the log's end), so a reader from ``start``
+    sees exactly them; it only has to know when to stop."""
+    topic, index = split_partition(partition)
+    deadline = time.monotonic() + poll_timeout_ms / 1000
+    c = client(conn)
+    try:
+        reader = c.create_reader(partition, magnetar.MessageId(index, start, -1),
+                                 start_message_id_inclusive=True)
+        while True:
+            try:
+                msg = reader.read_next(timeout_millis=READ_POLL_MS)
+            except magnetar.Timeout:
+                if not reader.has_message_available():
+                    return  # nothing more exists: entries up to end are all read
+                if time.monotonic() > deadline:
+                    raise MagnetarSparkError(
+                        f"{partition}: entries before {end} did not arrive within "
+                        f"{poll_timeout_ms} ms (option 'pollTimeoutMs')") from None
+                continue
+            mid = msg.message_id()
+            if mid.entry_id() >= end:
+                return
+            yield row(msg, topic, index)
+            if mid.entry_id() == end - 1 and mid.batch_index() >= mid.batch_size() - 1:
+                return
+    finally:
+        c.close()

@@ -1,0 +1,111 @@
+"""Batch and streaming reads.  The driver plans splits from offsets; each task reads one
+split with its own reader (magnetar._broker.read_range)."""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+
+from magnetar.spark import _broker
+from magnetar.spark._offsets import (
+    EARLIEST,
+    LATEST,
+    Split,
+    check_data_loss,
+    from_spark,
+    plan_splits,
+    rate_limit,
+    resolve,
+    to_spark,
+)
+from magnetar.spark._options import ReadOptions
+
+try:  # PySpark 4.2+: the engine passes read limits (Trigger.AvailableNow reads everything)
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+except ImportError:  # pragma: no cover - older PySpark 4.x
+    ReadAllAvailable = ReadMaxRows = None
+
+
+class SplitPartition(InputPartition):
+    def __init__(self, split: Split) -> None:
+        super().__init__(split)
+        self.split = split
+
+
+def _read(opts: ReadOptions, partition: SplitPartition):
+    s = partition.split
+    yield from _broker.read_range(opts.connection, s.partition, s.start, s.end, opts.poll_timeout_ms)
+
+
+def _partitions(opts: ReadOptions, start: dict[str, int], end: dict[str, int]) -> list[SplitPartition]:
+    return [SplitPartition(s) for s in plan_splits(start, end, opts.min_partitions,
+                                                   opts.max_records_per_partition)]
+
+
+class BatchReader(DataSourceReader):
+    """``spark.read``: [startingOffsets, endingOffsets) of every partition, fixed when the
+    query is planned."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+
+    def partitions(self):
+        parts = _broker.discover(self.opts)
+        latest = _broker.latest_offsets(self.opts, parts)
+        start = resolve(self.opts.starting, latest, EARLIEST, "startingOffsets")
+        end = resolve(self.opts.ending, latest, LATEST, "endingOffsets")
+        for name in end:
+            if start[name] > end[name]:
+                raise _broker.MagnetarOptionError(
+                    f"startingOffsets ({start[name]}) is after endingOffsets ({end[name]}) "
+                    f"for {name}")
+        return _partitions(self.opts, start, end)
+
+    def read(self, partition):
+        return _read(self.opts, partition)
+
+
+class StreamReader(DataSourceStreamReader):
+    """``spark.readStream``: Spark checkpoints the offsets (see magnetar.spark._offsets);
+    each micro-batch reads [previous end, new end) of every partition."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self._last_end: dict | None = None  # for PySpark versions that pass no start
+
+    def _latest(self) -> dict[str, int]:
+        return _broker.latest_offsets(self.opts, _broker.discover(self.opts))
+
+    def initialOffset(self) -> dict:
+        latest = self._latest()
+        return to_spark(resolve(self.opts.starting, latest, LATEST, "startingOffsets"))
+
+    def getDefaultReadLimit(self):
+        if self.opts.max_offsets_per_trigger is None or ReadMaxRows is None:
+            return super().getDefaultReadLimit()
+        return ReadMaxRows(self.opts.max_offsets_per_trigger)
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        if start is None:
+            start = self._last_end if self._last_end is not None else self.initialOffset()
+        latest = self._latest()
+        begin = check_data_loss(from_spark(start), latest, self.opts.fail_on_data_loss)
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            cap = limit.max_rows
+        elif ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable):
+            cap = None
+        else:
+            cap = self.opts.max_offsets_per_trigger
+        end = to_spark(rate_limit(begin, latest, cap))
+        self._last_end = end
+        return end
+
+    def partitions(self, start: dict, end: dict):
+        end_offsets = from_spark(end)
+        begin = check_data_loss(from_spark(start), end_offsets, self.opts.fail_on_data_loss)
+        return _partitions(self.opts, begin, end_offsets)
+
+    def read(self, partition):
+        return _read(self.opts, partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the offsets live in Spark's checkpoint, not on a subscription."""

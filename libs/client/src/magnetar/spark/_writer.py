@@ -1,0 +1,163 @@
+"""Batch and streaming writes: one Magnetar transaction per Spark job or micro-batch.
+
+The driver opens the transaction, every task sends into it (magnetar.spark._sending),
+and the driver's commit step commits it once every task succeeded, or aborts it: the
+whole output becomes visible at once or not at all.
+
+A streaming sink is exactly-once across restarts.  Its transactions are opened under a
+transaction key (``transactionKeyPrefix``, else derived from the checkpoint location),
+so a newer driver of the same query fences an older one: the older one's open
+transaction is aborted and its commit fails.  Each micro-batch's transaction also
+carries a progress message ``{"batchId": N}`` to the sink's progress topic, so "batch N
+is committed" and batch N's output become visible together; before committing, the
+sink reads its last recorded batch id and aborts a replayed batch it already committed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import magnetar
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+
+from magnetar.spark import _broker
+from magnetar.spark._options import WriteOptions
+from magnetar.spark._sending import send_rows
+
+
+class TaskDone(WriterCommitMessage):
+    """What a task tells the driver: the transaction it sent into and how many rows."""
+
+    def __init__(self, txn: tuple[int, int], spark_partition: int, rows: int) -> None:
+        self.txn = txn
+        self.spark_partition = spark_partition
+        self.rows = rows
+
+
+def open_transaction(opts: WriteOptions) -> tuple[int, int]:
+    """Open the job's transaction (under the transaction key, if any: that fences the
+    key's previous holder) and return its id."""
+    client = _broker.client(opts.connection, opts.transaction_key)
+    try:
+        return tuple(client.new_transaction(opts.transaction_timeout_ms).txn_id)
+    finally:
+        client.close()
+
+
+def _task_partition() -> int:
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
+
+
+def _txn_of(messages) -> tuple[int, int] | None:
+    txns = {tuple(m.txn) for m in messages if isinstance(m, TaskDone)}
+    if len(txns) > 1:
+        raise _broker.MagnetarSparkError(f"tasks of one write sent into several transactions: {txns}")
+    return txns.pop() if txns else None
+
+
+class _Sender:
+    opts: WriteOptions
+    columns: tuple[str, ...]
+    txn: tuple[int, int] | None
+
+    def write(self, iterator) -> TaskDone:
+        part = _task_partition()
+        count = send_rows(self.opts.connection, self.transaction(), self.opts.topic, self.columns,
+                          iterator, part)
+        return TaskDone(self.transaction(), part, count)
+
+    def transaction(self) -> tuple[int, int]:
+        if self.txn is None:
+            raise _broker.MagnetarSparkError("the writer reached a task without a transaction")
+        return self.txn
+
+
+class BatchWriter(_Sender, DataSourceWriter):
+    """``df.write``: Spark ships this object, with the transaction opened here, to the
+    tasks and to the commit step."""
+
+    def __init__(self, opts: WriteOptions, columns: tuple[str, ...]) -> None:
+        self.opts = opts
+        self.columns = columns
+        self.txn = open_transaction(opts)
+
+    def commit(self, messages) -> None:
+        client = _broker.client(self.opts.connection)
+        try:
+            client.transaction_from_id(magnetar.TxnID(*self.txn)).commit()
+        finally:
+            client.close()
+
+    def abort(self, messages) -> None:
+        _abort(self.opts, self.txn)
+
+
+def _abort(opts: WriteOptions, txn: tuple[int, int] | None) -> None:
+    if txn is None:
+        return
+    client = _broker.client(opts.connection)
+    try:
+        client.transaction_from_id(magnetar.TxnID(*txn)).abort()
+    except (magnetar.InvalidTxnStatusError, magnetar.ExpiredTransactionError):
+        pass  # already ended (timed out, fenced): nothing of it is visible
+    finally:
+        client.close()
+
+
+class StreamWriter(_Sender, DataSourceStreamWriter):
+    """``df.writeStream``: Spark makes one of these per micro-batch to ship to the tasks,
+    and another one in its commit step (which gets the tasks' TaskDone messages)."""
+
+    def __init__(self, opts: WriteOptions, columns: tuple[str, ...]) -> None:
+        self.opts = opts
+        self.columns = columns
+        self.txn = None
+
+    def __getstate__(self) -> dict:
+        # Spark pickles the micro-batch's writer to ship it to the tasks, and never the
+        # commit step's: so the batch's transaction is opened here, once per batch.
+        if self.txn is None:
+            self.txn = open_transaction(self.opts)
+        return dict(self.__dict__)
+
+    def commit(self, messages, batchId: int) -> None:
+        txn = _txn_of(messages)
+        if txn is None:
+            return  # no task ran: nothing was written
+        client = _broker.client(self.opts.connection)
+        try:
+            last = last_committed_batch(client, self.opts.progress_topic)
+            attached = client.transaction_from_id(magnetar.TxnID(*txn))
+            if last is not None and batchId <= last:
+                attached.abort()  # a replay of a batch whose output is already visible
+                return
+            client.create_producer(self.opts.progress_topic).send(
+                json.dumps({"batchId": batchId, "rows": sum(m.rows for m in messages if m)}).encode(),
+                properties={"transactionKey": self.opts.transaction_key or ""}, txn=attached)
+            try:
+                attached.commit()
+            except magnetar.ExpiredTransactionError as exc:
+                raise _broker.MagnetarSparkError(
+                    f"micro-batch {batchId} was not committed: another run of this query (same "
+                    f"transaction key {self.opts.transaction_key!r}, i.e. the same checkpoint) "
+                    f"took over and fenced this one ({exc})") from exc
+        finally:
+            client.close()
+
+    def abort(self, messages, batchId: int) -> None:
+        _abort(self.opts, _txn_of(messages))
+
+
+def last_committed_batch(client: magnetar.Client, progress_topic: str) -> int | None:
+    """The highest batch id recorded on the sink's progress topic, None when none is."""
+    reader = client.create_reader(progress_topic, magnetar.MessageId.earliest)
+    last = None
+    try:
+        while reader.has_message_available():
+            record = json.loads(reader.read_next(timeout_millis=30000).data())
+            last = record["batchId"] if last is None else max(last, record["batchId"])
+    finally:
+        reader.close()
+    return last

@@ -1,0 +1,108 @@
+"""The ``magnetar`` data source's batch read and write on local Spark against a real
+local Magnetar: round trip, atomic writes, committed-only reads, option errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+import magnetar
+from magnetar.admin_cli._http import AdminApi
+from tests.e2e.helpers import read_all
+
+pytestmark = pytest.mark.e2e
+
+
+def options(cluster) -> dict:
+    return {"service.url": ",".join(cluster.broker_urls), "admin.url": cluster.admin_url}
+
+
+def read(spark, cluster, **extra):
+    return spark.read.format("magnetar").options(**options(cluster), **extra).load()
+
+
+def test_batch_round_trip_keeps_values_keys_properties_and_times(spark, cluster, client):
+    rows = [(f"v{i}".encode(), f"k{i % 3}", {"i": str(i)}, dt.datetime(2026, 1, 1, 12, 0, i))
+            for i in range(20)]
+    df = spark.createDataFrame(rows, "value binary, __key string, "
+                                     "__messageProperties map<string,string>, __eventTime timestamp")
+    df.repartition(2).write.mode("append").format("magnetar").options(**options(cluster), topic="rt").save()
+
+    got = read(spark, cluster, topic="rt").collect()
+    assert sorted(bytes(r.value) for r in got) == sorted(v for v, *_ in rows)
+    by_value = {bytes(r.value): r for r in got}
+    for value, key, props, event in rows:
+        r = by_value[value]
+        assert (r["__key"], r["__messageProperties"], r["__eventTime"]) == (key, props, event)
+        assert r["__topic"] == "persistent://public/default/rt"
+        assert r["__publishTime"] is not None
+    # One transaction: every row of the job sits in one committed entry.
+    assert len({r["__messageId"].split(":")[1] for r in got}) == 1
+
+
+def test_batch_read_is_bounded_and_split_by_partition_and_range(spark, cluster, client):
+    AdminApi(cluster.admin_url).request("PUT", "/admin/v2/persistent/public/default/split/partitions", 2)
+    for i in range(2):
+        p = client.create_producer(f"split-partition-{i}", batching_enabled=False)
+        for j in range(6):
+            p.send(f"p{i}-{j}".encode())  # one entry each: entry ids 0..5
+    whole = read(spark, cluster, topic="split")
+    assert whole.rdd.getNumPartitions() == 2  # one split per partition
+    assert whole.count() == 12
+    ranged = read(spark, cluster, topic="split", maxRecordsPerPartition="2",
+                  startingOffsets='{"split": {"0": 1, "1": -2}}',
+                  endingOffsets='{"split": {"0": 5, "1": 0}}')
+    assert ranged.rdd.getNumPartitions() == 2  # entries 1-2 and 3-4 of partition 0
+    assert sorted(bytes(r.value) for r in ranged.collect()) == [b"p0-1", b"p0-2", b"p0-3", b"p0-4"]
+    assert {r["__messageId"].split(":")[0] for r in ranged.collect()} == {"0"}
+
+
+def test_a_failing_task_leaves_nothing_of_the_write_visible(spark, cluster, client):
+    from pyspark.sql.functions import col, udf
+
+    @udf("binary")
+    def explode_on_13(value):
+        if value == b"13":
+            raise RuntimeError("task fails midway")
+        return value
+
+    client.create_producer("atomic").send(b"before")
+    df = spark.createDataFrame([(str(i).encode(),) for i in range(40)], "value binary").repartition(2)
+    with pytest.raises(Exception, match="task fails midway"):
+        (df.select(explode_on_13(col("value")).alias("value"))
+         .write.mode("append").format("magnetar").options(**options(cluster), topic="atomic").save())
+    # The other task's rows were sent into the job's transaction, which was aborted.
+    assert read_all(client, "atomic") == [b"before"]
+    assert [bytes(r.value) for r in read(spark, cluster, topic="atomic").collect()] == [b"before"]
+
+
+def test_aborted_transactions_never_appear_in_rows(spark, cluster, client):
+    producer = client.create_producer("mixed")
+    producer.send(b"plain-1")
+    aborted = client.new_transaction()
+    for i in range(5):
+        producer.send(f"aborted-{i}".encode(), txn=aborted)
+    committed = client.new_transaction()
+    producer.send(b"committed", txn=committed)
+    aborted.abort()
+    committed.commit()
+    producer.send(b"plain-2")
+    got = sorted(bytes(r.value) for r in read(spark, cluster, topic="mixed").collect())
+    assert got == [b"committed", b"plain-1", b"plain-2"]
+
+
+def test_bad_options_name_the_option_and_the_fix(spark, cluster):
+    from pyspark.errors import PySparkException
+    from py4j.protocol import Py4JJavaError
+
+    errors = (PySparkException, Py4JJavaError, ValueError)
+    with pytest.raises(errors, match="unknown option 'topci'.*did you mean 'topic'"):
+        read(spark, cluster, topci="x").collect()
+    with pytest.raises(errors, match="exactly one of 'topic', 'topics'"):
+        read(spark, cluster).collect()
+    with pytest.raises(errors, match="startingOffsets"):
+        read(spark, cluster, topic="x", startingOffsets="first").collect()
+    df = spark.createDataFrame([(b"v",)], "value binary")
+    with pytest.raises(errors, match="option\\('topic'"):
+        df.write.mode("append").format("magnetar").options(**options(cluster)).save()
