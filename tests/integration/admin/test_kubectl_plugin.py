@@ -22,6 +22,7 @@ import os
 import re
 import ssl
 import subprocess
+import sys
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -30,7 +31,7 @@ import jwt
 import pytest
 
 import magnetar
-from magnetar.kubectl_plugin import admin_service_name
+from magnetar.kubectl_plugin import admin_service_name, main
 from magnetar_runtime.local.cluster import command_path
 
 SECRET = "kubectl-plugin-test-secret-of-32-bytes"
@@ -250,3 +251,11 @@ def test_release_names_follow_the_chart():
     assert admin_service_name("prod-magnetar-eu") == "prod-magnetar-eu-admin"
     assert admin_service_name("events") == "events-magnetar-admin"
     assert admin_service_name("x" * 50) == "x" * 40 + "-admin"
+    assert admin_service_name("a" * 38 + "--magnetar") == "a" * 38 + "--admin"  # one '-' trimmed
+
+
+def test_without_the_kubernetes_client_the_fix_is_named(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # as if the [kubectl] extra were missing
+    (tmp_path / "config").write_text("{}")
+    assert main(["--kubeconfig", str(tmp_path / "config"), "tenants", "list"]) == 2
+    assert "pip install 'magnetar[kubectl]'" in capsys.readouterr().err

@@ -57,8 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def admin_service_name(release: str) -> str:
     """The chart's ``magnetar.fullname`` + ``-admin`` (see charts/magnetar/templates/_helpers.tpl)."""
-    full = release if CHART_NAME in release else f"{release}-{CHART_NAME}"
-    return full[:40].rstrip("-") + "-admin"
+    full = (release if CHART_NAME in release else f"{release}-{CHART_NAME}")[:40]
+    return full.removesuffix("-") + "-admin"  # Sprig's trimSuffix drops one '-'
 
 
 class KubeconfigProblem(Exception):
