@@ -113,6 +113,7 @@ def test_spark_image_dockerfile():
     dockerfile = (ROOT / "spark-jobs" / "Dockerfile").read_text()
     assert dockerfile.count("FROM ") == 2 and "USER 10001" in dockerfile  # multi-stage, non-root
     assert re.search(r'"pyspark(\[sql\])?>=4\.\d+,<5"', dockerfile), "PySpark 4 is installed"
+    assert '"magnetar[spark]"' in dockerfile  # the client with its data source's dependencies
     assert "openjdk-17-jre-headless" in dockerfile  # PySpark 4 needs Java 17+
     for package in ("libs/protocol", "libs/client"):
         assert f"./{package}" in dockerfile and (ROOT / package / "pyproject.toml").exists()
