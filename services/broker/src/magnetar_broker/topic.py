@@ -209,6 +209,7 @@ class PartitionLog:
             await self.txnbuf.check_send(txn)
         name = producer.name
         if self.dedup:
+            waited = False
             while True:
                 self.check_open()
                 last = await self.last_sequence_id(name)
@@ -217,8 +218,13 @@ class PartitionLog:
                     metrics.DUPLICATES.inc(n)
                     return pb.SendResponse(duplicate=True, last_sequence_id=last,
                                            partition=self.partition_index)
-                if lowest <= self.pushed_seq.get(name, -1):
+                pushed = self.pushed_seq.get(name, -1)
+                if not waited and pushed > last and lowest <= pushed:
                     # Overlaps a batch still being committed: judge again once it is.
+                    # Once (a batch that failed stays above ``last``), and never when
+                    # nothing is in flight: ``idle()`` returns at once then, and looping
+                    # on it would hold the event loop forever.
+                    waited = True
                     await self._writer.idle()
                     continue
                 if verdict is Verdict.PARTIAL:
