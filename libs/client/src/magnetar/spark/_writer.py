@@ -133,10 +133,11 @@ class StreamWriter(_Sender, DataSourceStreamWriter):
             if last is not None and batchId <= last:
                 attached.abort()  # a replay of a batch whose output is already visible
                 return
-            client.create_producer(self.opts.progress_topic).send(
-                json.dumps({"batchId": batchId, "rows": sum(m.rows for m in messages if m)}).encode(),
-                properties={"transactionKey": self.opts.transaction_key or ""}, txn=attached)
+            record = {"batchId": batchId, "rows": sum(m.rows for m in messages if m)}
             try:
+                client.create_producer(self.opts.progress_topic).send(
+                    json.dumps(record).encode(),
+                    properties={"transactionKey": self.opts.transaction_key or ""}, txn=attached)
                 attached.commit()
             except magnetar.ExpiredTransactionError as exc:
                 raise _broker.MagnetarSparkError(

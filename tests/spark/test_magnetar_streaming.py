@@ -1,0 +1,148 @@
+"""The ``magnetar`` data source's streaming read and exactly-once streaming write, on
+local Spark against a real local Magnetar."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import magnetar
+import magnetar.spark
+from tests.e2e.helpers import read_all
+
+pytestmark = pytest.mark.e2e
+
+QUERY_TIMEOUT_S = 180
+
+
+def options(cluster) -> dict:
+    return {"service.url": ",".join(cluster.broker_urls), "admin.url": cluster.admin_url}
+
+
+def produce(client, topic: str, values) -> None:
+    producer = client.create_producer(topic, batching_enabled=False)  # one entry per message
+    for v in values:
+        producer.send(v.encode())
+    producer.close()
+
+
+def run_until_caught_up(query) -> None:
+    """Wait for an availableNow query to finish; its failure raises here."""
+    assert query.awaitTermination(QUERY_TIMEOUT_S), "the streaming query did not finish"
+    if query.exception() is not None:
+        raise query.exception()
+
+
+def stream_to_parquet(spark, cluster, topic: str, out: str, checkpoint: str, **extra):
+    df = spark.readStream.format("magnetar").options(**options(cluster), topic=topic, **extra).load()
+    return (df.selectExpr("CAST(value AS STRING) AS v", "__messageId")
+            .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True).start())
+
+
+def test_streaming_read_resumes_from_its_checkpoint(spark, cluster, client, tmp_path):
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+    produce(client, "s-in", [f"m{i}" for i in range(5)])
+    query = stream_to_parquet(spark, cluster, "s-in", out, checkpoint,
+                              startingOffsets="earliest", maxOffsetsPerTrigger="2")
+    run_until_caught_up(query)
+    assert sorted(r.v for r in spark.read.parquet(out).collect()) == [f"m{i}" for i in range(5)]
+
+    produce(client, "s-in", [f"m{i}" for i in range(5, 9)])
+    # Restarted on the same checkpoint: only what came after the last batch is read
+    # (startingOffsets applies to a new query only).
+    query = stream_to_parquet(spark, cluster, "s-in", out, checkpoint, startingOffsets="earliest")
+    run_until_caught_up(query)
+    got = [r.v for r in spark.read.parquet(out).collect()]
+    assert sorted(got) == sorted(f"m{i}" for i in range(9))  # each once
+
+
+def test_max_offsets_per_trigger_caps_each_micro_batch(spark, cluster, client, tmp_path):
+    produce(client, "s-rate", [f"r{i}" for i in range(7)])
+    df = (spark.readStream.format("magnetar")
+          .options(**options(cluster), topic="s-rate", startingOffsets="earliest",
+                   maxOffsetsPerTrigger="3").load())
+    sizes: list[int] = []
+    query = (df.writeStream.foreachBatch(lambda batch, _id: sizes.append(batch.count()))
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="0 seconds")
+             .start())
+    try:
+        assert query.processAllAvailable() is None
+    finally:
+        query.stop()
+    assert sum(sizes) == 7 and max(sizes) <= 3, sizes
+
+
+def sink_query(spark, cluster, checkpoint: str):
+    source = (spark.readStream.format("magnetar")
+              .options(**options(cluster), topic="w-in", startingOffsets="earliest").load())
+    return (source.selectExpr("value", "__key").writeStream.format("magnetar")
+            .options(**options(cluster), topic="w-out").option("checkpointLocation", checkpoint)
+            .trigger(processingTime="0 seconds").start())
+
+
+def run_until_caught_up_and_stop(query) -> None:
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+
+def test_streaming_write_commits_a_replayed_batch_once(spark, cluster, client, tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    produce(client, "w-in", [f"a{i}" for i in range(4)])
+    run_until_caught_up_and_stop(sink_query(spark, cluster, str(checkpoint)))
+    assert sorted(read_all(client, "w-out")) == [f"a{i}".encode() for i in range(4)]
+
+    # The driver "crashed" after the sink committed batch 0 and before Spark recorded
+    # it: without its commit-log entry Spark runs batch 0 again, same offsets, same id.
+    commits = sorted((checkpoint / "commits").iterdir())
+    assert [c.name for c in commits if not c.name.startswith(".")] == ["0"]
+    for c in commits:
+        c.unlink()
+    produce(client, "w-in", ["b0"])
+    run_until_caught_up_and_stop(sink_query(spark, cluster, str(checkpoint)))
+    assert sorted(read_all(client, "w-out")) == sorted([f"a{i}".encode() for i in range(4)] + [b"b0"])
+
+
+def stream_writer(cluster, key: str):
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from magnetar.spark import MagnetarDataSource
+
+    source = MagnetarDataSource({"service.url": ",".join(cluster.broker_urls), "topic": "fence-out",
+                                 "transactionKeyPrefix": key})
+    return source.streamWriter(StructType([StructField("value", BinaryType())]), False)
+
+
+def ship(writer):
+    """What Spark does with a micro-batch's writer: pickle it for the tasks."""
+    return pickle.loads(pickle.dumps(writer))
+
+
+def test_a_newer_driver_fences_the_older_one(cluster, client):
+    from pyspark.sql import Row
+
+    from magnetar.spark import MagnetarSparkError
+
+    old = ship(stream_writer(cluster, "query-1"))
+    old_done = old.write(iter([Row(value=b"old")]))
+    new = ship(stream_writer(cluster, "query-1"))  # same key: the old transaction is aborted
+    new_done = new.write(iter([Row(value=b"new")]))
+    with pytest.raises(MagnetarSparkError, match="fenced"):
+        stream_writer(cluster, "query-1").commit([old_done], 0)
+    stream_writer(cluster, "query-1").commit([new_done], 0)
+    assert read_all(client, "fence-out") == [b"new"]
+
+
+def test_a_retried_task_is_stored_once(cluster, client):
+    from pyspark.sql import Row
+
+    writer = ship(stream_writer(cluster, "query-2"))
+    rows = [Row(value=f"r{i}".encode()) for i in range(5)]
+    writer.write(iter(rows[:3]))  # the first attempt dies after three rows ...
+    done = writer.write(iter(rows))  # ... the retry sends all of them again
+    stream_writer(cluster, "query-2").commit([done], 0)
+    assert read_all(client, "fence-out") == [f"r{i}".encode() for i in range(5)]
+    assert magnetar.spark.last_committed_batch(client, stream_writer(cluster, "query-2").opts.progress_topic) == 0
