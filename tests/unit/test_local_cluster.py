@@ -105,3 +105,12 @@ def test_banner_names_every_address_a_newcomer_needs(tmp_path):
     assert f"{tmp_path}/logs/<service>.log" in text
     assert "coordinator-0    http://127.0.0.1:8090" in text and "pid 102" in text
     assert "Ctrl-C stops everything" in text
+
+
+def test_free_ports_avoid_the_ephemeral_range_and_never_repeat():
+    from magnetar_runtime.local.postgres import _ephemeral_low, free_port
+
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50
+    if _ephemeral_low() > 12000:  # where outgoing connections take their source ports
+        assert max(ports) < _ephemeral_low()

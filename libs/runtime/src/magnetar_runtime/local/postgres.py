@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -47,7 +48,35 @@ def find_pg_bin() -> Path:
     )
 
 
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A free loopback port for a service to bind a moment later.  Chosen below the
+    kernel's ephemeral range, because a port the kernel hands out (bind to 0) is just as
+    likely to become the source port of some outgoing connection before the service
+    binds it (seen: "address already in use" with Spark and many clients running); and
+    never one this process handed out before."""
+    low = _ephemeral_low()
+    if low > 12000:
+        for _ in range(200):
+            port = random.randint(10000, low - 1)
+            if port in _handed_out:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
