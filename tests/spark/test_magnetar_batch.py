@@ -41,6 +41,20 @@ def test_batch_round_trip_keeps_values_keys_properties_and_times(spark, cluster,
     assert len({r["__messageId"].split(":")[1] for r in got}) == 1
 
 
+def test_rows_go_to_their_topic_column_unless_the_topic_option_is_set(spark, cluster, client):
+    df = spark.createDataFrame([(b"a1", "route-a"), (b"b1", "route-b"), (b"a2", "route-a")],
+                               "value binary, __topic string")
+    df.write.mode("append").format("magnetar").options(**options(cluster)).save()
+    assert sorted(read_all(client, "route-a")) == [b"a1", b"a2"]
+    assert read_all(client, "route-b") == [b"b1"]
+    # As in Spark's Kafka sink the option overrides the column: a DataFrame read from one
+    # topic and written with .option("topic", ...) never goes back to where it came from.
+    read(spark, cluster, topic="route-a").write.mode("append").format("magnetar").options(
+        **options(cluster), topic="route-copy").save()
+    assert sorted(read_all(client, "route-copy")) == [b"a1", b"a2"]
+    assert sorted(read_all(client, "route-a")) == [b"a1", b"a2"]
+
+
 def test_batch_read_is_bounded_and_split_by_partition_and_range(spark, cluster, client):
     AdminApi(cluster.admin_url).request("PUT", "/admin/v2/persistent/public/default/split/partitions", 2)
     for i in range(2):

@@ -48,6 +48,9 @@ def test_streaming_read_resumes_from_its_checkpoint(spark, cluster, client, tmp_
                               startingOffsets="earliest", maxOffsetsPerTrigger="2")
     run_until_caught_up(query)
     assert sorted(r.v for r in spark.read.parquet(out).collect()) == [f"m{i}" for i in range(5)]
+    # Trigger.AvailableNow keeps the rate limit: 5 entries in batches of at most 2.
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 5 and max(sizes) <= 2, sizes
 
     produce(client, "s-in", [f"m{i}" for i in range(5, 9)])
     # Restarted on the same checkpoint: only what came after the last batch is read

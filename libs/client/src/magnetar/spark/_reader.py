@@ -19,10 +19,17 @@ from magnetar.spark._offsets import (
 )
 from magnetar.spark._options import ReadOptions
 
-try:  # PySpark 4.2+: the engine passes read limits (Trigger.AvailableNow reads everything)
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+try:  # PySpark 4.2+: the engine passes read limits, and knows Trigger.AvailableNow sources
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
 except ImportError:  # pragma: no cover - older PySpark 4.x
     ReadAllAvailable = ReadMaxRows = None
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
 
 
 class SplitPartition(InputPartition):
@@ -64,16 +71,27 @@ class BatchReader(DataSourceReader):
         return _read(self.opts, partition)
 
 
-class StreamReader(DataSourceStreamReader):
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream``: Spark checkpoints the offsets (see magnetar.spark._offsets);
     each micro-batch reads [previous end, new end) of every partition."""
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         self._last_end: dict | None = None  # for PySpark versions that pass no start
+        self._target: dict[str, int] | None = None  # Trigger.AvailableNow: read up to here
 
     def _latest(self) -> dict[str, int]:
-        return _broker.latest_offsets(self.opts, _broker.discover(self.opts))
+        latest = _broker.latest_offsets(self.opts, _broker.discover(self.opts))
+        if self._target is None:
+            return latest
+        # Nothing that arrived after the query started, not even new partitions.
+        return {p: min(end, self._target[p]) for p, end in latest.items() if p in self._target}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: what exists now is read (in batches of
+        ``maxOffsetsPerTrigger``), then the query stops."""
+        self._target = None
+        self._target = self._latest()
 
     def initialOffset(self) -> dict:
         latest = self._latest()

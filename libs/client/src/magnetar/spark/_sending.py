@@ -83,7 +83,9 @@ def send_rows(conn: Connection, txn_id: tuple[int, int], default_topic: str | No
         producers: dict[str, magnetar.Producer] = {}
         count = 0
         for index, row in enumerate(rows):
-            topic = (row["__topic"] if "__topic" in columns else None) or default_topic
+            # The option wins over the column, as in Spark's Kafka sink: a DataFrame read
+            # from one topic and written with .option("topic", ...) never goes back.
+            topic = default_topic or (row["__topic"] if "__topic" in columns else None)
             if topic is None:
                 raise ValueError(f"row {index} has no __topic and the write has no 'topic' option")
             producer = producers.get(topic)
