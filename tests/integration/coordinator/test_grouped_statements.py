@@ -73,3 +73,20 @@ async def test_a_fenced_process_writes_nothing_for_any_of_a_group(database_url):
     assert await pool.fetchval("SELECT status FROM transactions") == pb.TXN_OPEN
     assert await pool.fetchval("SELECT count(*) FROM txn_partitions") == 0
     await pool.close()
+
+
+async def test_a_commit_and_an_abort_of_one_transaction_queued_together_move_it_once(database_url):
+    pool = await create_pool(database_url, max_size=4)
+    store = CoordinatorStore(pool, 0, "x")
+    assert await store.claim("http://x", 5)
+    for txn_id in (1, 2):
+        await store.new_txn(txn_id, 60000, None)
+    results = await asyncio.gather(
+        store.start_ending(1, pb.TXN_COMMITTING, False, False),
+        store.start_ending(1, pb.TXN_ABORTING, True, False),  # a timeout racing the commit
+        store.start_ending(2, pb.TXN_ABORTING, False, True))
+    assert results == [(True, True), (False, True), (True, True)]
+    rows = await pool.fetch("SELECT txn_id, status, timed_out, expired FROM transactions ORDER BY 1")
+    assert [tuple(r) for r in rows] == [(1, pb.TXN_COMMITTING, False, False),
+                                        (2, pb.TXN_ABORTING, False, True)]
+    await pool.close()

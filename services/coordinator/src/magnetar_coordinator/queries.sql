@@ -146,6 +146,23 @@ SELECT (SELECT count(*) FROM fence) AS fenced_ok, (SELECT count(*) FROM created)
 FROM (SELECT 1) AS one
 LEFT JOIN transaction_keys k ON k.owner = $5 AND k.transaction_key = $6;
 
+-- name: start_ending_unkeyed
+-- OPEN -> COMMITTING/ABORTING for many transactions without a key in one statement (the
+-- store's group commit): row i moves $3[i] to $4[i], setting the timed-out ($5[i]) and
+-- expired ($6[i]) flags.  Keyed transactions are left alone (their key's epoch is
+-- checked one at a time, by start_ending); the ids that moved come back.  The ids must
+-- be distinct (the store sends a repeated id the one-at-a-time way).
+WITH fence AS (
+    SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
+)
+UPDATE transactions t
+SET status = u.target, timed_out = t.timed_out OR u.timed_out, expired = t.expired OR u.expired
+FROM unnest($3::bigint[], $4::smallint[], $5::bool[], $6::bool[])
+     AS u (id, target, timed_out, expired)
+WHERE t.coordinator_id = $1 AND t.txn_id = u.id AND t.status = 0
+  AND t.transaction_key IS NULL AND EXISTS (SELECT 1 FROM fence)
+RETURNING t.txn_id;
+
 -- name: start_ending
 -- OPEN -> COMMITTING/ABORTING ($4) by compare-and-set.  A keyed transaction may only
 -- start committing while its key's epoch is still the one it was opened under (the key

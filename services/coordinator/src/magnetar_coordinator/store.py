@@ -44,6 +44,7 @@ class CoordinatorStore:
         self._transitions = GroupCommit(self._apply_transitions)
         self._participants = GroupCommit(self._read_participants)
         self._registrations = GroupCommit(self._register)
+        self._endings = GroupCommit(self._start_endings)
 
     async def claim(self, url: str, ttl_s: float) -> bool:
         epoch = await self.pool.fetchval(Q["claim"], self.tcid, self.instance, url, ttl_s)
@@ -111,12 +112,29 @@ class CoordinatorStore:
 
     async def start_ending(self, txn_id: int, target: int, timed_out: bool,
                            expired: bool) -> tuple[bool, bool]:
-        """OPEN -> COMMITTING/ABORTING by compare-and-set: (moved, the key epoch was ok)."""
+        """OPEN -> COMMITTING/ABORTING by compare-and-set: (moved, the key epoch was ok).
+        Transactions without a key that arrive together share one statement; the rest
+        (keyed, or not OPEN) take the one-at-a-time statement that checks the key."""
+        if await self._endings.submit((txn_id, target, timed_out, expired)):
+            return True, True
         row = await self.pool.fetchrow(Q["start_ending"], self.tcid, self.fence_epoch, txn_id,
                                        target, timed_out, expired)
         if not row["fenced_ok"]:
             raise self._fenced()
         return bool(row["moved"]), bool(row["key_ok"])
+
+    async def _start_endings(self, items: list[tuple[int, int, bool, bool]]) -> list[bool]:
+        # One move per transaction: of a commit and an abort of one id queued together,
+        # only the first is tried here; the other finds it no longer OPEN.
+        first: dict[int, int] = {}
+        for i, (txn_id, *_) in enumerate(items):
+            first.setdefault(txn_id, i)
+        tried = [items[i] for i in first.values()]
+        ids, targets, timed_out, expired = (list(column) for column in zip(*tried))
+        moved = {r["txn_id"] for r in await self.pool.fetch(
+            Q["start_ending_unkeyed"], self.tcid, self.fence_epoch, ids, targets, timed_out,
+            expired)}
+        return [first[txn_id] == i and txn_id in moved for i, (txn_id, *_) in enumerate(items)]
 
     async def add_participants(self, txn_id: int, topics: list[str], sub_topics: list[str],
                                subs: list[str]) -> int:
