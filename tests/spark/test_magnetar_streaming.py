@@ -149,3 +149,21 @@ def test_a_retried_task_is_stored_once(cluster, client):
     stream_writer(cluster, "query-2").commit([done], 0)
     assert read_all(client, "fence-out") == [f"r{i}".encode() for i in range(5)]
     assert magnetar.spark.last_committed_batch(client, stream_writer(cluster, "query-2").opts.progress_topic) == 0
+
+
+def test_ack_subscription_moves_with_the_committed_output(spark, cluster, client, tmp_path):
+    produce(client, "cp-in", [f"c{i}" for i in range(4)])
+    source = (spark.readStream.format("magnetar")
+              .options(**options(cluster), topic="cp-in", startingOffsets="earliest").load())
+    query = (source.selectExpr("value").writeStream.format("magnetar")
+             .options(**options(cluster), topic="cp-out", ackSubscription="copier")
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    run_until_caught_up(query)
+    assert sorted(read_all(client, "cp-out")) == [f"c{i}".encode() for i in range(4)]
+    # Everything the committed batches read is acknowledged on the subscription: a
+    # consumer of it gets only what came after.
+    produce(client, "cp-in", ["later"])
+    consumer = client.subscribe("cp-in", "copier", initial_position=magnetar.InitialPosition.Earliest)
+    assert consumer.receive(timeout_millis=10000).data() == b"later"
+    consumer.close()

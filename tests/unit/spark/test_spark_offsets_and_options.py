@@ -138,3 +138,20 @@ def test_write_options_need_a_destination_and_streams_a_key():
     assert opts.transaction_key == transaction_key_for(None, "/ck/q1")  # same query, same key
     assert opts.transaction_key != transaction_key_for(None, "/ck/q2")
     assert opts.progress_topic.startswith("persistent://public/default/__magnetar-spark-sink-")
+
+
+def test_the_sources_offsets_are_found_in_a_checkpoint_offsets_file():
+    from magnetar.spark._offsets import checkpointed_source_offsets
+
+    text = ('v1\n{"batchWatermarkMs":0,"conf":{"a":"b"}}\n{"persistent://public/default/orders": '
+            '{"0": 16, "1": 3}}\n-\n{"logOffset": 4}\n')
+    assert checkpointed_source_offsets(text) == {P0: 16, P1: 3}
+
+
+def test_ack_subscription_needs_a_local_checkpoint_of_a_stream():
+    base = SERVICE | {"topic": "o", "ackSubscription": "s"}
+    with pytest.raises(MagnetarOptionError, match="local path"):
+        write_options(base | {"checkpointLocation": "s3a://bucket/ck"}, True, False)
+    with pytest.raises(MagnetarOptionError, match="streaming writes"):
+        write_options(base | {"checkpointLocation": "/ck"}, False, False)
+    assert write_options(base | {"checkpointLocation": "file:///tmp/ck"}, True, False).checkpoint_dir == "/tmp/ck"

@@ -192,3 +192,18 @@ def plan_splits(start: dict[str, int], end: dict[str, int], min_partitions: int 
         bounds = [s + round(i * step) for i in range(pieces)] + [e]
         out.extend(Split(p, a, b) for a, b in zip(bounds, bounds[1:]) if b > a)
     return out
+
+
+def checkpointed_source_offsets(text: str) -> dict[str, int]:
+    """The magnetar sources' end offsets in a Spark checkpoint's ``offsets/<batch id>``
+    file: a version line, the batch metadata, then one line per source (its offset
+    JSON, or ``-`` for a source without one); ours are keyed by persistent:// topics."""
+    out: dict[str, int] = {}
+    for line in text.splitlines()[2:]:
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and doc and all(str(k).startswith("persistent://") for k in doc):
+            out.update(from_spark(doc))
+    return out

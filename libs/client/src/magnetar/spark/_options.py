@@ -26,7 +26,7 @@ READ = COMMON + ("admin.url", "topic", "topics", "topicsPattern", "startingOffse
                  "endingOffsets", "maxOffsetsPerTrigger", "failOnDataLoss", "minPartitions",
                  "maxRecordsPerPartition", "pollTimeoutMs")
 WRITE = COMMON + ("admin.url", "topic", "transactionKeyPrefix", "transactionTimeoutMs",
-                  "checkpointLocation", "progressTopic")
+                  "checkpointLocation", "progressTopic", "ackSubscription")
 
 
 class MagnetarOptionError(ValueError):
@@ -198,6 +198,8 @@ class WriteOptions:
     transaction_key: str | None
     transaction_timeout_ms: int
     progress_topic: str | None  # streaming only
+    ack_subscription: str | None = None  # streaming only: acknowledge the input there
+    checkpoint_dir: str | None = None  # the local checkpoint directory (ackSubscription)
 
 
 def transaction_key_for(prefix: str | None, checkpoint: str | None) -> str | None:
@@ -235,5 +237,22 @@ def write_options(options: dict, streaming: bool, has_topic_column: bool) -> Wri
     if streaming:
         progress = (_topic(str(opts["progressTopic"]), "progressTopic") if opts.get("progressTopic")
                     else progress_topic_for(key))
+    ack, checkpoint_dir = opts.get("ackSubscription") or None, None
+    if ack is not None:
+        checkpoint_dir = _local_dir(opts.get("checkpointLocation"))
+        if not streaming or checkpoint_dir is None:
+            raise MagnetarOptionError(
+                "option 'ackSubscription' is for streaming writes whose checkpointLocation is a "
+                "local path (the batch's input offsets are read from it)")
     return WriteOptions(_connection(opts), topic, key,
-                        _int(opts, "transactionTimeoutMs", DEFAULT_TXN_TIMEOUT_MS), progress)
+                        _int(opts, "transactionTimeoutMs", DEFAULT_TXN_TIMEOUT_MS), progress,
+                        ack, checkpoint_dir)
+
+
+def _local_dir(location: str | None) -> str | None:
+    """A checkpoint location the driver can open (a path, or a file: URI), else None."""
+    if not location:
+        return None
+    if location.startswith("file:"):
+        return "/" + location[len("file:"):].lstrip("/")
+    return None if "://" in location else location

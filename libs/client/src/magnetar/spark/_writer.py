@@ -16,12 +16,14 @@ sink reads its last recorded batch id and aborts a replayed batch it already com
 from __future__ import annotations
 
 import json
+import os
 
 import magnetar
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 from magnetar.spark import _broker
+from magnetar.spark._offsets import checkpointed_source_offsets, split_partition
 from magnetar.spark._options import WriteOptions
 from magnetar.spark._sending import send_rows
 
@@ -135,6 +137,8 @@ class StreamWriter(_Sender, DataSourceStreamWriter):
                 return
             record = {"batchId": batchId, "rows": sum(m.rows for m in messages if m)}
             try:
+                if self.opts.ack_subscription:
+                    acknowledge_input(client, attached, self.opts, batchId)
                 client.create_producer(self.opts.progress_topic).send(
                     json.dumps(record).encode(),
                     properties={"transactionKey": self.opts.transaction_key or ""}, txn=attached)
@@ -162,3 +166,29 @@ def last_committed_batch(client: magnetar.Client, progress_topic: str) -> int | 
     finally:
         reader.close()
     return last
+
+
+def acknowledge_input(client: magnetar.Client, txn, opts: WriteOptions, batch_id: int) -> None:
+    """Consume-transform-produce (PIP-31): acknowledge, in the batch's transaction, every
+    input entry the batch read (its end offsets, from Spark's checkpoint) on the
+    ``ackSubscription``, so the subscription's position moves exactly with the output."""
+    path = os.path.join(opts.checkpoint_dir, "offsets", str(batch_id))
+    try:
+        with open(path, encoding="utf-8") as f:
+            ends = checkpointed_source_offsets(f.read())
+    except OSError as exc:
+        raise _broker.MagnetarSparkError(f"ackSubscription: cannot read {path}: {exc}") from None
+    if not ends:
+        raise _broker.MagnetarSparkError(
+            f"ackSubscription: {path} holds no magnetar source offsets (the query must read "
+            "from format('magnetar'))")
+    for partition, end in sorted(ends.items()):
+        if end <= 0:
+            continue
+        _, index = split_partition(partition)
+        consumer = client.subscribe(partition, opts.ack_subscription, receiver_queue_size=1,
+                                    initial_position=magnetar.InitialPosition.Earliest)
+        try:
+            consumer.acknowledge_cumulative(magnetar.MessageId(index, end - 1, -1), txn=txn)
+        finally:
+            consumer.close()
