@@ -17,7 +17,7 @@ from magnetar.spark._offsets import (
     resolve,
     to_spark,
 )
-from magnetar.spark._options import ReadOptions
+from magnetar.spark._options import MagnetarOptionError, ReadOptions
 
 try:  # PySpark 4.2+: the engine passes read limits, and knows Trigger.AvailableNow sources
     from pyspark.sql.streaming.datasource import (
@@ -62,7 +62,7 @@ class BatchReader(DataSourceReader):
         end = resolve(self.opts.ending, latest, LATEST, "endingOffsets")
         for name in end:
             if start[name] > end[name]:
-                raise _broker.MagnetarOptionError(
+                raise MagnetarOptionError(
                     f"startingOffsets ({start[name]}) is after endingOffsets ({end[name]}) "
                     f"for {name}")
         return _partitions(self.opts, start, end)

@@ -89,6 +89,12 @@ class BatchWriter(_Sender, DataSourceWriter):
         client = _broker.client(self.opts.connection)
         try:
             client.transaction_from_id(magnetar.TxnID(*self.txn)).commit()
+        except (magnetar.InvalidTxnStatusError, magnetar.ExpiredTransactionError,
+                magnetar.TransactionNotFound) as exc:
+            raise _broker.MagnetarSparkError(
+                f"the write's transaction {magnetar.TxnID(*self.txn)} could not commit, nothing "
+                f"of it is visible: {exc}. If the job ran longer than transactionTimeoutMs "
+                f"({self.opts.transaction_timeout_ms} ms), raise that option") from exc
         finally:
             client.close()
 
