@@ -23,13 +23,6 @@ RAW_SCHEMA = ("value binary, __key string, __topic string, __messageId string, "
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0)
 
 
-@pytest.fixture(scope="module")
-def spark():  # TEMPORARY until tests/spark/conftest.py has the shared one
-    from pyspark.sql import SparkSession
-    return (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-
-
 def raw_rows(spark, values, event_times=None, keys=None):
     rows = []
     for i, value in enumerate(values):
