@@ -120,3 +120,15 @@ def test_bad_options_name_the_option_and_the_fix(spark, cluster):
     df = spark.createDataFrame([(b"v",)], "value binary")
     with pytest.raises(errors, match="option\\('topic'"):
         df.write.mode("append").format("magnetar").options(**options(cluster)).save()
+
+
+def test_a_write_whose_transaction_ended_early_fails_naming_the_timeout(cluster, client):
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from magnetar.spark import MagnetarDataSource, MagnetarSparkError
+
+    source = MagnetarDataSource(options(cluster) | {"topic": "late"})
+    writer = source.writer(StructType([StructField("value", BinaryType())]), False)
+    client.transaction_from_id(magnetar.TxnID(*writer.txn)).abort()  # as a timeout would
+    with pytest.raises(MagnetarSparkError, match="could not commit.*transactionTimeoutMs"):
+        writer.commit([])
