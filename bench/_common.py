@@ -74,8 +74,9 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 @contextmanager
-def bench_cluster(database_url: str, brokers: int = 1, coordinators: int = 0):
-    """Services as real processes on the given (fsync-on) database, fresh schema."""
+def bench_cluster(database_url: str, brokers: int = 1, coordinators: int = 0, admin: bool = False):
+    """Services as real processes on the given (fsync-on) database, fresh schema (the
+    admin service only when asked: the Spark source reads partition ends from it)."""
     from magnetar_runtime.local.cluster import LocalCluster
 
     async def reset():
@@ -89,7 +90,7 @@ def bench_cluster(database_url: str, brokers: int = 1, coordinators: int = 0):
 
     asyncio.run(reset())
     folder = Path(tempfile.mkdtemp(prefix="magnetar-bench-"))
-    cluster = LocalCluster(folder, brokers=brokers, coordinators=coordinators, admin=False,
+    cluster = LocalCluster(folder, brokers=brokers, coordinators=coordinators, admin=admin,
                            database_url=database_url, env={"MAGNETAR_LOG_LEVEL": "WARNING"})
     cluster.start()
     try:
