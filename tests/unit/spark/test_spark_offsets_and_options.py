@@ -155,3 +155,10 @@ def test_ack_subscription_needs_a_local_checkpoint_of_a_stream():
     with pytest.raises(MagnetarOptionError, match="streaming writes"):
         write_options(base | {"checkpointLocation": "/ck"}, False, False)
     assert write_options(base | {"checkpointLocation": "file:///tmp/ck"}, True, False).checkpoint_dir == "/tmp/ck"
+
+
+def test_the_documented_schema_is_the_one_read():
+    from magnetar.spark import SCHEMA, SCHEMA_STRUCT
+
+    ddl = "struct<" + ",".join(f.replace(" ", ":", 1) for f in SCHEMA.split(", ")) + ">"
+    assert SCHEMA_STRUCT.simpleString() == ddl

@@ -14,20 +14,22 @@ write commits each micro-batch once, even when replayed (magnetar.spark._writer)
 from __future__ import annotations
 
 from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
 
 from magnetar.spark._broker import MagnetarSparkError
 from magnetar.spark._offsets import MagnetarOffsetError
 from magnetar.spark._options import MagnetarOptionError, read_options, write_options
 from magnetar.spark._reader import BatchReader, StreamReader
+from magnetar.spark._rows import SCHEMA as SCHEMA_STRUCT
 from magnetar.spark._sending import check_schema
 from magnetar.spark._writer import BatchWriter, StreamWriter, last_committed_batch
 
-__all__ = ["MagnetarDataSource", "register", "SCHEMA", "MagnetarOptionError",
+__all__ = ["MagnetarDataSource", "register", "SCHEMA", "SCHEMA_STRUCT", "MagnetarOptionError",
            "MagnetarOffsetError", "MagnetarSparkError", "last_committed_batch"]
 
 NAME = "magnetar"
 
-# What a read gives: one row per message.  __messageId is "partition:entry:batchIndex".
+# What a read gives: one row per message (as a DDL string; SCHEMA_STRUCT is the same).
 SCHEMA = ("value binary, __key string, __topic string, __messageId string, "
           "__publishTime timestamp, __eventTime timestamp, "
           "__messageProperties map<string,string>")
@@ -40,8 +42,8 @@ class MagnetarDataSource(DataSource):
     def name(cls) -> str:
         return NAME
 
-    def schema(self) -> str:
-        return SCHEMA
+    def schema(self) -> StructType:
+        return SCHEMA_STRUCT
 
     def reader(self, schema) -> BatchReader:
         return BatchReader(read_options(self.options, streaming=False))

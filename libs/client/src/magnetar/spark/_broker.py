@@ -3,7 +3,6 @@ partition (the admin API's ``lastConfirmedEntry``) and reading one range of entr
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from typing import Iterator
 
@@ -84,27 +83,12 @@ def latest_offsets(opts: ReadOptions, partitions: list[str]) -> dict[str, int]:
     return out
 
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-
-
-def _time(ms: int) -> dt.datetime | None:
-    return _EPOCH + dt.timedelta(milliseconds=ms) if ms > 0 else None
-
-
-def row(msg: magnetar.Message, topic: str, partition: int) -> tuple:
-    """A message as a row of the data source's schema (magnetar.spark.SCHEMA)."""
-    mid = msg.message_id()
-    return (msg.data(), msg.partition_key() or None, topic,
-            f"{partition}:{mid.entry_id()}:{mid.batch_index()}",
-            _time(msg.publish_timestamp()), _time(msg.event_timestamp()), msg.properties())
-
-
 def read_range(conn: Connection, partition: str, start: int, end: int,
-               poll_timeout_ms: int) -> Iterator[tuple]:
-    """The messages of entries [start, end) of one partition, as rows.  Every entry below
-    ``end`` is committed (offsets come from the log's end), so a reader from ``start``
-    sees exactly them; it only has to know when to stop."""
-    topic, index = split_partition(partition)
+               poll_timeout_ms: int) -> Iterator[magnetar.Message]:
+    """The messages of entries [start, end) of one partition.  Every entry below ``end``
+    is committed (offsets come from the log's end), so a reader from ``start`` sees
+    exactly them; it only has to know when to stop."""
+    _, index = split_partition(partition)
     deadline = time.monotonic() + poll_timeout_ms / 1000
     c = client(conn)
     try:
@@ -124,7 +108,7 @@ def read_range(conn: Connection, partition: str, start: int, end: int,
             mid = msg.message_id()
             if mid.entry_id() >= end:
                 return
-            yield row(msg, topic, index)
+            yield msg
             if mid.entry_id() == end - 1 and mid.batch_index() >= mid.batch_size() - 1:
                 return
     finally:

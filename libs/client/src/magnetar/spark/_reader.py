@@ -15,9 +15,11 @@ from magnetar.spark._offsets import (
     plan_splits,
     rate_limit,
     resolve,
+    split_partition,
     to_spark,
 )
 from magnetar.spark._options import MagnetarOptionError, ReadOptions
+from magnetar.spark._rows import batches
 
 try:  # PySpark 4.2+: the engine passes read limits, and knows Trigger.AvailableNow sources
     from pyspark.sql.streaming.datasource import (
@@ -40,7 +42,9 @@ class SplitPartition(InputPartition):
 
 def _read(opts: ReadOptions, partition: SplitPartition):
     s = partition.split
-    yield from _broker.read_range(opts.connection, s.partition, s.start, s.end, opts.poll_timeout_ms)
+    topic, index = split_partition(s.partition)
+    messages = _broker.read_range(opts.connection, s.partition, s.start, s.end, opts.poll_timeout_ms)
+    yield from batches(messages, topic, index)
 
 
 def _partitions(opts: ReadOptions, start: dict[str, int], end: dict[str, int]) -> list[SplitPartition]:
