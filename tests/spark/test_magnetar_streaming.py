@@ -119,20 +119,25 @@ def stream_writer(cluster, key: str):
     return source.streamWriter(StructType([StructField("value", BinaryType())]), False)
 
 
+def arrow(values: list[bytes]):
+    """A task's input as Spark hands it to the writer: Arrow record batches."""
+    import pyarrow as pa
+
+    return iter([pa.RecordBatch.from_pydict({"value": pa.array(values, pa.binary())})])
+
+
 def ship(writer):
     """What Spark does with a micro-batch's writer: pickle it for the tasks."""
     return pickle.loads(pickle.dumps(writer))
 
 
 def test_a_newer_driver_fences_the_older_one(cluster, client):
-    from pyspark.sql import Row
-
     from magnetar.spark import MagnetarSparkError
 
     old = ship(stream_writer(cluster, "query-1"))
-    old_done = old.write(iter([Row(value=b"old")]))
+    old_done = old.write(arrow([b"old"]))
     new = ship(stream_writer(cluster, "query-1"))  # same key: the old transaction is aborted
-    new_done = new.write(iter([Row(value=b"new")]))
+    new_done = new.write(arrow([b"new"]))
     with pytest.raises(MagnetarSparkError, match="fenced"):
         stream_writer(cluster, "query-1").commit([old_done], 0)
     stream_writer(cluster, "query-1").commit([new_done], 0)
@@ -140,12 +145,10 @@ def test_a_newer_driver_fences_the_older_one(cluster, client):
 
 
 def test_a_retried_task_is_stored_once(cluster, client):
-    from pyspark.sql import Row
-
     writer = ship(stream_writer(cluster, "query-2"))
-    rows = [Row(value=f"r{i}".encode()) for i in range(5)]
-    writer.write(iter(rows[:3]))  # the first attempt dies after three rows ...
-    done = writer.write(iter(rows))  # ... the retry sends all of them again
+    rows = [f"r{i}".encode() for i in range(5)]
+    writer.write(arrow(rows[:3]))  # the first attempt dies after three rows ...
+    done = writer.write(arrow(rows))  # ... the retry sends all of them again
     stream_writer(cluster, "query-2").commit([done], 0)
     assert read_all(client, "fence-out") == [f"r{i}".encode() for i in range(5)]
     assert magnetar.spark.last_committed_batch(client, stream_writer(cluster, "query-2").opts.progress_topic) == 0

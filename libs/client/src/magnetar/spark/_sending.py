@@ -11,8 +11,10 @@ order on a retry, as Spark gives them for deterministic input.)
 from __future__ import annotations
 
 import datetime as dt
+from typing import Iterator
 
 import magnetar
+import pyarrow as pa
 from pyspark.sql.types import BinaryType, LongType, MapType, StringType, StructType, TimestampType
 
 from magnetar.spark import _broker
@@ -63,6 +65,21 @@ def _event_ms(value) -> int | None:
             value = value.astimezone()
         return int(value.timestamp() * 1000)
     return int(value)
+
+
+def arrow_rows(batches) -> Iterator[dict]:
+    """Rows (dicts) of Arrow record batches; timestamps as epoch milliseconds (Arrow keeps
+    them as UTC instants whatever the session's time zone)."""
+    for batch in batches:
+        columns = {}
+        for name in batch.schema.names:
+            col = batch.column(name)
+            if pa.types.is_timestamp(col.type):
+                col = col.cast(pa.timestamp("ms", tz=col.type.tz), safe=False).cast(pa.int64())
+            columns[name] = col.to_pylist()
+        names = list(columns)
+        for values in zip(*columns.values()):
+            yield dict(zip(names, values))
 
 
 def send_rows(conn: Connection, txn_id: tuple[int, int], default_topic: str | None,

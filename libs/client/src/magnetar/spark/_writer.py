@@ -15,17 +15,24 @@ sink reads its last recorded batch id and aborts a replayed batch it already com
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 
 import magnetar
+import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+
+try:  # PySpark 4.1+: micro-batches reach the writer as Arrow too
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+except ImportError:  # pragma: no cover - PySpark 4.0 hands rows
+    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriterBase
 
 from magnetar.spark import _broker
 from magnetar.spark._offsets import checkpointed_source_offsets, split_partition
 from magnetar.spark._options import WriteOptions
-from magnetar.spark._sending import send_rows
+from magnetar.spark._sending import arrow_rows, send_rows
 
 
 class TaskDone(WriterCommitMessage):
@@ -59,6 +66,15 @@ def _txn_of(messages) -> tuple[int, int] | None:
     return txns.pop() if txns else None
 
 
+def _rows(iterator):
+    """Rows from Arrow record batches (what the Arrow writer bases get), or as they come."""
+    first = next(iterator, None)
+    if first is None:
+        return iter(())
+    rest = itertools.chain([first], iterator)
+    return arrow_rows(rest) if isinstance(first, pa.RecordBatch) else rest
+
+
 class _Sender:
     opts: WriteOptions
     columns: tuple[str, ...]
@@ -66,8 +82,9 @@ class _Sender:
 
     def write(self, iterator) -> TaskDone:
         part = _task_partition()
+        rows = _rows(iterator)
         count = send_rows(self.opts.connection, self.transaction(), self.opts.topic, self.columns,
-                          iterator, part)
+                          rows, part)
         return TaskDone(self.transaction(), part, count)
 
     def transaction(self) -> tuple[int, int]:
@@ -76,7 +93,7 @@ class _Sender:
         return self.txn
 
 
-class BatchWriter(_Sender, DataSourceWriter):
+class BatchWriter(_Sender, DataSourceArrowWriter):
     """``df.write``: Spark ships this object, with the transaction opened here, to the
     tasks and to the commit step."""
 
@@ -114,7 +131,7 @@ def _abort(opts: WriteOptions, txn: tuple[int, int] | None) -> None:
         client.close()
 
 
-class StreamWriter(_Sender, DataSourceStreamWriter):
+class StreamWriter(_Sender, _StreamWriterBase):
     """``df.writeStream``: Spark makes one of these per micro-batch to ship to the tasks,
     and another one in its commit step (which gets the tasks' TaskDone messages)."""
 
