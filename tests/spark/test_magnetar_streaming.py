@@ -109,6 +109,23 @@ def test_streaming_write_commits_a_replayed_batch_once(spark, cluster, client, t
     assert sorted(read_all(client, "w-out")) == sorted([f"a{i}".encode() for i in range(4)] + [b"b0"])
 
 
+def test_a_query_on_a_new_checkpoint_with_the_same_key_starts_its_own_batch_ids(
+        spark, cluster, client, tmp_path):
+    def run(checkpoint: str, topic: str) -> None:
+        source = (spark.readStream.format("magnetar")
+                  .options(**options(cluster), topic=topic, startingOffsets="earliest").load())
+        run_until_caught_up(
+            source.select("value").writeStream.format("magnetar")
+            .options(**options(cluster), topic="k-out", transactionKeyPrefix="shared-sink")
+            .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+
+    produce(client, "k-in-1", ["first"])
+    run(str(tmp_path / "one"), "k-in-1")
+    produce(client, "k-in-2", ["second"])
+    run(str(tmp_path / "two"), "k-in-2")  # batch 0 again, of another query: not a replay
+    assert sorted(read_all(client, "k-out")) == [b"first", b"second"]
+
+
 def stream_writer(cluster, key: str):
     from pyspark.sql.types import BinaryType, StructField, StructType
 

@@ -38,10 +38,12 @@ from magnetar.spark._sending import arrow_rows, send_rows
 class TaskDone(WriterCommitMessage):
     """What a task tells the driver: the transaction it sent into and how many rows."""
 
-    def __init__(self, txn: tuple[int, int], spark_partition: int, rows: int) -> None:
+    def __init__(self, txn: tuple[int, int], spark_partition: int, rows: int,
+                 query_id: str | None = None) -> None:
         self.txn = txn
         self.spark_partition = spark_partition
         self.rows = rows
+        self.query_id = query_id  # a streaming query's id (kept by its checkpoint)
 
 
 def open_transaction(opts: WriteOptions) -> tuple[int, int]:
@@ -57,6 +59,13 @@ def open_transaction(opts: WriteOptions) -> tuple[int, int]:
 def _task_partition() -> int:
     ctx = TaskContext.get()
     return ctx.partitionId() if ctx is not None else 0
+
+
+def _query_id() -> str | None:
+    """The streaming query's id: Spark keeps it in the checkpoint, so a restarted query
+    has the same one and a query on a new checkpoint a new one."""
+    ctx = TaskContext.get()
+    return ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
 
 
 def _txn_of(messages) -> tuple[int, int] | None:
@@ -85,7 +94,7 @@ class _Sender:
         rows = _rows(iterator)
         count = send_rows(self.opts.connection, self.transaction(), self.opts.topic, self.columns,
                           rows, part)
-        return TaskDone(self.transaction(), part, count)
+        return TaskDone(self.transaction(), part, count, _query_id())
 
     def transaction(self) -> tuple[int, int]:
         if self.txn is None:
@@ -153,12 +162,17 @@ class StreamWriter(_Sender, _StreamWriterBase):
             return  # no task ran: nothing was written
         client = _broker.client(self.opts.connection)
         try:
-            last = last_committed_batch(client, self.opts.progress_topic)
+            queries = {m.query_id for m in messages if isinstance(m, TaskDone)}
+            query_id = queries.pop() if len(queries) == 1 else None
+            # Batch ids count from 0 again in a query on a new checkpoint: only this
+            # query's records say whether this batch was committed.
+            last = last_committed_batch(client, self.opts.progress_topic, query_id)
             attached = client.transaction_from_id(magnetar.TxnID(*txn))
             if last is not None and batchId <= last:
                 attached.abort()  # a replay of a batch whose output is already visible
                 return
-            record = {"batchId": batchId, "rows": sum(m.rows for m in messages if m)}
+            record = {"batchId": batchId, "queryId": query_id,
+                      "rows": sum(m.rows for m in messages if m)}
             try:
                 if self.opts.ack_subscription:
                     acknowledge_input(client, attached, self.opts, batchId)
@@ -178,13 +192,17 @@ class StreamWriter(_Sender, _StreamWriterBase):
         _abort(self.opts, _txn_of(messages))
 
 
-def last_committed_batch(client: magnetar.Client, progress_topic: str) -> int | None:
-    """The highest batch id recorded on the sink's progress topic, None when none is."""
+def last_committed_batch(client: magnetar.Client, progress_topic: str,
+                         query_id: str | None = None) -> int | None:
+    """The highest batch id recorded on the sink's progress topic (by query ``query_id``
+    when given), None when none is."""
     reader = client.create_reader(progress_topic, magnetar.MessageId.earliest)
     last = None
     try:
         while reader.has_message_available():
             record = json.loads(reader.read_next(timeout_millis=30000).data())
+            if query_id is not None and record.get("queryId") != query_id:
+                continue
             last = record["batchId"] if last is None else max(last, record["batchId"])
     finally:
         reader.close()
