@@ -132,3 +132,31 @@ def test_a_write_whose_transaction_ended_early_fails_naming_the_timeout(cluster,
     client.transaction_from_id(magnetar.TxnID(*writer.txn)).abort()  # as a timeout would
     with pytest.raises(MagnetarSparkError, match="could not commit.*transactionTimeoutMs"):
         writer.commit([])
+
+
+def test_topics_and_topics_pattern_read_every_matching_topic(spark, cluster, client):
+    for topic in ("pat-orders-eu", "pat-orders-us", "pat-other"):
+        client.create_producer(topic).send(topic.encode())
+    by_pattern = read(spark, cluster, topicsPattern="public/default/pat-orders-.*").collect()
+    assert sorted(bytes(r.value) for r in by_pattern) == [b"pat-orders-eu", b"pat-orders-us"]
+    by_list = read(spark, cluster, topics="pat-orders-eu,pat-other").collect()
+    assert sorted(r["__topic"] for r in by_list) == ["persistent://public/default/pat-orders-eu",
+                                                     "persistent://public/default/pat-other"]
+
+
+AUTH_SECRET = "spark-test-secret-of-at-least-32-bytes"
+
+
+@pytest.mark.cluster(env={"MAGNETAR_AUTH_ENABLED": "true", "MAGNETAR_AUTH_JWT_SECRET": AUTH_SECRET,
+                          "MAGNETAR_AUTH_SUPERUSER_ROLES": "admin"})
+def test_auth_token_reaches_the_brokers_and_the_admin_api(spark, cluster):
+    import jwt
+
+    token = jwt.encode({"sub": "admin"}, AUTH_SECRET, algorithm="HS256")
+    df = spark.createDataFrame([(b"secret",)], "value binary")
+    df.write.mode("append").format("magnetar").options(**options(cluster), topic="authed").option(
+        "auth.token", token).save()
+    got = read(spark, cluster, topic="authed", **{"auth.token": token}).collect()
+    assert [bytes(r.value) for r in got] == [b"secret"]
+    with pytest.raises(Exception, match="(?i)authenticat|401"):
+        read(spark, cluster, topic="authed").collect()
