@@ -187,3 +187,20 @@ def test_ack_subscription_moves_with_the_committed_output(spark, cluster, client
     consumer = client.subscribe("cp-in", "copier", initial_position=magnetar.InitialPosition.Earliest)
     assert consumer.receive(timeout_millis=10000).data() == b"later"
     consumer.close()
+
+
+def test_fail_on_data_loss_stops_a_query_whose_topic_was_recreated(spark, cluster, client, tmp_path):
+    from magnetar.admin_cli._http import AdminApi
+
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+    produce(client, "lossy", [f"old{i}" for i in range(3)])
+    run_until_caught_up(stream_to_parquet(spark, cluster, "lossy", out, checkpoint,
+                                          startingOffsets="earliest"))
+    AdminApi(cluster.admin_url).request("DELETE", "/admin/v2/persistent/public/default/lossy",
+                                        query={"force": "true"})
+    produce(client, "lossy", ["new0"])  # created again: 1 entry, the checkpoint says 3
+    with pytest.raises(Exception, match="data lost.*failOnDataLoss"):
+        run_until_caught_up(stream_to_parquet(spark, cluster, "lossy", out, checkpoint))
+    run_until_caught_up(stream_to_parquet(spark, cluster, "lossy", out, checkpoint,
+                                          failOnDataLoss="false"))
+    assert sorted(r.v for r in spark.read.parquet(out).collect()) == ["new0", "old0", "old1", "old2"]
