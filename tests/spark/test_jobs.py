@@ -181,6 +181,16 @@ def test_archive_exports_a_topic_to_parquet_and_imports_it_in_one_transaction(
     assert {r["key"] for r in parquet} == {"k0", "k1", "k2"}
     assert {r["topic"].rsplit("/", 1)[-1] for r in parquet} == {"events"}
 
+    # A range: entries [5, 15) of the (non-partitioned, "-1") topic; a sync send is one entry.
+    def offsets(entry: int) -> str:
+        return json.dumps({"persistent://public/default/events": {"-1": entry}})
+    ranged = str(tmp_path / "range.parquet")
+    assert archive.export(spark, archive.parse_args([
+        *base, "export", "--topic", "events", "--path", ranged,
+        "--starting-offsets", offsets(5), "--ending-offsets", offsets(15)])) == 10
+    assert sorted(bytes(r["value"]) for r in spark.read.parquet(ranged).collect()) == sorted(
+        b"event-%d" % i for i in range(5, 15))
+
     imported = archive.import_(spark, archive.parse_args([*base, "import", "--path", path,
                                                           "--topic", "events-restored"]))
     assert imported == 20
@@ -190,6 +200,12 @@ def test_archive_exports_a_topic_to_parquet_and_imports_it_in_one_transaction(
         msg = restored.read_next(timeout_millis=10000)
         got.append((msg.data(), msg.partition_key()))
     assert sorted(got) == sorted((b"event-%d" % i, f"k{i % 3}") for i in range(20))
+    # One transaction: a committed transaction's messages on a partition are one entry.
+    restored_rows = (spark.read.format("magnetar").option("service.url", cluster.service_url)
+                     .option("admin.url", cluster.admin_url).option("topic", "events-restored")
+                     .load().collect())
+    ids = [r["__messageId"] for r in restored_rows]
+    assert len(ids) == 20 and len({i.split(":")[1] for i in ids}) == 1, ids
 
 
 # ---- separate driver processes: SIGKILL and zombie fencing ---------------------------
