@@ -204,3 +204,21 @@ def test_fail_on_data_loss_stops_a_query_whose_topic_was_recreated(spark, cluste
     run_until_caught_up(stream_to_parquet(spark, cluster, "lossy", out, checkpoint,
                                           failOnDataLoss="false"))
     assert sorted(r.v for r in spark.read.parquet(out).collect()) == ["new0", "old0", "old1", "old2"]
+
+
+def test_the_commit_reads_only_the_newest_progress_entries(cluster, client):
+    import json
+
+    from magnetar.spark._writer import PROGRESS_TAIL_ENTRIES, _progress_tail, last_committed_batch
+    from magnetar.spark._options import write_options
+
+    opts = write_options(options(cluster) | {"topic": "o", "transactionKeyPrefix": "tail"},
+                         streaming=True, has_topic_column=False)
+    assert _progress_tail(opts) == 0  # no progress topic yet: read it all
+    producer = client.create_producer(opts.progress_topic, batching_enabled=False)
+    for batch in range(100):  # one entry per committed batch, as the sink writes them
+        producer.send(json.dumps({"batchId": batch, "queryId": "q1"}).encode())
+    first = _progress_tail(opts)
+    assert first == 100 - PROGRESS_TAIL_ENTRIES
+    assert last_committed_batch(client, opts.progress_topic, "q1", first) == 99
+    assert last_committed_batch(client, opts.progress_topic, "q2", first) is None

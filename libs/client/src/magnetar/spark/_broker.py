@@ -83,6 +83,19 @@ def latest_offsets(opts: ReadOptions, partitions: list[str]) -> dict[str, int]:
     return out
 
 
+def last_entry(conn: Connection, topic: str) -> int | None:
+    """The last entry id of a non-partitioned topic (-1: empty), None when unknown (no
+    admin.url, or the topic does not exist yet)."""
+    if not conn.admin_url:
+        return None
+    try:
+        stats = AdminApi(conn.admin_url, conn.auth_token).request(
+            "GET", _topic_path(topic) + "/internalStats")
+    except (Refused, Unreachable):
+        return None
+    return int(str(stats["lastConfirmedEntry"]).split(":")[0])
+
+
 def read_range(conn: Connection, partition: str, start: int, end: int,
                poll_timeout_ms: int) -> Iterator[magnetar.Message]:
     """The messages of entries [start, end) of one partition.  Every entry below ``end``

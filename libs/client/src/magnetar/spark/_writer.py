@@ -166,7 +166,8 @@ class StreamWriter(_Sender, _StreamWriterBase):
             query_id = queries.pop() if len(queries) == 1 else None
             # Batch ids count from 0 again in a query on a new checkpoint: only this
             # query's records say whether this batch was committed.
-            last = last_committed_batch(client, self.opts.progress_topic, query_id)
+            last = last_committed_batch(client, self.opts.progress_topic, query_id,
+                                        _progress_tail(self.opts))
             attached = client.transaction_from_id(magnetar.TxnID(*txn))
             if last is not None and batchId <= last:
                 attached.abort()  # a replay of a batch whose output is already visible
@@ -192,11 +193,24 @@ class StreamWriter(_Sender, _StreamWriterBase):
         _abort(self.opts, _txn_of(messages))
 
 
+# Each committed micro-batch adds one entry to the progress topic, and one run of a query
+# holds its key at a time, so the query's last record is among the newest entries: the
+# commit reads these instead of the whole topic (which grows with every batch).
+PROGRESS_TAIL_ENTRIES = 64
+
+
+def _progress_tail(opts: WriteOptions) -> int:
+    """The first progress entry worth reading (0 without admin.url: all of them)."""
+    last = _broker.last_entry(opts.connection, opts.progress_topic)
+    return 0 if last is None else max(last - PROGRESS_TAIL_ENTRIES + 1, 0)
+
+
 def last_committed_batch(client: magnetar.Client, progress_topic: str,
-                         query_id: str | None = None) -> int | None:
+                         query_id: str | None = None, first_entry: int = 0) -> int | None:
     """The highest batch id recorded on the sink's progress topic (by query ``query_id``
-    when given), None when none is."""
-    reader = client.create_reader(progress_topic, magnetar.MessageId.earliest)
+    when given) from entry ``first_entry`` on, None when none is."""
+    reader = client.create_reader(progress_topic, magnetar.MessageId(-1, first_entry, -1),
+                                  start_message_id_inclusive=True)
     last = None
     try:
         while reader.has_message_available():
