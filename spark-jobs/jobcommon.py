@@ -41,11 +41,9 @@ def add_streaming_options(p: argparse.ArgumentParser) -> None:
                    help="at most this many messages per micro-batch (default: no limit)")
     p.add_argument("--starting-offsets", default="earliest",
                    help="where a query without a checkpoint starts (default %(default)s)")
-    # Until the magnetar source implements SupportsTriggerAvailableNow, Spark runs this as
-    # Trigger.Once: one batch of everything (ignoring --max-offsets-per-trigger), and after a
-    # crash only the unfinished batch (run it again for the rest).
     p.add_argument("--available-now", action="store_true",
-                   help="process what is in the topic now, then stop (instead of running forever)")
+                   help="process what is in the topic now (an unfinished batch of an earlier run "
+                        "first), in batches of --max-offsets-per-trigger, then stop")
 
 
 def session(app_name: str, args: argparse.Namespace) -> SparkSession:
