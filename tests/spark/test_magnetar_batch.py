@@ -14,6 +14,18 @@ from tests.e2e.helpers import read_all
 pytestmark = pytest.mark.e2e
 
 
+# One cluster for the module (tests/spark/conftest.py): every test uses topics, keys and
+# subscriptions of its own.
+@pytest.fixture
+def cluster(module_cluster):
+    return module_cluster
+
+
+@pytest.fixture
+def client(module_client):
+    return module_client
+
+
 def options(cluster) -> dict:
     return {"service.url": ",".join(cluster.broker_urls), "admin.url": cluster.admin_url}
 
@@ -147,10 +159,12 @@ def test_topics_and_topics_pattern_read_every_matching_topic(spark, cluster, cli
 AUTH_SECRET = "spark-test-secret-of-at-least-32-bytes"
 
 
-@pytest.mark.cluster(env={"MAGNETAR_AUTH_ENABLED": "true", "MAGNETAR_AUTH_JWT_SECRET": AUTH_SECRET,
-                          "MAGNETAR_AUTH_SUPERUSER_ROLES": "admin"})
-def test_auth_token_reaches_the_brokers_and_the_admin_api(spark, cluster):
+def test_auth_token_reaches_the_brokers_and_the_admin_api(spark, cluster_factory):
     import jwt
+
+    cluster = cluster_factory(env={"MAGNETAR_AUTH_ENABLED": "true",
+                                   "MAGNETAR_AUTH_JWT_SECRET": AUTH_SECRET,
+                                   "MAGNETAR_AUTH_SUPERUSER_ROLES": "admin"})
 
     token = jwt.encode({"sub": "admin"}, AUTH_SECRET, algorithm="HS256")
     df = spark.createDataFrame([(b"secret",)], "value binary")

@@ -13,6 +13,18 @@ from tests.e2e.helpers import read_all
 
 pytestmark = pytest.mark.e2e
 
+
+# One cluster for the module (tests/spark/conftest.py): every test uses topics, keys and
+# subscriptions of its own.
+@pytest.fixture
+def cluster(module_cluster):
+    return module_cluster
+
+
+@pytest.fixture
+def client(module_client):
+    return module_client
+
 QUERY_TIMEOUT_S = 180
 
 
@@ -126,12 +138,12 @@ def test_a_query_on_a_new_checkpoint_with_the_same_key_starts_its_own_batch_ids(
     assert sorted(read_all(client, "k-out")) == [b"first", b"second"]
 
 
-def stream_writer(cluster, key: str):
+def stream_writer(cluster, key: str, topic: str = "fence-out"):
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     from magnetar.spark import MagnetarDataSource
 
-    source = MagnetarDataSource({"service.url": ",".join(cluster.broker_urls), "topic": "fence-out",
+    source = MagnetarDataSource({"service.url": ",".join(cluster.broker_urls), "topic": topic,
                                  "transactionKeyPrefix": key})
     return source.streamWriter(StructType([StructField("value", BinaryType())]), False)
 
@@ -162,12 +174,12 @@ def test_a_newer_driver_fences_the_older_one(cluster, client):
 
 
 def test_a_retried_task_is_stored_once(cluster, client):
-    writer = ship(stream_writer(cluster, "query-2"))
+    writer = ship(stream_writer(cluster, "query-2", "retry-out"))
     rows = [f"r{i}".encode() for i in range(5)]
     writer.write(arrow(rows[:3]))  # the first attempt dies after three rows ...
     done = writer.write(arrow(rows))  # ... the retry sends all of them again
-    stream_writer(cluster, "query-2").commit([done], 0)
-    assert read_all(client, "fence-out") == [f"r{i}".encode() for i in range(5)]
+    stream_writer(cluster, "query-2", "retry-out").commit([done], 0)
+    assert read_all(client, "retry-out") == [f"r{i}".encode() for i in range(5)]
     assert magnetar.spark.last_committed_batch(client, stream_writer(cluster, "query-2").opts.progress_topic) == 0
 
 
