@@ -5,6 +5,8 @@ Every micro-batch is one Magnetar transaction covering both output topics (one s
 the topic chosen per row by its ``__topic`` column), so an order's enriched record and
 its alert become visible together or not at all, and a batch replayed after a crash is
 not written twice.  A second driver started on the same checkpoint fences this one.
+With ``--ack-subscription`` the orders a batch read are acknowledged on that
+subscription in the same transaction.
 
     spark-submit spark-jobs/enrich.py --checkpoint /tmp/enrich-ckpt
 """
@@ -32,6 +34,8 @@ def start(spark: SparkSession, args) -> StreamingQuery:
                             args.enriched_topic, args.alerts_topic)
     writer = (out.writeStream.format("magnetar").options(**jobcommon.connection_options(args))
               .option("checkpointLocation", args.checkpoint))
+    if args.ack_subscription:
+        writer = writer.option("ackSubscription", args.ack_subscription)
     return jobcommon.with_trigger(writer, args).start()
 
 
@@ -41,6 +45,10 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--input-topic", default="orders")
     p.add_argument("--enriched-topic", default="orders-enriched")
     p.add_argument("--alerts-topic", default="order-alerts")
+    p.add_argument("--ack-subscription", default=None, metavar="NAME",
+                   help="also acknowledge the orders each micro-batch read on this subscription "
+                        "of the input topic, in the batch's transaction (consume-transform-produce: "
+                        "the subscription's position always matches the committed output)")
     p.add_argument("--customers", default=DEFAULT_CUSTOMERS,
                    help="CSV with customer_id,name,tier,country,credit_limit (default: the "
                         "one shipped in spark-jobs/data/)")

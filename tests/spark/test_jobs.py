@@ -92,6 +92,16 @@ def caught_up(client, checkpoint: Path, orders: int) -> bool:
     return planned == committed and sum(outputs(client)[0].values()) >= orders
 
 
+def assert_subscription_acknowledged_all(client, topic: str, subscription: str) -> None:
+    """Everything the job read is acknowledged: the subscription's next message is one
+    sent now."""
+    client.create_producer(topic).send(b"sent after the job")
+    consumer = client.subscribe(topic, subscription,
+                                initial_position=magnetar.InitialPosition.Earliest)
+    assert consumer.receive(timeout_millis=10000).data() == b"sent after the job"
+    consumer.close()
+
+
 def job_args(cluster, *args: str) -> list[str]:
     return ["--service-url", ",".join(cluster.broker_urls), "--admin-url", cluster.admin_url,
             "--shuffle-partitions", "2", *args]
@@ -104,7 +114,8 @@ def test_enrich_writes_both_topics_and_resumes_from_its_checkpoint(cluster, clie
     produce(client, "orders", first)
     client.create_producer("orders").send(b"not an order")
     checkpoint = str(tmp_path / "ckpt")
-    args = enrich.parse_args(job_args(cluster, "--checkpoint", checkpoint, "--available-now"))
+    args = enrich.parse_args(job_args(cluster, "--checkpoint", checkpoint, "--available-now",
+                                      "--ack-subscription", "enrich"))
 
     query = enrich.start(spark, args)
     query.awaitTermination(120)
@@ -122,6 +133,7 @@ def test_enrich_writes_both_topics_and_resumes_from_its_checkpoint(cluster, clie
     enriched, alerts = outputs(client)
     assert enriched == Counter(o["order_id"] for o in first + second)
     assert alerts == expected_alerts(first + second) + Counter({(None, "malformed"): 1})
+    assert_subscription_acknowledged_all(client, "orders", "enrich")
 
 
 def test_windowed_counts_emit_each_window_once_after_the_watermark(cluster, client, spark, tmp_path):
@@ -212,7 +224,7 @@ def test_archive_exports_a_topic_to_parquet_and_imports_it_in_one_transaction(
 
 def enrich_driver(cluster, tmp_path: Path, checkpoint: Path, name: str, *extra: str) -> SparkDriver:
     args = job_args(cluster, "--checkpoint", str(checkpoint), "--trigger-seconds", "0.5",
-                    "--max-offsets-per-trigger", "10", *extra)
+                    "--max-offsets-per-trigger", "10", "--ack-subscription", "enrich", *extra)
     return SparkDriver("enrich.py", args, tmp_path / f"{name}.log")
 
 
@@ -238,6 +250,7 @@ def test_enrich_sigkilled_mid_batch_restarts_from_checkpoint_exactly_once(cluste
         assert second.wait_exit(180) == 0, second.log_tail()
     assert caught_up(client, checkpoint, len(orders))
     assert_exactly_once(client, orders)
+    assert_subscription_acknowledged_all(client, "orders", "enrich")
 
 
 @pytest.mark.slow
