@@ -102,7 +102,7 @@ def read_range(conn: Connection, partition: str, start: int, end: int,
     is committed (offsets come from the log's end), so a reader from ``start`` sees
     exactly them; it only has to know when to stop."""
     _, index = split_partition(partition)
-    deadline = time.monotonic() + poll_timeout_ms / 1000
+    stalled_since = None  # a long range may take long; only a wait without progress fails
     c = client(conn)
     try:
         reader = c.create_reader(partition, magnetar.MessageId(index, start, -1),
@@ -113,11 +113,13 @@ def read_range(conn: Connection, partition: str, start: int, end: int,
             except magnetar.Timeout:
                 if not reader.has_message_available():
                     return  # nothing more exists: entries up to end are all read
-                if time.monotonic() > deadline:
+                stalled_since = stalled_since or time.monotonic()
+                if time.monotonic() - stalled_since > poll_timeout_ms / 1000:
                     raise MagnetarSparkError(
                         f"{partition}: entries before {end} did not arrive within "
                         f"{poll_timeout_ms} ms (option 'pollTimeoutMs')") from None
                 continue
+            stalled_since = None
             mid = msg.message_id()
             if mid.entry_id() >= end:
                 return
