@@ -92,7 +92,8 @@ def test_max_offsets_per_trigger_caps_each_micro_batch(spark, cluster, client, t
 def sink_query(spark, cluster, checkpoint: str):
     source = (spark.readStream.format("magnetar")
               .options(**options(cluster), topic="w-in", startingOffsets="earliest").load())
-    return (source.selectExpr("value", "__key").writeStream.format("magnetar")
+    # Two tasks per micro-batch, both sending into the batch's one transaction.
+    return (source.selectExpr("value", "__key").repartition(2).writeStream.format("magnetar")
             .options(**options(cluster), topic="w-out").option("checkpointLocation", checkpoint)
             .trigger(processingTime="0 seconds").start())
 
@@ -109,6 +110,10 @@ def test_streaming_write_commits_a_replayed_batch_once(spark, cluster, client, t
     produce(client, "w-in", [f"a{i}" for i in range(4)])
     run_until_caught_up_and_stop(sink_query(spark, cluster, str(checkpoint)))
     assert sorted(read_all(client, "w-out")) == [f"a{i}".encode() for i in range(4)]
+    reader = client.create_reader("w-out", magnetar.MessageId.earliest)
+    entries = {reader.read_next(timeout_millis=10000).message_id().entry_id() for _ in range(4)}
+    reader.close()
+    assert len(entries) == 1  # one commit: the batch's rows of both tasks in one entry
 
     # The driver "crashed" after the sink committed batch 0 and before Spark recorded
     # it: without its commit-log entry Spark runs batch 0 again, same offsets, same id.
