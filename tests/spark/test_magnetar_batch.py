@@ -174,3 +174,24 @@ def test_auth_token_reaches_the_brokers_and_the_admin_api(spark, cluster_factory
     assert [bytes(r.value) for r in got] == [b"secret"]
     with pytest.raises(Exception, match="(?i)authenticat|401"):
         read(spark, cluster, topic="authed").collect()
+
+
+def test_the_example_in_docs_spark_md_runs(spark, cluster, client, tmp_path):
+    import pathlib
+    import re
+
+    client.create_producer("orders").send(b"hello", partition_key="k")
+    text = (pathlib.Path(__file__).parents[2] / "docs" / "spark.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    code = (code.replace('"http://127.0.0.1:8080"', repr(",".join(cluster.broker_urls)))
+            .replace('"http://127.0.0.1:8081"', repr(cluster.admin_url))
+            .replace("/tmp/orders-upper.checkpoint", str(tmp_path / "checkpoint")))
+    scope: dict = {}
+    exec(code, scope)  # the session it builds is the tests' own (getOrCreate)
+    query = scope["query"]
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert read_all(client, "orders-copy") == [b"hello"]
+    assert read_all(client, "orders-upper") == [b"HELLO"]
