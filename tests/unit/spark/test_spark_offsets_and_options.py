@@ -162,3 +162,11 @@ def test_the_documented_schema_is_the_one_read():
 
     ddl = "struct<" + ",".join(f.replace(" ", ":", 1) for f in SCHEMA.split(", ")) + ">"
     assert SCHEMA_STRUCT.simpleString() == ddl
+
+
+@pytest.mark.parametrize("name, value", [("service.url", "127.0.0.1:8080"),
+                                         ("service.url", "http://a:8080,b:8080"),
+                                         ("admin.url", "localhost")])
+def test_urls_must_be_http(name, value):
+    with pytest.raises(MagnetarOptionError, match=f"'{name}' must be http"):
+        read_options(SERVICE | {"topic": "t", name: value}, streaming=False)

@@ -97,9 +97,21 @@ class Connection:
     admin_url: str | None
 
 
+def _urls(value: str | None, name: str) -> str | None:
+    """``value`` when every comma-separated part is an http(s) URL."""
+    if value is None:
+        return None
+    for url in value.split(","):
+        if not re.match(r"^https?://[^/\s]+", url.strip()):
+            raise MagnetarOptionError(f"option {name!r} must be http:// or https:// URLs "
+                                      f"(comma-separated), got {value!r}")
+    return value
+
+
 def _connection(opts: dict) -> Connection:
-    return Connection(_required(opts, "service.url", "http://127.0.0.1:8080"),
-                      opts.get("auth.token") or None, opts.get("admin.url") or None)
+    return Connection(_urls(_required(opts, "service.url", "http://127.0.0.1:8080"), "service.url"),
+                      opts.get("auth.token") or None,
+                      _urls(opts.get("admin.url") or None, "admin.url"))
 
 
 @dataclass(frozen=True)
