@@ -156,6 +156,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--parts", default="abc", help="which of (a) (b) (c) to run, e.g. c")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio",
+                        help="the benchmark client's event loop (services always run uvloop)")
     parser.add_argument("--profile", action="store_true",
                         help="afterwards, print batch sizes and the top SQL statements")
     args = parser.parse_args()
@@ -173,7 +175,11 @@ def main() -> None:
             global PROFILE_DB
             PROFILE_DB = url
             PROFILE_URLS.update({name: svc.url for name, svc in cluster.services.items()})
-        asyncio.run(run(cluster.service_url, args))
+        if args.loop == "uvloop":  # what the services run on; the asyncio API takes any loop
+            import uvloop
+            uvloop.run(run(cluster.service_url, args))
+        else:
+            asyncio.run(run(cluster.service_url, args))
 
 
 if __name__ == "__main__":
