@@ -143,6 +143,64 @@ RETURNING 1;
 -- lease row FOR SHARE (lock_owner) and then writes; the fast non-transactional path
 -- above stays a single statement.
 
+-- name: write_txn_group
+-- A group holding transactional work (txnbuffer.commit_group) in one statement, so one
+-- round trip and one commit: plain and marker entries, transactional (sidecar) entries,
+-- dedup sequences, partition outcomes and the discarded entries of aborted transactions,
+-- all written only while this broker holds the lease at epoch $3 (row FOR SHARE) and, for
+-- an exclusive producer's group, the topic epoch is still $4.  The ids of a transaction
+-- both appended and discarded in one group are never both here (the caller drops the
+-- appends: a statement's DELETE does not see its own INSERTs).
+--   $5..$13 entries (entry_id, producer, sequence, highest, messages, publish time,
+--   payload, txn most, txn least); $14..$21 txn entries (most, least, seq, producer,
+--   sequence, highest, messages, payload); $22/$23 sequences (producer, highest);
+--   $24..$26 outcomes (most, least, committed); $27/$28 discarded (most, least).
+WITH owner AS (
+    SELECT topic_epoch FROM topic_owners
+    WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
+    FOR SHARE
+), allowed AS (
+    SELECT 1 FROM owner WHERE $4::bigint IS NULL OR topic_epoch = $4::bigint
+), new_entries AS (
+    INSERT INTO entries (topic_id, entry_id, producer_name, sequence_id, highest_sequence_id,
+                         num_messages, publish_time, payload, txn_most, txn_least)
+    SELECT $1, e.* FROM unnest($5::bigint[], $6::text[], $7::bigint[], $8::bigint[],
+                               $9::integer[], $10::bigint[], $11::bytea[], $12::bigint[],
+                               $13::bigint[]) AS e
+    WHERE EXISTS (SELECT 1 FROM allowed)
+    RETURNING 1
+), new_txn_entries AS (
+    INSERT INTO txn_entries (topic_id, txn_most, txn_least, seq, producer_name, sequence_id,
+                             highest_sequence_id, num_messages, payload)
+    SELECT $1, e.* FROM unnest($14::bigint[], $15::bigint[], $16::integer[], $17::text[],
+                               $18::bigint[], $19::bigint[], $20::integer[], $21::bytea[]) AS e
+    WHERE EXISTS (SELECT 1 FROM allowed)
+    RETURNING 1
+), sequences AS (
+    INSERT INTO producer_sequences (topic_id, producer_name, last_sequence_id)
+    SELECT $1, s.name, s.seq FROM unnest($22::text[], $23::bigint[]) AS s (name, seq)
+    WHERE EXISTS (SELECT 1 FROM allowed)
+    ON CONFLICT (topic_id, producer_name) DO UPDATE
+        SET last_sequence_id = greatest(producer_sequences.last_sequence_id,
+                                        excluded.last_sequence_id),
+            updated_at = now()
+    RETURNING 1
+), outcomes AS (
+    INSERT INTO txn_outcomes (topic_id, subscription, txn_most, txn_least, committed)
+    SELECT $1, '', o.most, o.least, o.committed
+    FROM unnest($24::bigint[], $25::bigint[], $26::boolean[]) AS o (most, least, committed)
+    WHERE EXISTS (SELECT 1 FROM allowed)
+    RETURNING 1
+), discarded AS (
+    DELETE FROM txn_entries d
+    USING unnest($27::bigint[], $28::bigint[]) AS x (most, least)
+    WHERE d.topic_id = $1 AND d.txn_most = x.most AND d.txn_least = x.least
+      AND EXISTS (SELECT 1 FROM allowed)
+    RETURNING 1
+)
+SELECT (SELECT topic_epoch FROM owner) AS topic_epoch,
+       (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM allowed) AS allowed;
+
 -- name: lock_owner
 SELECT topic_epoch FROM topic_owners
 WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3

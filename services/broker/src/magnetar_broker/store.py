@@ -171,6 +171,23 @@ class BrokerStore:
     async def outcome(self, topic_id: int, subscription: str, txn: tuple[int, int]) -> bool | None:
         return await self.pool.fetchval(Q["get_outcome"], topic_id, subscription, *txn)
 
+    async def write_txn_group(self, topic_id: int, epoch: int, exclusive_epoch: int | None,
+                              entries: list[tuple], txn_entries: list[tuple],
+                              sequences: dict[str, int], outcomes: list[tuple],
+                              discards: list[tuple]) -> tuple[bool, bool, int | None]:
+        """One statement for a transactional group (queries.sql ``write_txn_group``):
+        (this broker still owns the lease, the exclusive producer's epoch held, the topic
+        epoch); nothing is written unless both hold."""
+        def columns(rows: list[tuple], width: int) -> list[list]:
+            return [list(c) for c in zip(*rows)] if rows else [[] for _ in range(width)]
+
+        row = await self.pool.fetchrow(
+            Q["write_txn_group"], topic_id, self.broker_id, epoch, exclusive_epoch,
+            *columns(entries, 9), *columns(txn_entries, 8),
+            list(sequences), list(sequences.values()), *columns(outcomes, 3),
+            *columns(discards, 2))
+        return bool(row["owned"]), bool(row["allowed"]), row["topic_epoch"]
+
     async def write_locked(self, topic_id: int, epoch: int, writes) -> int | None:
         """Run ``writes(conn)`` in one SQL transaction holding the lease row FOR SHARE.
 

@@ -202,28 +202,19 @@ class TxnBuffer:
                 results[i] = next_id
                 next_id += 1
 
-        async def writes(conn, topic_epoch: int) -> None:
-            if exclusive_epoch is not None and topic_epoch != exclusive_epoch:
-                raise ProducerFenced(f"the topic epoch of {self.topic} moved on; batch refused")
-            if entry_rows:
-                await conn.execute(Q["insert_entries"], self.topic_id, *map(list, zip(*entry_rows)))
-            if txn_rows:
-                await conn.execute(Q["insert_txn_entries"], self.topic_id, *map(list, zip(*txn_rows)))
-            if sequences:
-                await conn.execute(Q["upsert_sequences"], self.topic_id, list(sequences),
-                                   list(sequences.values()))
-            if outcomes:
-                await conn.execute(Q["insert_outcomes"], self.topic_id, "",
-                                   [t[0][0] for t in outcomes], [t[0][1] for t in outcomes],
-                                   [t[1] for t in outcomes])
-            for txn in discards:
-                await conn.execute(Q["discard_txn_entries"], self.topic_id, *txn)
-
+        # A transaction appended to and aborted in this very group: its appends are not
+        # written at all (one statement cannot delete the rows it inserts).
+        discarded = set(discards)
+        txn_rows = [row for row in txn_rows if (row[0], row[1]) not in discarded]
         if outcomes:
             failpoint("broker.end_txn_on_partition")
-        topic_epoch = await self.store.write_locked(self.topic_id, plog.epoch, writes)
-        if topic_epoch is None:
+        owned, allowed, _ = await self.store.write_txn_group(
+            self.topic_id, plog.epoch, exclusive_epoch, entry_rows, txn_rows, sequences,
+            [(*txn, commit) for txn, commit in outcomes], discards)
+        if not owned:
             return None  # the caller treats None as "fenced"
+        if not allowed:
+            raise ProducerFenced(f"the topic epoch of {self.topic} moved on; batch refused")
         # Committed: make memory match.
         cached: list[Entry] = []
         for row in entry_rows:

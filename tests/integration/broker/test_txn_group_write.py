@@ -1,0 +1,54 @@
+"""A transactional group is one statement: everything it holds is written together, only
+while this broker holds the lease, and a transaction appended to and aborted in the same
+group leaves no sidecar rows behind (aborted data is reclaimed)."""
+
+from types import SimpleNamespace
+
+from magnetar_storage.db import create_pool
+from magnetar_broker.store import BrokerStore
+from magnetar_broker.txnbuffer import TxnAppend, TxnBuf, TxnBuffer, TxnEnd
+
+TOPIC = "persistent://public/default/t"
+
+
+async def _buffer(database_url):
+    pool = await create_pool(database_url, max_size=2)
+    store = BrokerStore(pool, "b")
+    await store.register("http://b")
+    topic_id = await store.create_topic(TOPIC, "public", "default", -1)
+    epoch = await store.assign_owner(topic_id, "b", 0)
+    buffer = TxnBuffer(store, topic_id, TOPIC)
+    for txn in ((0, 1), (0, 2)):
+        buffer.txns[txn] = TxnBuf()
+    plog = SimpleNamespace(next_entry_id=0, dedup=True, epoch=epoch, persisted_seq={})
+    return pool, store, topic_id, buffer, plog
+
+
+def _group():
+    return [TxnAppend(None, "p", 0, 0, 1, b"x", (0, 1)), TxnAppend(None, "p", 1, 1, 1, b"y", (0, 2)),
+            TxnEnd((0, 1), commit=False), TxnEnd((0, 2), commit=True)]
+
+
+async def test_append_and_abort_in_one_group_leave_only_the_committed_marker(database_url):
+    pool, _, topic_id, buffer, plog = await _buffer(database_url)
+    results, cached = await buffer.commit_group(plog, _group(), None)
+    assert results == [0, 0, None, None]
+    assert await pool.fetchval("SELECT count(*) FROM txn_entries WHERE txn_least = 1") == 0
+    assert await pool.fetchval("SELECT count(*) FROM txn_entries WHERE txn_least = 2") == 1
+    outcomes = await pool.fetch("SELECT txn_least, committed FROM txn_outcomes ORDER BY 1")
+    assert [tuple(r) for r in outcomes] == [(1, False), (2, True)]
+    markers = await pool.fetch("SELECT entry_id, txn_least, num_messages FROM entries")
+    assert [tuple(r) for r in markers] == [(0, 2, 1)] and cached[0].payload == b"y"
+    assert await pool.fetchval("SELECT last_sequence_id FROM producer_sequences") == 1
+    await pool.close()
+
+
+async def test_a_group_after_a_takeover_writes_nothing(database_url):
+    pool, store, topic_id, buffer, plog = await _buffer(database_url)
+    other = BrokerStore(pool, "c")
+    await other.register("http://c")
+    assert await other.assign_owner(topic_id, "c", plog.epoch) == plog.epoch + 1
+    assert await buffer.commit_group(plog, _group(), None) is None
+    for table in ("entries", "txn_entries", "txn_outcomes", "producer_sequences"):
+        assert await pool.fetchval(f"SELECT count(*) FROM {table}") == 0, table
+    await pool.close()
