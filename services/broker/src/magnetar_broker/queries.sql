@@ -206,33 +206,10 @@ SELECT topic_epoch FROM topic_owners
 WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
 FOR SHARE;
 
--- name: insert_entries
-INSERT INTO entries (topic_id, entry_id, producer_name, sequence_id, highest_sequence_id,
-                     num_messages, publish_time, payload, txn_most, txn_least)
-SELECT $1, e.* FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::bigint[],
-                           $6::integer[], $7::bigint[], $8::bytea[], $9::bigint[],
-                           $10::bigint[]) AS e;
-
--- name: insert_txn_entries
-INSERT INTO txn_entries (topic_id, txn_most, txn_least, seq, producer_name, sequence_id,
-                         highest_sequence_id, num_messages, payload)
-SELECT $1, e.* FROM unnest($2::bigint[], $3::bigint[], $4::integer[], $5::text[],
-                           $6::bigint[], $7::bigint[], $8::integer[], $9::bytea[]) AS e;
-
--- name: upsert_sequences
-INSERT INTO producer_sequences (topic_id, producer_name, last_sequence_id)
-SELECT $1, s.name, s.seq FROM unnest($2::text[], $3::bigint[]) AS s (name, seq)
-ON CONFLICT (topic_id, producer_name) DO UPDATE
-    SET last_sequence_id = greatest(producer_sequences.last_sequence_id, excluded.last_sequence_id),
-        updated_at = now();
-
 -- name: insert_outcomes
 INSERT INTO txn_outcomes (topic_id, subscription, txn_most, txn_least, committed)
 SELECT $1, $2, o.most, o.least, o.committed
 FROM unnest($3::bigint[], $4::bigint[], $5::boolean[]) AS o (most, least, committed);
-
--- name: discard_txn_entries
-DELETE FROM txn_entries WHERE topic_id = $1 AND txn_most = $2 AND txn_least = $3;
 
 -- name: txn_state
 -- A transaction's buffer on one partition: (batches, messages) and its outcome if ended.
