@@ -52,3 +52,26 @@ async def test_a_group_after_a_takeover_writes_nothing(database_url):
     for table in ("entries", "txn_entries", "txn_outcomes", "producer_sequences"):
         assert await pool.fetchval(f"SELECT count(*) FROM {table}") == 0, table
     await pool.close()
+
+
+async def test_subscription_writes_are_one_statement_and_only_for_the_lease_holder(database_url):
+    pool, store, topic_id, _, plog = await _buffer(database_url)
+    await pool.execute("INSERT INTO subscriptions (topic_id, subscription, mark_delete_entry) "
+                       "VALUES ($1, 'sub', -1)", topic_id)
+    assert await store.record_pending_acks(topic_id, plog.epoch, "sub",
+                                           [(3, -1, 0, 1, False), (4, -1, 0, 2, True)])
+    assert await store.end_subscription_txns(topic_id, plog.epoch, "sub", (3, b"state"),
+                                             [(0, 1, True)])
+    assert await pool.fetchval("SELECT mark_delete_entry FROM subscriptions") == 3
+    assert await pool.fetchval("SELECT txn_least FROM pending_acks") == 2
+    other = BrokerStore(pool, "c")
+    await other.register("http://c")
+    await other.assign_owner(topic_id, "c", plog.epoch)  # a takeover: the old owner is fenced
+    assert not await store.record_pending_acks(topic_id, plog.epoch, "sub", [(5, -1, 0, 3, False)])
+    assert not await store.end_subscription_txns(topic_id, plog.epoch, "sub", (9, b""),
+                                                 [(0, 2, False)])
+    assert await pool.fetchval("SELECT mark_delete_entry FROM subscriptions") == 3
+    assert await pool.fetchval("SELECT count(*) FROM pending_acks") == 1
+    outcomes = await pool.fetch("SELECT subscription, txn_least, committed FROM txn_outcomes")
+    assert [tuple(r) for r in outcomes] == [("sub", 1, True)]
+    await pool.close()

@@ -139,9 +139,9 @@ WHERE topic_id = $1 AND subscription = $4 AND EXISTS (SELECT 1 FROM owner)
 RETURNING 1;
 
 -- ---------------------------------------------------------------- transactions
--- Groups holding transactional work run as one SQL transaction that first takes the
--- lease row FOR SHARE (lock_owner) and then writes; the fast non-transactional path
--- above stays a single statement.
+-- Every write here is one statement that takes the lease row FOR SHARE and writes only
+-- while this broker holds the lease, like the plain path above: one round trip and one
+-- commit per group, never a BEGIN ... COMMIT of several.
 
 -- name: write_txn_group
 -- A group holding transactional work (txnbuffer.commit_group) in one statement, so one
@@ -200,16 +200,6 @@ WITH owner AS (
 )
 SELECT (SELECT topic_epoch FROM owner) AS topic_epoch,
        (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM allowed) AS allowed;
-
--- name: lock_owner
-SELECT topic_epoch FROM topic_owners
-WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
-FOR SHARE;
-
--- name: insert_outcomes
-INSERT INTO txn_outcomes (topic_id, subscription, txn_most, txn_least, committed)
-SELECT $1, $2, o.most, o.least, o.committed
-FROM unnest($3::bigint[], $4::bigint[], $5::boolean[]) AS o (most, least, committed);
 
 -- name: txn_state
 -- A transaction's buffer on one partition: (batches, messages) and its outcome if ended.
@@ -279,25 +269,52 @@ LIMIT $4;
 SELECT entry_id, batch_index, txn_most, txn_least, cumulative FROM pending_acks
 WHERE topic_id = $1 AND subscription = $2;
 
--- name: save_cursor_locked
-UPDATE subscriptions SET mark_delete_entry = $3, acked_state = $4, updated_at = now()
-WHERE topic_id = $1 AND subscription = $2;
-
 -- name: get_outcome
 SELECT committed FROM txn_outcomes
 WHERE topic_id = $1 AND subscription = $2 AND txn_most = $3 AND txn_least = $4;
 
--- name: delete_pending_acks_many
-DELETE FROM pending_acks p
-USING unnest($3::bigint[], $4::bigint[]) AS t (most, least)
-WHERE p.topic_id = $1 AND p.subscription = $2 AND p.txn_most = t.most AND p.txn_least = t.least;
+-- name: record_pending_acks
+-- Transactional acks of a group in one statement, only while this broker holds the lease
+-- at epoch $3: $4..$8 (entry, batch index, txn most, txn least, cumulative).
+WITH owner AS (
+    SELECT 1 FROM topic_owners WHERE topic_id = $1 AND broker_id = $9 AND epoch = $3 FOR SHARE
+), written AS (
+    INSERT INTO pending_acks (topic_id, subscription, entry_id, batch_index, txn_most,
+                              txn_least, cumulative)
+    SELECT $1, $2, a.* FROM unnest($4::bigint[], $5::integer[], $6::bigint[], $7::bigint[],
+                                   $8::boolean[]) AS a (entry_id, batch_index, most, least, cumulative)
+    WHERE EXISTS (SELECT 1 FROM owner)
+    ON CONFLICT (topic_id, subscription, entry_id, batch_index) DO UPDATE
+        SET txn_most = excluded.txn_most, txn_least = excluded.txn_least,
+            cumulative = excluded.cumulative
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM owner) AS owned;
 
--- name: insert_pending_acks_many
-INSERT INTO pending_acks (topic_id, subscription, entry_id, batch_index, txn_most, txn_least, cumulative)
-SELECT $1, $2, a.* FROM unnest($3::bigint[], $4::integer[], $5::bigint[], $6::bigint[], $7::boolean[])
-    AS a (entry_id, batch_index, most, least, cumulative)
-ON CONFLICT (topic_id, subscription, entry_id, batch_index) DO UPDATE
-    SET txn_most = excluded.txn_most, txn_least = excluded.txn_least, cumulative = excluded.cumulative;
+-- name: end_subscription_txns
+-- EndTxnOnSubscription for a group in one statement, only while this broker holds the
+-- lease at epoch $3: the cursor (when $4, some committed: mark delete $5, acked state $6),
+-- the transactions' pending acks removed and their outcomes ($7, $8, $9) recorded.
+WITH owner AS (
+    SELECT 1 FROM topic_owners WHERE topic_id = $1 AND broker_id = $10 AND epoch = $3 FOR SHARE
+), cursor AS (
+    UPDATE subscriptions SET mark_delete_entry = $5, acked_state = $6, updated_at = now()
+    WHERE topic_id = $1 AND subscription = $2 AND $4 AND EXISTS (SELECT 1 FROM owner)
+    RETURNING 1
+), released AS (
+    DELETE FROM pending_acks p
+    USING unnest($7::bigint[], $8::bigint[]) AS t (most, least)
+    WHERE p.topic_id = $1 AND p.subscription = $2 AND p.txn_most = t.most
+      AND p.txn_least = t.least AND EXISTS (SELECT 1 FROM owner)
+    RETURNING 1
+), outcomes AS (
+    INSERT INTO txn_outcomes (topic_id, subscription, txn_most, txn_least, committed)
+    SELECT $1, $2, o.most, o.least, o.committed
+    FROM unnest($7::bigint[], $8::bigint[], $9::boolean[]) AS o (most, least, committed)
+    WHERE EXISTS (SELECT 1 FROM owner)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM owner) AS owned;
 
 -- name: live_coordinators
 -- Discovery for clients (/v1/txn/coordinators).

@@ -188,17 +188,24 @@ class BrokerStore:
             *columns(discards, 2))
         return bool(row["owned"]), bool(row["allowed"]), row["topic_epoch"]
 
-    async def write_locked(self, topic_id: int, epoch: int, writes) -> int | None:
-        """Run ``writes(conn)`` in one SQL transaction holding the lease row FOR SHARE.
+    async def record_pending_acks(self, topic_id: int, epoch: int, subscription: str,
+                                  rows: list[tuple]) -> bool:
+        """Transactional acks (entry, index, most, least, cumulative) in one statement;
+        False (nothing written) when the lease moved."""
+        return bool(await self.pool.fetchval(
+            Q["record_pending_acks"], topic_id, subscription, epoch,
+            *(list(c) for c in zip(*rows)), self.broker_id))
 
-        Returns the topic epoch, or None (and writes nothing) if the lease moved.
-        """
-        async with self.pool.acquire() as conn, conn.transaction():
-            topic_epoch = await conn.fetchval(Q["lock_owner"], topic_id, self.broker_id, epoch)
-            if topic_epoch is None:
-                return None
-            await writes(conn, topic_epoch)
-            return topic_epoch
+    async def end_subscription_txns(self, topic_id: int, epoch: int, subscription: str,
+                                    cursor: tuple[int, bytes] | None,
+                                    ended: list[tuple[int, int, bool]]) -> bool:
+        """EndTxnOnSubscription of a group in one statement: the cursor (if given), the
+        pending acks and the outcomes; False (nothing written) when the lease moved."""
+        mark_delete, state = cursor if cursor is not None else (0, b"")
+        return bool(await self.pool.fetchval(
+            Q["end_subscription_txns"], topic_id, subscription, epoch, cursor is not None,
+            mark_delete, state, [e[0] for e in ended], [e[1] for e in ended],
+            [e[2] for e in ended], self.broker_id))
 
     async def load_pending_acks(self, topic_id: int, subscription: str) -> list[tuple]:
         return [tuple(r) for r in await self.pool.fetch(Q["load_pending_acks"], topic_id, subscription)]

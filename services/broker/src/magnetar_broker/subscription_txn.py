@@ -17,7 +17,6 @@ from magnetar_protocol.errors import (
 
 from magnetar_broker import metrics
 from magnetar_broker.cursor import WHOLE, full_mask
-from magnetar_broker.store import Q
 from magnetar_broker.txnbuffer import ended_error, ended_txn_error, not_open_error, txn_str
 
 SUB_NAMES = {pb.SUB_EXCLUSIVE: "Exclusive", pb.SUB_SHARED: "Shared",
@@ -86,16 +85,13 @@ class TransactionalAcks:
                 accepted.append((wanted, cumulative))
                 results.append(None)
             if rows:
-                async def writes(conn, _topic_epoch):
-                    await conn.execute(Q["insert_pending_acks_many"], self.log.topic_id, self.name,
-                                       *map(list, zip(*rows)))
-
                 try:
-                    written = await self.log.store.write_locked(self.log.topic_id, self.log.epoch, writes)
+                    written = await self.log.store.record_pending_acks(
+                        self.log.topic_id, self.log.epoch, self.name, rows)
                 except Exception as exc:
                     self.log.lose(f"recording transactional acks failed: {exc}")
                     raise
-                if written is None:
+                if not written:
                     self.log.lose("fenced while recording a transactional ack")
                     self.log.check_open()
             for wanted, cumulative in accepted:
@@ -141,23 +137,15 @@ class TransactionalAcks:
                 results.append(None)
             if decided:
                 any_commit = any(d[1] for d in decided)
-
-                async def writes(conn, _topic_epoch):
-                    if any_commit:
-                        await conn.execute(Q["save_cursor_locked"], self.log.topic_id, self.name,
-                                           self.cursor.mark_delete, self.cursor.encode())
-                    txns = [d[0] for d in decided]
-                    await conn.execute(Q["delete_pending_acks_many"], self.log.topic_id, self.name,
-                                       [t[0] for t in txns], [t[1] for t in txns])
-                    await conn.execute(Q["insert_outcomes"], self.log.topic_id, self.name,
-                                       [t[0] for t in txns], [t[1] for t in txns], [d[1] for d in decided])
-
+                cursor = (self.cursor.mark_delete, self.cursor.encode()) if any_commit else None
                 try:
-                    written = await store.write_locked(self.log.topic_id, self.log.epoch, writes)
+                    written = await store.end_subscription_txns(
+                        self.log.topic_id, self.log.epoch, self.name, cursor,
+                        [(*d[0], d[1]) for d in decided])
                 except Exception as exc:
                     self.log.lose(f"ending transactions failed: {exc}")
                     raise
-                if written is None:
+                if not written:
                     self.log.lose("fenced while ending a transaction")
                     self.log.check_open()
                 for txn, commit, individual, cumulative in decided:
