@@ -96,11 +96,13 @@ def last_entry(conn: Connection, topic: str) -> int | None:
     return int(str(stats["lastConfirmedEntry"]).split(":")[0])
 
 
-def read_range(conn: Connection, partition: str, start: int, end: int,
-               poll_timeout_ms: int) -> Iterator[magnetar.Message]:
+def read_range(conn: Connection, partition: str, start: int, end: int, poll_timeout_ms: int,
+               fail_on_data_loss: bool = True) -> Iterator[magnetar.Message]:
     """The messages of entries [start, end) of one partition.  Every entry below ``end``
     is committed (offsets come from the log's end), so a reader from ``start`` sees
-    exactly them; it only has to know when to stop."""
+    exactly them, the last one ending the read.  A reader that sees nothing new for
+    ``poll_timeout_ms`` means entries are missing (deleted since planned): that raises,
+    unless ``fail_on_data_loss`` is false and the partition has nothing more at all."""
     _, index = split_partition(partition)
     stalled_since = None  # a long range may take long; only a wait without progress fails
     c = client(conn)
@@ -111,13 +113,16 @@ def read_range(conn: Connection, partition: str, start: int, end: int,
             try:
                 msg = reader.read_next(timeout_millis=READ_POLL_MS)
             except magnetar.Timeout:
-                if not reader.has_message_available():
-                    return  # nothing more exists: entries up to end are all read
+                # Not "has nothing more, so done": the broker may learn of an entry the
+                # admin API already reported a moment later than the database has it.
                 stalled_since = stalled_since or time.monotonic()
                 if time.monotonic() - stalled_since > poll_timeout_ms / 1000:
+                    if not fail_on_data_loss and not reader.has_message_available():
+                        return
                     raise MagnetarSparkError(
                         f"{partition}: entries before {end} did not arrive within "
-                        f"{poll_timeout_ms} ms (option 'pollTimeoutMs')") from None
+                        f"{poll_timeout_ms} ms (option 'pollTimeoutMs'); if they were deleted, "
+                        "set .option('failOnDataLoss', 'false') to go on without them") from None
                 continue
             stalled_since = None
             mid = msg.message_id()

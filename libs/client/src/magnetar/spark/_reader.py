@@ -43,7 +43,8 @@ class SplitPartition(InputPartition):
 def _read(opts: ReadOptions, partition: SplitPartition):
     s = partition.split
     topic, index = split_partition(s.partition)
-    messages = _broker.read_range(opts.connection, s.partition, s.start, s.end, opts.poll_timeout_ms)
+    messages = _broker.read_range(opts.connection, s.partition, s.start, s.end,
+                                  opts.poll_timeout_ms, opts.fail_on_data_loss)
     yield from batches(messages, topic, index)
 
 
