@@ -170,3 +170,10 @@ def test_the_documented_schema_is_the_one_read():
 def test_urls_must_be_http(name, value):
     with pytest.raises(MagnetarOptionError, match=f"'{name}' must be http"):
         read_options(SERVICE | {"topic": "t", name: value}, streaming=False)
+
+
+def test_options_spark_itself_passes_are_accepted():
+    # A streaming query started with .queryName("...") hands that name to the sink.
+    opts = write_options(SERVICE | {"topic": "o", "queryName": "enrich", "checkpointLocation": "/c"},
+                         streaming=True, has_topic_column=False)
+    assert opts.topic.endswith("/o")

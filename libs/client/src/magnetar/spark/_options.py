@@ -21,7 +21,10 @@ from magnetar.spark._offsets import OffsetSpec, parse_offsets
 DEFAULT_TXN_TIMEOUT_MS = 600_000  # a Spark job or micro-batch must finish within it
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # how long a task waits for entries the offsets promised
 
-COMMON = ("service.url", "auth.token")
+# Spark hands the source some options of its own (a streaming query's queryName, the
+# path of .load(path)/.save(path)): accepted and ignored, not "unknown".
+SPARK_OWN = ("queryName", "path")
+COMMON = ("service.url", "auth.token") + SPARK_OWN
 READ = COMMON + ("admin.url", "topic", "topics", "topicsPattern", "startingOffsets",
                  "endingOffsets", "maxOffsetsPerTrigger", "failOnDataLoss", "minPartitions",
                  "maxRecordsPerPartition", "pollTimeoutMs")
