@@ -61,3 +61,13 @@ def test_hash_ring_moves_only_a_share_of_keys():
 
 def test_mask_indices():
     assert mask_indices(0b10110) == [1, 2, 4]
+
+
+def test_an_entry_handed_to_the_same_consumer_again_is_counted_once():
+    deliveries = Deliveries()
+    for entry_id in (0, 1, 2):
+        deliveries.delivered(7, entry_id, 0b1)
+    deliveries.delivered(7, 2, 0b1)  # a retried fetch hands entry 2 out again
+    assert deliveries.unacked[7] == 3
+    deliveries.acked(1, 0)
+    assert deliveries.unacked[7] == 2

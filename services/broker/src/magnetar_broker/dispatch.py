@@ -38,8 +38,11 @@ class Deliveries:
 
     def delivered(self, consumer: int, entry_id: int, mask: int) -> None:
         holders = self.pending.setdefault(entry_id, {})
-        holders[consumer] = holders.get(consumer, 0) | mask
-        self.unacked[consumer] = self.unacked.get(consumer, 0) + mask.bit_count()
+        held = holders.get(consumer, 0)
+        holders[consumer] = held | mask
+        # Only messages this consumer did not hold yet: the same entry handed to it again
+        # (a retried fetch) must not count its messages twice.
+        self.unacked[consumer] = self.unacked.get(consumer, 0) + (mask & ~held).bit_count()
         left = self.redeliver.get(entry_id)
         if left is not None:
             left &= ~mask
