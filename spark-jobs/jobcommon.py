@@ -38,7 +38,8 @@ def add_streaming_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trigger-seconds", type=float, default=1.0,
                    help="micro-batch interval (default %(default)s)")
     p.add_argument("--max-offsets-per-trigger", type=int, default=None,
-                   help="at most this many messages per micro-batch (default: no limit)")
+                   help="at most this many entries (producer batches) per micro-batch, as the "
+                        "source's maxOffsetsPerTrigger counts them (default: no limit)")
     p.add_argument("--starting-offsets", default="earliest",
                    help="where a query without a checkpoint starts (default %(default)s)")
     p.add_argument("--available-now", action="store_true",
