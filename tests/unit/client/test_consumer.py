@@ -265,3 +265,16 @@ async def test_a_partition_that_cannot_subscribe_closes_the_ones_that_did(transp
         with pytest.raises(errors.ConsumerBusy):
             await client.subscribe("t", "sub")
     assert len(transport.sent("/v1/consumers/close")) == 1
+
+
+async def test_the_ack_flusher_sleeps_between_groups_and_wakes_for_the_next_ack(client, transport):
+    transport.handlers["/v1/consumers/ack"] = lambda url, req: pb.AckResponse()
+    consumer = await client.subscribe("t", "sub")
+    await consumer.acknowledge(magnetar.MessageId(-1, 1, 0))
+    await wait_until(lambda: len(transport.sent("/v1/consumers/ack")) == 1, what="the first group")
+    await wait_until(lambda: not consumer._ack_queued.is_set(), what="the flusher asleep")
+    # The next ack comes from another thread (the sync API's callers).
+    await asyncio.get_running_loop().run_in_executor(
+        None, consumer.ack_nowait, magnetar.MessageId(-1, 2, 0))
+    await wait_until(lambda: len(transport.sent("/v1/consumers/ack")) == 2, what="the second group")
+    assert [a.positions[0].entry_id for a in transport.sent("/v1/consumers/ack")] == [1, 2]

@@ -45,7 +45,12 @@ class Consumer:
         self.closed = False
         self.on_close = None  # the client forgets a closed consumer
         self._nacks = NackTracker(options["nack_delay_ms"] / 1000)
-        self._ack_wake = asyncio.Event()
+        self._ack_wake = asyncio.Event()  # a full group: flush now
+        # An idle consumer's flusher sleeps until an ack comes: the first plain ack after
+        # a flush signals it (once per group, from any thread), instead of the flusher
+        # waking every ACK_GROUP_S for nothing.
+        self._ack_queued = asyncio.Event()
+        self._ack_armed = False
         self._tasks: list[asyncio.Task] = []
         self._known_last: dict[int, tuple[int, int]] = {}  # partition -> last visible
 
@@ -144,6 +149,11 @@ class Consumer:
             part.acks.cumulative(entry, index)
         elif part.acks.add(entry, index, size) == ACK_GROUP_MAX:
             self.loop.call_soon_threadsafe(self._ack_wake.set)
+        # Queued first, flag read second; the flusher clears the flag before it takes
+        # the acks: so an ack is either in the flush or signals the next one.
+        if not self._ack_armed:
+            self._ack_armed = True
+            self.loop.call_soon_threadsafe(self._ack_queued.set)
 
     def _check_cumulative(self) -> None:
         if self.options["consumer_type"] in (ConsumerType.Shared, ConsumerType.KeyShared):
@@ -169,12 +179,17 @@ class Consumer:
 
     async def _ack_flusher(self) -> None:
         while not self.closed:
+            await self._ack_queued.wait()
             try:
                 await asyncio.wait_for(self._ack_wake.wait(), ACK_GROUP_S)
             except TimeoutError:
                 pass
             self._ack_wake.clear()
+            self._ack_queued.clear()
+            self._ack_armed = False
             await self.flush_acks()
+            if any(len(p.acks) for p in self.parts):  # put back after a transient failure
+                self._ack_queued.set()
 
     async def flush_acks(self) -> None:
         """Send the grouped plain acks now."""
