@@ -112,26 +112,24 @@ async def run(url: str, args) -> None:
     for title, figures in results:
         report(title, figures)
     if args.profile:
-        await print_profile(url)
+        await print_profile(args.profile_db, args.profile_urls)
 
 
-async def print_profile(url: str) -> None:
+async def print_profile(database_url: str, service_urls: dict[str, str]) -> None:
     """Where the work went: requests per /v1/batch (each service's histogram) and the
     SQL statements by total time (pg_stat_statements)."""
     import asyncpg
     import re
     import urllib.request
 
-    from magnetar_runtime.local.cluster import LocalCluster  # noqa: F401 (the URLs below)
-
-    for name, service_url in PROFILE_URLS.items():
+    for name, service_url in service_urls.items():
         text = urllib.request.urlopen(service_url + "/metrics").read().decode()
         count = re.search(r"^magnetar_batch_calls_count ([0-9.e+]+)", text, re.M)
         total = re.search(r"^magnetar_batch_calls_sum ([0-9.e+]+)", text, re.M)
         if count and float(count.group(1)):
             print(f"  {name}: {float(count.group(1)):.0f} batches carried "
                   f"{float(total.group(1)):.0f} calls")
-    conn = await asyncpg.connect(PROFILE_DB)
+    conn = await asyncpg.connect(database_url)
     try:
         rows = await conn.fetch(
             "SELECT calls, round(total_exec_time::numeric, 1) AS ms, left(regexp_replace(query, "
@@ -144,8 +142,6 @@ async def print_profile(url: str) -> None:
         print(f"  {r['calls']:>8} {r['ms']:>9} {r['query']}")
 
 
-PROFILE_URLS: dict[str, str] = {}
-PROFILE_DB = ""
 
 
 def main() -> None:
@@ -172,9 +168,8 @@ def main() -> None:
                 await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 await conn.close()
             asyncio.run(enable())
-            global PROFILE_DB
-            PROFILE_DB = url
-            PROFILE_URLS.update({name: svc.url for name, svc in cluster.services.items()})
+            args.profile_db = url
+            args.profile_urls = {name: svc.url for name, svc in cluster.services.items()}
         if args.loop == "uvloop":  # what the services run on; the asyncio API takes any loop
             import uvloop
             uvloop.run(run(cluster.service_url, args))
