@@ -25,7 +25,7 @@ from magnetar_protocol.errors import (
 from magnetar_runtime.failpoints import failpoint
 
 from magnetar_broker import metrics
-from magnetar_broker.store import Q, BrokerStore, Entry
+from magnetar_broker.store import BrokerStore, Entry
 
 TxnKey = tuple[int, int]
 MAX_CACHED_TXN_BYTES = 8 * 1024 * 1024  # keep a transaction's batches in memory up to this
