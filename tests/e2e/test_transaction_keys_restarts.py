@@ -90,10 +90,22 @@ def test_authentication_owner_isolation_and_superusers(cluster):
         bob._io.run(bob._client.core.call(
             cluster.coordinator_urls[0], "/v1/txn/end",
             pb.EndTxnRequest(txn=alice_txn.txn_id.to_wire(), action=pb.TXN_ABORT), pb.EndTxnResponse))
+    # Nor send or acknowledge in it: a broker registers a partition or a subscription with
+    # a transaction (on its first send or ack there) only for the owner or a superuser.
+    bob_plain = magnetar.Client(url, auth_token=token("bob"))
+    intruder = bob_plain.transaction_from_id(alice_txn.txn_id)
+    with pytest.raises(magnetar.AuthorizationError, match="neither its owner"):
+        bob_plain.create_producer("auth-intruder").send(b"bob", txn=intruder)
+    bob_plain.create_producer("auth-acks").send(b"plain")
+    consumer = bob_plain.subscribe("auth-acks", "s", initial_position=magnetar.InitialPosition.Earliest)
+    with pytest.raises(magnetar.AuthorizationError, match="neither its owner"):
+        consumer.acknowledge(consumer.receive(timeout_millis=10000), txn=intruder)
+    bob_plain.close()
     alice_txn.commit()
     bob_txn.abort()
     admin = magnetar.Client(url, auth_token=token("admin"))
     assert read_all(admin, "auth-out") == [b"alice"]
+    assert read_all(admin, "auth-intruder") == []
 
     def call(method: str, path: str, role: str | None) -> tuple[int, dict]:
         headers = {"Authorization": f"Bearer {token(role)}"} if role else {}

@@ -4,6 +4,7 @@ group leaves no sidecar rows behind (aborted data is reclaimed)."""
 
 from types import SimpleNamespace
 
+from magnetar_runtime.roles import Roles
 from magnetar_storage.db import create_pool
 from magnetar_broker.store import BrokerStore
 from magnetar_broker.txnbuffer import TxnAppend, TxnBuf, TxnBuffer, TxnEnd
@@ -17,7 +18,7 @@ async def _buffer(database_url):
     await store.register("http://b")
     topic_id = await store.create_topic(TOPIC, "public", "default", -1)
     epoch = await store.assign_owner(topic_id, "b", 0)
-    buffer = TxnBuffer(store, topic_id, TOPIC)
+    buffer = TxnBuffer(store, topic_id, TOPIC, Roles("", enabled=False))
     for txn in ((0, 1), (0, 2)):
         buffer.txns[txn] = TxnBuf()
     plog = SimpleNamespace(next_entry_id=0, dedup=True, epoch=epoch, persisted_seq={})

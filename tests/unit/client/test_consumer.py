@@ -126,7 +126,6 @@ async def test_an_ack_that_failed_transiently_is_sent_again(client, transport):
 
 async def test_a_transactional_ack_waits_and_raises_the_conflict(client, transport):
     consumer = await client.subscribe("t", "sub")
-    transport.handlers["/v1/txn/add-participants"] = lambda url, req: pb.AddParticipantsToTxnResponse()
     transport.handlers["/v1/consumers/ack"] = lambda url, req: errors.TransactionConflict("held by (1,1)")
     txn = aio.Transaction(client.core, magnetar.TxnID(1, 2), "http://coordinator", 60000)
     with pytest.raises(magnetar.TransactionConflict):

@@ -232,15 +232,12 @@ async def test_keyed_messages_go_to_crc32_partition_and_unkeyed_rotate_per_batch
 async def test_transaction_ids_travel_with_transactional_batches(client, transport):
     producer = await client.create_producer("t")
     txn = aio.Transaction(client.core, magnetar.TxnID(3, 9), "http://coordinator", 60000)
-    transport.handlers["/v1/txn/add-participants"] = lambda url, req: pb.AddParticipantsToTxnResponse()
     msg_id = await producer.send(b"in-txn", txn=txn)
     await producer.send(b"plain")
     in_txn, plain = batches(transport)
     assert (in_txn.txn.most_bits, in_txn.txn.least_bits) == (3, 9)
     assert not plain.HasField("txn")
     assert msg_id.entry_id() == -1  # positions of transactional messages come at commit
-    [register] = transport.sent("/v1/txn/add-participants")
-    assert list(register.topics) == ["persistent://public/default/t"]
 
 
 async def test_close_flushes_and_later_sends_raise_already_closed(client, transport):
@@ -311,10 +308,10 @@ async def test_a_retry_goes_out_as_the_producer_the_reconnect_created(client, tr
     assert len(transport.sent("/v1/sessions/open")) == 1
 
 
-async def test_a_transactions_registrations_of_one_turn_go_in_one_request(client, transport):
-    """Sends and an ack issued together register with the coordinator in one
-    AddParticipantsToTxn request; a later send to a known partition registers nothing."""
-    transport.handlers["/v1/txn/add-participants"] = lambda url, req: pb.AddParticipantsToTxnResponse()
+async def test_transactional_sends_and_acks_make_no_call_to_the_coordinator(client, transport):
+    """The broker registers a partition or subscription with the transaction on its first
+    send or ack there, so the client goes straight to the brokers (no AddPartitionToTxn,
+    no waiting on the coordinator before the first send)."""
     transport.handlers["/v1/consumers/ack"] = lambda url, req: pb.AckResponse()
     first = await client.create_producer("out-1")
     second = await client.create_producer("out-2")
@@ -322,8 +319,6 @@ async def test_a_transactions_registrations_of_one_turn_go_in_one_request(client
     txn = aio.Transaction(client.core, magnetar.TxnID(1, 5), "http://coordinator", 60000)
     await asyncio.gather(first.send(b"a", txn=txn), second.send(b"b", txn=txn),
                          consumer.acknowledge(magnetar.MessageId(-1, 3, 0), txn=txn))
-    await first.send(b"c", txn=txn)
-    # (The scripted transport names every partition "t".)
-    [register] = transport.sent("/v1/txn/add-participants")
-    assert list(register.topics) == ["persistent://public/default/t"]
-    assert [s.subscription for s in register.subscriptions] == ["sub"]
+    assert len(batches(transport)) == 2
+    assert len(transport.sent("/v1/consumers/ack")) == 1
+    assert not [path for _, path, _ in transport.calls if path.startswith("/v1/txn/")]

@@ -169,8 +169,7 @@ class Consumer:
         if cumulative:
             self._check_cumulative()
         part, entry, index, _ = self._position(msg_or_id)
-        await txn.ack(part, pb.Position(entry_id=entry, batch_index=index),
-                      cumulative, self.options["subscription"])
+        await txn.ack(part, pb.Position(entry_id=entry, batch_index=index), cumulative)
 
     async def acknowledge_cumulative(self, msg_or_id, txn=None) -> None:
         """Acknowledge everything up to and including the message (Exclusive and Failover

@@ -171,15 +171,11 @@ class PartitionProducer(Batcher):
         retry them (after a reconnect) until the earliest batch's send deadline."""
         outcomes: dict[int, object] = {}
         pending = []
-        # Every transaction in the group registers this partition at once, not in turn.
-        transactional = [b for b in group if b.txn is not None and self.fenced is None]
-        failures = dict(zip(map(id, transactional), await asyncio.gather(
-            *(_register(b, self.topic) for b in transactional))))
+        # A transactional batch needs no registration first: the broker registers the
+        # partition with the transaction on its first send there (docs/transactions.md).
         for batch in group:
             if self.fenced is not None:
                 outcomes[id(batch)] = self.fenced
-            elif failures.get(id(batch)) is not None:
-                outcomes[id(batch)] = failures[id(batch)]
             else:
                 pending.append(batch)
         timeout_s = self.options["send_timeout_s"]
@@ -308,12 +304,3 @@ class PartitionProducer(Batcher):
                                      pb.CloseProducerResponse, timeout=5)
             except MagnetarError:
                 pass  # it goes with its session anyway
-
-
-async def _register(batch: Batch, topic: str) -> MagnetarError | None:
-    """Register the partition with the batch's transaction; the failure, if any."""
-    try:
-        await batch.txn.register_partition(topic)
-        return None
-    except MagnetarError as exc:
-        return exc

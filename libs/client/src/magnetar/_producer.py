@@ -109,9 +109,6 @@ class Producer:
         if txn is not None:
             txn.check_usable()
             txn.ops_started(1, part)
-            # Register now, while the batch fills: the partition's one in-flight send
-            # request then need not wait for the coordinator.
-            txn.register_soon(part.topic)
         batch = part.add(data, callback, fields, seq, txn)
         if seal:
             part.seal(batch)

@@ -1,5 +1,9 @@
-"""Client transactions: registration of partitions and subscriptions with the
-coordinator (done for the user), transactional acks, and commit/abort.
+"""Client transactions: transactional sends and acks, and commit/abort.
+
+The client registers nothing with the coordinator: a transaction's first send to a
+partition, or first ack on a subscription, registers it there, done by the broker in
+the same statement that checks the transaction is OPEN (Kafka's KIP-890 does the same;
+docs/transactions.md).
 
 A transaction whose send or ack failed is spoiled: ``commit()`` aborts it and raises
 ``TransactionHasOperationFailed``, so none of its sends becomes visible.
@@ -34,15 +38,11 @@ class Transaction:
         self.coordinator_url = coordinator_url
         self.timeout_ms = timeout_ms
         self.state = TransactionState.OPEN
-        self._partitions: dict[str, asyncio.Future] = {}
-        self._subscriptions: dict[tuple[str, str], asyncio.Future] = {}
         self._ops = 0  # sends queued or in flight in this transaction
         self._batchers: set = set()  # partition producers holding its open batches
         self._ops_idle = asyncio.Event()
         self._ops_idle.set()
         self._failure: BaseException | None = None
-        self._early: set[asyncio.Task] = set()  # registration tasks in flight
-        self._to_register: list = []  # (registry, key, future) for the next request
 
     def __repr__(self) -> str:
         return f"Transaction({self.txn_id}, {self.state.value})"
@@ -93,63 +93,11 @@ class Transaction:
         if url:
             self.coordinator_url = url
 
-    async def _register(self, registry: dict, key) -> None:
-        """Register a partition (key: topic) or subscription (key: (topic, name)) once.
-        Whatever the transaction asks to register within one event-loop turn goes to
-        the coordinator as one request (``/v1/txn/add-participants``)."""
-        await asyncio.shield(self._registration(registry, key))
-
-    def _registration(self, registry: dict, key) -> asyncio.Future:
-        """The future of ``key``'s registration, queued for the next request if new."""
-        fut = registry.get(key)
-        if fut is None:
-            loop = asyncio.get_running_loop()
-            fut = registry[key] = loop.create_future()
-            self._to_register.append((registry, key, fut))
-            if len(self._to_register) == 1:
-                loop.call_soon(self._flush_registrations)
-        return fut
-
-    def _flush_registrations(self) -> None:
-        batch, self._to_register = self._to_register, []
-        task = asyncio.get_running_loop().create_task(self._register_batch(batch))
-        self._early.add(task)  # a reference, so the task is not collected mid-flight
-        task.add_done_callback(self._early.discard)
-
-    async def _register_batch(self, batch: list) -> None:
-        request = pb.AddParticipantsToTxnRequest(txn=self.txn_id.to_wire())
-        for registry, key, _ in batch:
-            if registry is self._partitions:
-                request.topics.append(key)
-            else:
-                request.subscriptions.add(topic=key[0], subscription=key[1])
-        try:
-            await self._call("/v1/txn/add-participants", request, pb.AddParticipantsToTxnResponse)
-        except Exception as exc:
-            for registry, key, fut in batch:
-                if registry.get(key) is fut:
-                    del registry[key]  # a later operation may try again
-                fut.set_exception(exc)
-                fut.exception()  # retrieved: the callers re-raise it
-            self.mark_failed(exc)
-            return
-        for _, _, fut in batch:
-            fut.set_result(None)
-
-    def register_soon(self, topic: str) -> None:
-        """Start registering ``topic`` now (the send awaits the same registration); a
-        failure is recorded on the transaction and raised to that send."""
-        self._registration(self._partitions, topic)
-
-    async def register_partition(self, topic: str) -> None:
-        """Register ``topic`` with the coordinator (once) before sending to it."""
-        await self._register(self._partitions, topic)
-
-    async def ack(self, part, position: pb.Position, cumulative: bool, subscription: str) -> None:
-        """Acknowledge in this transaction; waits for the broker (conflicts raise here)."""
+    async def ack(self, part, position: pb.Position, cumulative: bool) -> None:
+        """Acknowledge in this transaction; waits for the broker (conflicts raise here;
+        the first ack on a subscription registers it with the transaction there)."""
         self.check_usable()
         try:
-            await self._register(self._subscriptions, (part.topic, subscription))
             req = pb.AckRequest(positions=[position], txn=self.txn_id.to_wire(),
                                 ack_type=pb.ACK_CUMULATIVE if cumulative else pb.ACK_INDIVIDUAL)
             await part.call("/v1/consumers/ack", req, pb.AckResponse, coalesce=True)

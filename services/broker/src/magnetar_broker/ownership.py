@@ -20,6 +20,7 @@ from magnetar_protocol.errors import (
     TopicNotFound,
 )
 from magnetar_protocol.topics import TopicName
+from magnetar_runtime.roles import Roles
 
 from magnetar_broker import metrics
 from magnetar_broker.settings import BrokerSettings
@@ -36,9 +37,10 @@ def rendezvous(topic: str, brokers: list[tuple[str, str]]) -> tuple[str, str]:
 
 class Ownership:
     def __init__(self, store: BrokerStore, settings: BrokerSettings,
-                 on_lost: Callable[[PartitionLog], None]):
+                 on_lost: Callable[[PartitionLog], None], roles: Roles):
         self.store = store
         self.settings = settings
+        self.roles = roles  # who may register a partition with whose transaction
         self.ttl_s = settings.lease_ttl_ms / 1000
         self.logs: dict[str, PartitionLog] = {}
         self._loading: dict[str, asyncio.Lock] = {}
@@ -117,6 +119,7 @@ class Ownership:
                 cache_bytes=self.settings.entry_cache_bytes,
                 max_batches_per_commit=self.settings.max_batches_per_commit,
                 on_lost=self._lost,
+                roles=self.roles,
             )
             await plog.load()
             self.logs[name.full] = plog

@@ -211,10 +211,34 @@ FROM txn_entries e
 WHERE e.topic_id = $1 AND e.txn_most = $2 AND e.txn_least = $3;
 
 -- name: txn_send_checks
--- What a partition needs to know before a transaction's first send there (its buffered
--- batches and messages, its outcome here, the coordinator's status, whether it is
--- registered), for many (topic id $1, txn $2/$3, partition name $4) in one round trip:
--- the store groups the checks that arrive together.  One row per input, in order.
+-- A transaction's first send to a partition registers the partition with the transaction
+-- (the broker adds it to the coordinator's participants, as Kafka's KIP-890 does, so the
+-- client makes no AddPartitionToTxn call), only while the transaction is OPEN and the
+-- sender may act for it; and answers what the partition needs to know: its buffered
+-- batches and messages, its outcome here, the coordinator's status and expired flag, the
+-- owner.  Many (topic id $1, txn $2/$3, partition name $4, sender's role $5, whether that
+-- role may act for any owner $6) in one statement; one row per input, in order.
+-- The OPEN transactions are held FOR SHARE (in id order): an ending waits for this
+-- statement and then reads the registration; an ending that went first leaves the
+-- transaction not OPEN, and nothing is registered (no hanging transaction).
+WITH r AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[],
+                         $6::bool[])
+         WITH ORDINALITY AS r (topic_id, most, least, topic, role, any_owner, i)
+), open AS (
+    SELECT t.coordinator_id, t.txn_id, t.owner FROM transactions t
+    WHERE (t.coordinator_id, t.txn_id) IN (SELECT most, least FROM r) AND t.status = 0
+    ORDER BY t.coordinator_id, t.txn_id
+    FOR SHARE
+), allowed AS (
+    SELECT r.i, r.most, r.least, r.topic FROM r
+    JOIN open o ON o.coordinator_id = r.most AND o.txn_id = r.least
+    WHERE r.any_owner OR o.owner = r.role
+), added AS (
+    INSERT INTO txn_partitions (coordinator_id, txn_id, topic)
+    SELECT DISTINCT most, least, topic FROM allowed
+    ON CONFLICT DO NOTHING
+)
 SELECT (SELECT count(*) FROM txn_entries e
         WHERE e.topic_id = r.topic_id AND e.txn_most = r.most AND e.txn_least = r.least)
        AS batches,
@@ -224,27 +248,42 @@ SELECT (SELECT count(*) FROM txn_entries e
        (SELECT committed FROM txn_outcomes o
         WHERE o.topic_id = r.topic_id AND o.subscription = '' AND o.txn_most = r.most
           AND o.txn_least = r.least) AS committed,
-       t.status, coalesce(t.expired, false) AS expired,
-       EXISTS (SELECT 1 FROM txn_partitions p
-               WHERE p.coordinator_id = r.most AND p.txn_id = r.least AND p.topic = r.topic)
-       AS registered
-FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[])
-     WITH ORDINALITY AS r (topic_id, most, least, topic, i)
+       t.status, coalesce(t.expired, false) AS expired, t.owner,
+       EXISTS (SELECT 1 FROM allowed a WHERE a.i = r.i) AS registered
+FROM r
 LEFT JOIN transactions t ON t.coordinator_id = r.most AND t.txn_id = r.least
 ORDER BY r.i;
 
 -- name: txn_ack_checks
--- A transaction's outcome on a subscription and its registration, for many (txn $1/$2,
--- topic full name $3, subscription $4, topic id $5) in one round trip, in order.
+-- A transaction's first ack on a subscription registers the subscription with it, as
+-- txn_send_checks does for partitions (the same OPEN, lock and owner rules), and answers
+-- its outcome there, the coordinator's status, expired flag and owner.  Many (txn $1/$2,
+-- topic full name $3, subscription $4, topic id $5, role $6, may act for any owner $7) in
+-- one statement; one row per input, in order.
+WITH r AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[],
+                         $6::text[], $7::bool[])
+         WITH ORDINALITY AS r (most, least, topic, sub, topic_id, role, any_owner, i)
+), open AS (
+    SELECT t.coordinator_id, t.txn_id, t.owner FROM transactions t
+    WHERE (t.coordinator_id, t.txn_id) IN (SELECT most, least FROM r) AND t.status = 0
+    ORDER BY t.coordinator_id, t.txn_id
+    FOR SHARE
+), allowed AS (
+    SELECT r.i, r.most, r.least, r.topic, r.sub FROM r
+    JOIN open o ON o.coordinator_id = r.most AND o.txn_id = r.least
+    WHERE r.any_owner OR o.owner = r.role
+), added AS (
+    INSERT INTO txn_subscriptions (coordinator_id, txn_id, topic, subscription)
+    SELECT DISTINCT most, least, topic, sub FROM allowed
+    ON CONFLICT DO NOTHING
+)
 SELECT (SELECT committed FROM txn_outcomes o
         WHERE o.topic_id = r.topic_id AND o.subscription = r.sub AND o.txn_most = r.most
           AND o.txn_least = r.least) AS committed,
-       t.status, coalesce(t.expired, false) AS expired,
-       EXISTS (SELECT 1 FROM txn_subscriptions s
-               WHERE s.coordinator_id = r.most AND s.txn_id = r.least AND s.topic = r.topic
-                 AND s.subscription = r.sub) AS registered
-FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[])
-     WITH ORDINALITY AS r (most, least, topic, sub, topic_id, i)
+       t.status, coalesce(t.expired, false) AS expired, t.owner,
+       EXISTS (SELECT 1 FROM allowed a WHERE a.i = r.i) AS registered
+FROM r
 LEFT JOIN transactions t ON t.coordinator_id = r.most AND t.txn_id = r.least
 ORDER BY r.i;
 

@@ -44,7 +44,7 @@ class BrokerService:
         self.settings = settings
         self.auth = auth or Authenticator(settings)
         self.broker_id = store.broker_id
-        self.ownership = Ownership(store, settings, self._topic_lost)
+        self.ownership = Ownership(store, settings, self._topic_lost, self.auth.roles)
         self.sessions = SessionRegistry(settings.session_timeout_ms / 1000)
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}

@@ -145,25 +145,30 @@ class BrokerStore:
         row = await self.pool.fetchrow(Q["txn_state"], topic_id, *txn, subscription)
         return row["batches"], row["messages"], row["committed"]
 
-    async def txn_send_check(self, topic_id: int, txn: tuple[int, int], topic: str):
-        """(batches, messages, committed-or-None, coordinator status or None, expired,
-        registered); checks that arrive together share one statement."""
-        return await self._send_checks.submit((topic_id, *txn, topic))
+    async def txn_send_check(self, topic_id: int, txn: tuple[int, int], topic: str,
+                             actor: tuple[str, bool]) -> tuple:
+        """Register ``topic`` with the OPEN transaction for the sender ``actor`` (role,
+        may act for any owner) and answer (batches, messages, committed-or-None,
+        coordinator status or None, expired, owner, registered); checks that arrive
+        together share one statement (queries.sql ``txn_send_checks``)."""
+        return await self._send_checks.submit((topic_id, *txn, topic, *actor))
 
     async def _run_send_checks(self, items: list[tuple]) -> list[tuple]:
         rows = await self.pool.fetch(Q["txn_send_checks"], *(list(c) for c in zip(*items)))
         return [(r["batches"], r["messages"], r["committed"], r["status"], r["expired"],
-                 r["registered"]) for r in rows]
+                 r["owner"], r["registered"]) for r in rows]
 
     async def txn_ack_check(self, topic_id: int, topic: str, subscription: str,
-                            txn: tuple[int, int]):
-        """(outcome here or None, coordinator status or None, expired, registered);
+                            txn: tuple[int, int], actor: tuple[str, bool]) -> tuple:
+        """Register the subscription with the OPEN transaction for ``actor`` and answer
+        (outcome here or None, coordinator status or None, expired, owner, registered);
         checks that arrive together share one statement."""
-        return await self._ack_checks.submit((*txn, topic, subscription, topic_id))
+        return await self._ack_checks.submit((*txn, topic, subscription, topic_id, *actor))
 
     async def _run_ack_checks(self, items: list[tuple]) -> list[tuple]:
         rows = await self.pool.fetch(Q["txn_ack_checks"], *(list(c) for c in zip(*items)))
-        return [(r["committed"], r["status"], r["expired"], r["registered"]) for r in rows]
+        return [(r["committed"], r["status"], r["expired"], r["owner"], r["registered"])
+                for r in rows]
 
     async def txn_expired(self, txn: tuple[int, int]) -> bool:
         return bool(await self.pool.fetchval(Q["txn_expired"], *txn))

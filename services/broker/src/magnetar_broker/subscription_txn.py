@@ -8,16 +8,16 @@ from __future__ import annotations
 import time
 
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import (
-    BadRequest,
-    MagnetarError,
-    NotAllowedError,
-    TransactionNotFound,
-)
+from magnetar_protocol.errors import BadRequest, MagnetarError, NotAllowedError
 
 from magnetar_broker import metrics
 from magnetar_broker.cursor import WHOLE, full_mask
-from magnetar_broker.txnbuffer import ended_error, ended_txn_error, not_open_error, txn_str
+from magnetar_broker.txnbuffer import (
+    ended_error,
+    ended_txn_error,
+    registration_refused,
+    txn_actor,
+)
 
 SUB_NAMES = {pb.SUB_EXCLUSIVE: "Exclusive", pb.SUB_SHARED: "Shared",
              pb.SUB_FAILOVER: "Failover", pb.SUB_KEY_SHARED: "Key_Shared"}
@@ -32,20 +32,18 @@ class TransactionalAcks:
         if outcome is not None:
             raise await ended_txn_error(store, txn, outcome)
         if txn not in self._txn_registered:
-            # The first ack of a transaction here: its outcome and registration in one query.
-            outcome, status, expired, registered = await store.txn_ack_check(
-                self.log.topic_id, self.log.name.full, self.name, txn)
+            # The first ack of a transaction here registers this subscription with it and
+            # reads its outcome, in one statement.
+            actor = txn_actor(self.log.txnbuf.roles)
+            outcome, status, expired, owner, registered = await store.txn_ack_check(
+                self.log.topic_id, self.log.name.full, self.name, txn, actor)
             if outcome is not None:
                 self.txn_outcomes[txn] = outcome
                 raise await ended_txn_error(store, txn, outcome)
-            if status is None:
-                raise TransactionNotFound(f"transaction {txn_str(txn)} does not exist")
-            if status != pb.TXN_OPEN:
-                raise not_open_error(txn, expired)
             if not registered:
-                raise NotAllowedError(
-                    f"subscription {self.name!r} on {self.log.name.full} is not registered with "
-                    f"transaction {txn_str(txn)}: call AddSubscriptionToTxn first")
+                raise registration_refused(
+                    txn, f"acknowledging on subscription {self.name!r} of {self.log.name.full}",
+                    status, expired, owner, actor)
             self._txn_registered.add(txn)
 
     async def ack_txn(self, positions, cumulative: bool, txn: tuple[int, int]) -> None:

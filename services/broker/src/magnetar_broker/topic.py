@@ -23,6 +23,7 @@ from magnetar_protocol.errors import (
 )
 from magnetar_protocol.topics import TopicName
 from magnetar_runtime.groupcommit import GroupCommit
+from magnetar_runtime.roles import Roles
 
 from magnetar_broker import metrics
 from magnetar_broker.access import AccessState
@@ -74,7 +75,7 @@ class _Append:
 class PartitionLog:
     def __init__(self, name: TopicName, topic_id: int, epoch: int, store: BrokerStore, *,
                  dedup: bool, max_message_size: int, max_batch_messages: int,
-                 cache_bytes: int, max_batches_per_commit: int, on_lost):
+                 cache_bytes: int, max_batches_per_commit: int, on_lost, roles: Roles):
         self.name = name
         self.topic_id = topic_id
         self.epoch = epoch
@@ -98,7 +99,7 @@ class PartitionLog:
         self.msg_in = 0
         self.bytes_in = 0
         self._on_lost = on_lost
-        self.txnbuf = TxnBuffer(store, topic_id, name.full)
+        self.txnbuf = TxnBuffer(store, topic_id, name.full, roles)
         self._writer: GroupCommit = GroupCommit(self._commit, max_batches_per_commit)
         self._wake: asyncio.Future = asyncio.get_running_loop().create_future()
         self._sub_lock = asyncio.Lock()

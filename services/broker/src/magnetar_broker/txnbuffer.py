@@ -14,15 +14,17 @@ from dataclasses import dataclass, field
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
+    AuthorizationError,
     ExpiredTransactionError,
     InvalidTxnStatusError,
     MagnetarError,
-    NotAllowedError,
     ProducerFenced,
     TransactionNotFound,
 )
 
+from magnetar_runtime.auth import current_role
 from magnetar_runtime.failpoints import failpoint
+from magnetar_runtime.roles import Roles
 
 from magnetar_broker import metrics
 from magnetar_broker.store import BrokerStore, Entry
@@ -59,6 +61,25 @@ def not_open_error(txn: TxnKey, expired: bool) -> MagnetarError:
     return InvalidTxnStatusError(f"transaction {txn_str(txn)} is no longer open")
 
 
+def txn_actor(roles: Roles) -> tuple[str, bool]:
+    """The request's role and whether it may act for any transaction's owner."""
+    role = current_role()
+    return role, roles.is_superuser(role)
+
+
+def registration_refused(txn: TxnKey, what: str, status: int | None, expired: bool,
+                         owner: str | None, actor: tuple[str, bool]) -> MagnetarError:
+    """Why the broker could not register ``what`` with the transaction (the first send
+    or ack there): it does not exist, is no longer OPEN, or belongs to another role."""
+    if status is None:
+        return TransactionNotFound(f"transaction {txn_str(txn)} does not exist")
+    if status == pb.TXN_OPEN and not actor[1] and owner != actor[0]:
+        return AuthorizationError(
+            f"{what} in transaction {txn_str(txn)}: role {actor[0]!r} is neither its owner "
+            "nor a superuser")
+    return not_open_error(txn, expired)  # ended, or began ending while we registered
+
+
 @dataclass
 class TxnBuf:
     batches: int = 0
@@ -88,8 +109,9 @@ class TxnEnd:
 
 
 class TxnBuffer:
-    def __init__(self, store: BrokerStore, topic_id: int, topic: str):
+    def __init__(self, store: BrokerStore, topic_id: int, topic: str, roles: Roles):
         self.store = store
+        self.roles = roles
         self.topic_id = topic_id
         self.topic = topic
         self.txns: dict[TxnKey, TxnBuf] = {}
@@ -107,14 +129,16 @@ class TxnBuffer:
         return buf
 
     async def check_send(self, txn: TxnKey) -> TxnBuf:
-        """A send is accepted only while the coordinator has this partition registered
-        for an OPEN transaction (so no transaction is left hanging here)."""
+        """A send is accepted only for an OPEN transaction of the sender's, and its first
+        one here registers this partition with the transaction, in the coordinator's
+        tables, before anything is written (so no transaction is left hanging here)."""
         buf = self.txns.get(txn)
         if buf is None or (buf.committed is None and not buf.registered):
             # A transaction's first send here: its buffer state and its registration in
-            # one query (this sits on every transaction's send path).
-            batches, messages, committed, status, expired, registered = \
-                await self.store.txn_send_check(self.topic_id, txn, self.topic)
+            # one statement (this sits on every transaction's send path).
+            actor = txn_actor(self.roles)
+            batches, messages, committed, status, expired, owner, registered = \
+                await self.store.txn_send_check(self.topic_id, txn, self.topic, actor)
             if txn not in self.txns:
                 if committed is None:
                     metrics.TB_ACTIVE.inc()
@@ -122,18 +146,13 @@ class TxnBuffer:
                                         committed=committed)
             buf = self.txns[txn]
         else:
-            status = expired = registered = None
+            registered = None
         if buf.committed is not None:
             raise await ended_txn_error(self.store, txn, buf.committed)
         if not buf.registered:
-            if status is None:
-                raise TransactionNotFound(f"transaction {txn_str(txn)} does not exist")
-            if status != pb.TXN_OPEN:
-                raise not_open_error(txn, expired)
             if not registered:
-                raise NotAllowedError(
-                    f"{self.topic} is not registered with transaction {txn_str(txn)}: "
-                    "call AddPartitionToTxn first")
+                raise registration_refused(txn, f"sending to {self.topic}", status, expired,
+                                           owner, actor)
             buf.registered = True
         return buf
 
