@@ -132,14 +132,15 @@ async def print_profile(database_url: str, service_urls: dict[str, str]) -> None
     conn = await asyncpg.connect(database_url)
     try:
         rows = await conn.fetch(
-            "SELECT calls, round(total_exec_time::numeric, 1) AS ms, left(regexp_replace(query, "
+            "SELECT calls, round(total_exec_time::numeric, 1) AS ms, "
+            "round(total_plan_time::numeric, 1) AS plan_ms, left(regexp_replace(query, "
             "'\\s+', ' ', 'g'), 90) AS query FROM pg_stat_statements "
-            "ORDER BY total_exec_time DESC LIMIT 15")
+            "ORDER BY total_exec_time + total_plan_time DESC LIMIT 15")
     finally:
         await conn.close()
-    print("  top statements (calls, total ms, query):")
+    print("  top statements (calls, total execution ms, total planning ms, query):")
     for r in rows:
-        print(f"  {r['calls']:>8} {r['ms']:>9} {r['query']}")
+        print(f"  {r['calls']:>8} {r['ms']:>9} {r['plan_ms']:>8} {r['query']}")
 
 
 
@@ -157,7 +158,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="afterwards, print batch sizes and the top SQL statements")
     args = parser.parse_args()
-    pg_settings = ({"shared_preload_libraries": "pg_stat_statements"} if args.profile else {})
+    pg_settings = ({"shared_preload_libraries": "pg_stat_statements",
+                    "pg_stat_statements.track_planning": "on"} if args.profile else {})
     with durable_postgres(**pg_settings) as url, \
             bench_cluster(url, brokers=1, coordinators=1) as cluster:
         if args.profile:
