@@ -208,3 +208,17 @@ def test_service_url_may_list_several_brokers():
         client.close()
     with pytest.raises(ValueError):
         magnetar.Client(" , ")
+
+
+def test_every_error_class_of_the_hierarchy_is_exported_by_both_apis():
+    """``magnetar`` and ``magnetar.asyncio`` re-export the whole error hierarchy (one
+    list, in magnetar/_errors.py): a class added to magnetar_protocol.errors and not
+    there fails here."""
+    hierarchy = {name for name, value in vars(errors).items()
+                 if isinstance(value, type) and issubclass(value, errors.MagnetarError)}
+    for module in (magnetar, aio):
+        exported = {name for name in module.__all__
+                    if isinstance(getattr(module, name), type)
+                    and issubclass(getattr(module, name), errors.MagnetarError)}
+        assert exported == hierarchy | {"AlreadyClosed", "ProducerQueueIsFull"}
+        assert all(getattr(module, name) is getattr(errors, name) for name in hierarchy)

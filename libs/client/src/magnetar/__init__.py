@@ -19,43 +19,8 @@ service's error code (the hierarchy of ``magnetar_protocol.errors``).  See docs/
 
 from __future__ import annotations
 
-from magnetar_protocol.errors import (
-    AuthenticationError,
-    AuthorizationError,
-    BadRequest,
-    Conflict,
-    ConnectError,
-    ConsumerBusy,
-    ConsumerNotFound,
-    ExpiredTransactionError,
-    InvalidTopicName,
-    InvalidTxnStatusError,
-    MagnetarError,
-    MessageTooBig,
-    NamespaceNotFound,
-    NotAllowedError,
-    NotFound,
-    NotOwner,
-    PersistenceError,
-    ProducerBusy,
-    ProducerFenced,
-    ProducerNotFound,
-    ServiceNotReady,
-    SessionNotFound,
-    SubscriptionNotFound,
-    TenantNotFound,
-    Timeout,
-    TooManyRequests,
-    TopicNotFound,
-    TransactionConflict,
-    TransactionCoordinatorNotFoundError,
-    TransactionHasOperationFailed,
-    TransactionKeyNotFound,
-    TransactionNotFound,
-    UnknownError,
-)
-
-from magnetar._errors import AlreadyClosed, ProducerQueueIsFull
+from magnetar import _errors
+from magnetar._errors import *  # noqa: F403 (every error class; _errors.__all__)
 from magnetar._message import Message
 from magnetar._sync import Client, Consumer, Producer, Reader, Transaction
 from magnetar._types import (
@@ -73,15 +38,4 @@ __all__ = ["Client", "Producer", "Consumer", "Reader", "Transaction", "Message",
            "TxnID", "ConsumerType", "InitialPosition", "ProducerAccessMode",
            "PartitionsRoutingMode", "Result", "TransactionState"]
 
-# Errors: the one hierarchy of magnetar_protocol.errors, plus two client-side ones.
-__all__ += [
-    "AuthenticationError", "AuthorizationError", "BadRequest", "Conflict", "ConnectError",
-    "ConsumerBusy", "ConsumerNotFound", "ExpiredTransactionError", "InvalidTopicName",
-    "InvalidTxnStatusError", "MagnetarError", "MessageTooBig", "NamespaceNotFound",
-    "NotAllowedError", "NotFound", "NotOwner", "PersistenceError", "ProducerBusy",
-    "ProducerFenced", "ProducerNotFound", "ServiceNotReady", "SessionNotFound",
-    "SubscriptionNotFound", "TenantNotFound", "Timeout", "TooManyRequests", "TopicNotFound",
-    "TransactionConflict", "TransactionCoordinatorNotFoundError", "TransactionHasOperationFailed",
-    "TransactionNotFound", "TransactionKeyNotFound", "UnknownError", "AlreadyClosed",
-    "ProducerQueueIsFull",
-]
+__all__ += _errors.__all__  # the one hierarchy of magnetar_protocol.errors, plus two

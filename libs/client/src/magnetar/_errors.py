@@ -1,9 +1,59 @@
-"""Client-side failures that never cross the wire, in the one hierarchy of
-``magnetar_protocol.errors`` (as ConnectError and Timeout are)."""
+"""Every error the client raises: the one hierarchy of ``magnetar_protocol.errors``
+(keyed by wire error code; its tree is drawn there), re-exported here once for
+``magnetar`` and ``magnetar.asyncio``, plus the client-side failures that never cross
+the wire (as ConnectError and Timeout are).  A unit test checks that no class of the
+hierarchy is missing."""
 
 from __future__ import annotations
 
-from magnetar_protocol.errors import MagnetarError
+from magnetar_protocol.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    BadRequest,
+    Conflict,
+    ConnectError,
+    ConsumerBusy,
+    ConsumerNotFound,
+    ExpiredTransactionError,
+    InvalidTopicName,
+    InvalidTxnStatusError,
+    MagnetarError,
+    MessageTooBig,
+    NamespaceNotFound,
+    NotAllowedError,
+    NotFound,
+    NotOwner,
+    PersistenceError,
+    ProducerBusy,
+    ProducerFenced,
+    ProducerNotFound,
+    ServiceNotReady,
+    SessionNotFound,
+    SubscriptionNotFound,
+    TenantNotFound,
+    Timeout,
+    TooManyRequests,
+    TopicNotFound,
+    TransactionConflict,
+    TransactionCoordinatorNotFoundError,
+    TransactionHasOperationFailed,
+    TransactionKeyNotFound,
+    TransactionNotFound,
+    UnknownError,
+)
+
+__all__ = [
+    "AuthenticationError", "AuthorizationError", "BadRequest", "Conflict",
+    "ConnectError", "ConsumerBusy", "ConsumerNotFound", "ExpiredTransactionError",
+    "InvalidTopicName", "InvalidTxnStatusError", "MagnetarError", "MessageTooBig",
+    "NamespaceNotFound", "NotAllowedError", "NotFound", "NotOwner", "PersistenceError",
+    "ProducerBusy", "ProducerFenced", "ProducerNotFound", "ServiceNotReady",
+    "SessionNotFound", "SubscriptionNotFound", "TenantNotFound", "Timeout",
+    "TooManyRequests", "TopicNotFound", "TransactionConflict",
+    "TransactionCoordinatorNotFoundError", "TransactionHasOperationFailed",
+    "TransactionKeyNotFound", "TransactionNotFound", "UnknownError", "AlreadyClosed",
+    "ProducerQueueIsFull",
+]
 
 
 class ProducerQueueIsFull(MagnetarError):

@@ -16,46 +16,13 @@ A client belongs to the event loop that first uses it.  ``Producer.send_async`` 
 
 from __future__ import annotations
 
-from magnetar_protocol.errors import (
-    AuthenticationError,
-    AuthorizationError,
-    BadRequest,
-    Conflict,
-    ConnectError,
-    ConsumerBusy,
-    ConsumerNotFound,
-    ExpiredTransactionError,
-    InvalidTopicName,
-    InvalidTxnStatusError,
-    MagnetarError,
-    MessageTooBig,
-    NamespaceNotFound,
-    NotAllowedError,
-    NotFound,
-    NotOwner,
-    PersistenceError,
-    ProducerBusy,
-    ProducerFenced,
-    ProducerNotFound,
-    ServiceNotReady,
-    SessionNotFound,
-    SubscriptionNotFound,
-    TenantNotFound,
-    Timeout,
-    TooManyRequests,
-    TopicNotFound,
-    TransactionConflict,
-    TransactionCoordinatorNotFoundError,
-    TransactionHasOperationFailed,
-    TransactionKeyNotFound,
-    TransactionNotFound,
-    UnknownError,
-)
 from magnetar_protocol.topics import TopicName
 
 from magnetar._consumer import Consumer
 from magnetar._core import Core
-from magnetar._errors import AlreadyClosed, ProducerQueueIsFull
+from magnetar import _errors
+from magnetar._errors import *  # noqa: F403 (every error class; _errors.__all__)
+from magnetar._errors import AlreadyClosed, TransactionCoordinatorNotFoundError
 from magnetar._message import Message
 from magnetar._producer import Producer, producer_options
 from magnetar._keys import KeyConnection
@@ -76,18 +43,7 @@ __all__ = ["Client", "Producer", "Consumer", "Reader", "Message", "MessageId", "
            "TxnID", "ConsumerType", "InitialPosition", "ProducerAccessMode",
            "PartitionsRoutingMode", "Result", "TransactionState", "Transport"]
 
-# Errors: the one hierarchy of magnetar_protocol.errors, plus two client-side ones.
-__all__ += [
-    "AuthenticationError", "AuthorizationError", "BadRequest", "Conflict", "ConnectError",
-    "ConsumerBusy", "ConsumerNotFound", "ExpiredTransactionError", "InvalidTopicName",
-    "InvalidTxnStatusError", "MagnetarError", "MessageTooBig", "NamespaceNotFound",
-    "NotAllowedError", "NotFound", "NotOwner", "PersistenceError", "ProducerBusy",
-    "ProducerFenced", "ProducerNotFound", "ServiceNotReady", "SessionNotFound",
-    "SubscriptionNotFound", "TenantNotFound", "Timeout", "TooManyRequests", "TopicNotFound",
-    "TransactionConflict", "TransactionCoordinatorNotFoundError", "TransactionHasOperationFailed",
-    "TransactionNotFound", "TransactionKeyNotFound", "UnknownError", "AlreadyClosed",
-    "ProducerQueueIsFull",
-]
+__all__ += _errors.__all__  # the one hierarchy of magnetar_protocol.errors, plus two
 
 
 class Client:
