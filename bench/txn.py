@@ -66,6 +66,7 @@ async def consume_transform_produce(client, workers: int, seconds: float) -> dic
     out1 = await client.create_producer("bench-ctp-out1", batching_max_publish_delay_ms=0.2)
     out2 = await client.create_producer("bench-ctp-out2", batching_max_publish_delay_ms=0.2)
     latencies: list[float] = []
+    phases: dict[str, list[float]] = {"receive": [], "new_transaction": [], "sends_and_ack": []}
     deadline = time.monotonic() + seconds
 
     async def worker(i: int) -> None:
@@ -73,13 +74,18 @@ async def consume_transform_produce(client, workers: int, seconds: float) -> dic
                                           initial_position=magnetar.InitialPosition.Earliest,
                                           receiver_queue_size=50)
         while time.monotonic() < deadline:
+            t0 = time.perf_counter()
             msg = await consumer.receive(timeout_millis=5000)
+            t1 = time.perf_counter()
             txn = await client.new_transaction()
+            t2 = time.perf_counter()
             await asyncio.gather(out1.send(msg.data(), txn=txn), out2.send(msg.data(), txn=txn),
                                  consumer.acknowledge(msg, txn=txn))
             started = time.perf_counter()
             await txn.commit()
             latencies.append(time.perf_counter() - started)
+            for phase, took in zip(phases, (t1 - t0, t2 - t1, started - t2)):
+                phases[phase].append(took)
 
     print(f"  input ready; {workers} workers start", flush=True)
     started = time.perf_counter()
@@ -87,7 +93,9 @@ async def consume_transform_produce(client, workers: int, seconds: float) -> dic
     elapsed = time.perf_counter() - started
     return {"clients": workers, "transactions": len(latencies), "txn_per_s": round(len(latencies) / elapsed),
             "p50_commit_ms": round(percentile(latencies, 50) * 1000, 2),
-            "p99_commit_ms": round(percentile(latencies, 99) * 1000, 2)}
+            "p99_commit_ms": round(percentile(latencies, 99) * 1000, 2),
+            **{f"p50_{phase}_ms": round(percentile(took, 50) * 1000, 2)
+               for phase, took in phases.items()}}
 
 
 async def run(url: str, args) -> None:
