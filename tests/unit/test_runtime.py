@@ -33,6 +33,31 @@ async def test_group_commit_failure_reaches_every_caller():
     await asyncio.wait_for(gc.idle(), 1)
 
 
+async def test_group_commit_runs_up_to_max_in_flight_groups_at_once():
+    """With two in flight, a caller arriving while one commit runs goes at once, alone;
+    callers arriving while two run wait and then share the next commit."""
+    release = asyncio.Event()
+    groups: list[list[int]] = []
+
+    async def commit(items):
+        groups.append(list(items))
+        await release.wait()
+        return items
+
+    gc = GroupCommit(commit, max_in_flight=2)
+    first = gc.submit(1)
+    await asyncio.sleep(0)
+    second = gc.submit(2)
+    await asyncio.sleep(0)
+    later = [gc.submit(3), gc.submit(4)]
+    await asyncio.sleep(0)
+    assert groups == [[1], [2]]  # two commits running, 3 and 4 queued
+    release.set()
+    assert await asyncio.gather(first, second, *later) == [1, 2, 3, 4]
+    assert groups == [[1], [2], [3, 4]]
+    await asyncio.wait_for(gc.idle(), 1)
+
+
 async def test_loop_survives_a_failing_iteration():
     calls = []
     done = asyncio.Event()

@@ -1,10 +1,16 @@
-"""Group commit: many concurrent callers, one database transaction at a time.
+"""Group commit: many concurrent callers, one database transaction at a time (or
+``max_in_flight`` at a time).
 
-Callers ``await submit(item)``; a single drain task takes everything queued so far (up
-to ``max_items``), passes it to ``commit`` in one call, and hands each caller its result (an exception
-instance as a result fails that caller alone).
-While one commit is in flight the next group accumulates, so throughput grows with load
-and an idle system commits each item at once.
+Callers ``await submit(item)``; a drain task takes everything queued so far (up to
+``max_items``), passes it to ``commit`` in one call, and hands each caller its result
+(an exception instance as a result fails that caller alone).  While the commits in
+flight run, the next group accumulates, so throughput grows with load and an idle
+system commits each item at once.
+
+``max_in_flight`` > 1 is for statements whose items are independent (checks,
+compare-and-sets, inserts of distinct rows): an item then waits for a whole commit to
+finish only when that many are already running, which shortens each caller's wait at
+moderate load.  Writers whose groups must land in order (a partition's log) keep 1.
 """
 
 from __future__ import annotations
@@ -18,20 +24,22 @@ R = TypeVar("R")
 
 
 class GroupCommit(Generic[T, R]):
-    def __init__(self, commit: Callable[[list[T]], Awaitable[list[R]]], max_items: int = 256):
+    def __init__(self, commit: Callable[[list[T]], Awaitable[list[R]]], max_items: int = 256,
+                 max_in_flight: int = 1):
         self._commit = commit
         self._max_items = max_items
+        self._max_in_flight = max_in_flight
         self._queue: list[tuple[T, asyncio.Future]] = []
-        self._task: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
         self._idle = asyncio.Event()
         self._idle.set()
 
     def submit(self, item: T) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
         self._queue.append((item, fut))
-        if self._task is None:
+        if len(self._tasks) < self._max_in_flight:
             self._idle.clear()
-            self._task = asyncio.create_task(self._drain())
+            self._tasks.add(asyncio.create_task(self._drain()))
         return fut
 
     async def idle(self) -> None:
@@ -60,8 +68,11 @@ class GroupCommit(Generic[T, R]):
                     else:
                         fut.set_result(result)
         finally:
-            self._task = None
-            self._idle.set()
+            # At once, not in a done callback: a submit between this drain's last look at
+            # the queue and a later callback would otherwise find no drain to take it.
+            self._tasks.discard(asyncio.current_task())
+            if not self._tasks:
+                self._idle.set()
 
     def fail_pending(self, exc: Exception) -> None:
         """Fail everything still queued (not the group already being committed)."""

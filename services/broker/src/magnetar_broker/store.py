@@ -37,8 +37,9 @@ class BrokerStore:
     def __init__(self, pool: asyncpg.Pool, broker_id: str):
         self.pool = pool
         self.broker_id = broker_id
-        self._send_checks = GroupCommit(self._run_send_checks)
-        self._ack_checks = GroupCommit(self._run_ack_checks)
+        # Independent checks (each registers its own row): two groups may run at once.
+        self._send_checks = GroupCommit(self._run_send_checks, max_in_flight=2)
+        self._ack_checks = GroupCommit(self._run_ack_checks, max_in_flight=2)
 
     # ---------------------------------------------------------------- brokers
 

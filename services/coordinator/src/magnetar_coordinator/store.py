@@ -40,11 +40,13 @@ class CoordinatorStore:
         self.fence_epoch = 0
         # The statements every transaction makes, shared by the transactions queued while
         # the previous one ran (one round trip and commit for the group).
-        self._new_txns = GroupCommit(self._insert_new_txns)
-        self._transitions = GroupCommit(self._apply_transitions)
-        self._participants = GroupCommit(self._read_participants)
-        self._registrations = GroupCommit(self._register)
-        self._endings = GroupCommit(self._start_endings)
+        # Their items are independent (distinct inserts, reads, compare-and-sets), so two
+        # groups may run at once (GroupCommit's max_in_flight).
+        self._new_txns = GroupCommit(self._insert_new_txns, max_in_flight=2)
+        self._transitions = GroupCommit(self._apply_transitions, max_in_flight=2)
+        self._participants = GroupCommit(self._read_participants, max_in_flight=2)
+        self._registrations = GroupCommit(self._register, max_in_flight=2)
+        self._endings = GroupCommit(self._start_endings, max_in_flight=2)
 
     async def claim(self, url: str, ttl_s: float) -> bool:
         epoch = await self.pool.fetchval(Q["claim"], self.tcid, self.instance, url, ttl_s)
