@@ -7,6 +7,7 @@ handed to that user.  Clients connect over TCP on 127.0.0.1 with trust auth.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -80,6 +81,28 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (a postmaster's backends)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _privilege_drop(user: str) -> list[str]:
@@ -282,9 +305,22 @@ class LocalPostgres:
             proc.kill()
             proc.wait()
 
-    def kill(self) -> None:
-        """SIGKILL the postmaster (crash tests); its children exit on their own."""
+    def kill(self, timeout: float = 10.0) -> None:
+        """SIGKILL the whole server, postmaster and backends (crash tests), and return
+        once every one of them is gone: a backend that outlives its postmaster keeps the
+        shared memory, and a start() right after would fail ("pre-existing shared memory
+        block is still in use")."""
         if self.process is not None and self.process.poll() is None:
+            backends = _children(self.process.pid)
             self.process.kill()
             self.process.wait()
+            for pid in backends:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + timeout
+            while any(_alive(pid) for pid in backends):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"PostgreSQL backends {backends} outlived their "
+                                       f"postmaster for {timeout:.0f}s after SIGKILL")
+                time.sleep(0.01)
         self.process = None
