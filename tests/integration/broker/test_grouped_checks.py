@@ -6,6 +6,7 @@ share one statement and each gets its own answer."""
 import asyncio
 
 import asyncpg
+import pytest
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_storage.db import create_pool
@@ -83,4 +84,26 @@ async def test_an_ending_in_progress_makes_the_registration_wait_then_fail(datab
     # the statement's snapshot predates the ending; the broker answers "no longer open")
     assert await coordinator.participants(9) == ([], [])
     await ending.close()
+    await pool.close()
+
+
+async def test_a_refused_first_send_keeps_no_buffer(database_url):
+    """The broker answers a send for an unknown, ended or foreign transaction with the
+    precise error and keeps nothing for it in memory (no buffer, no active count)."""
+    from magnetar_protocol.errors import InvalidTxnStatusError, TransactionNotFound
+    from magnetar_runtime.roles import Roles
+    from magnetar_broker.txnbuffer import TxnBuffer
+
+    pool, coordinator, _, broker, topic_id = await _stores(database_url)
+    await coordinator.new_txn(1, 60000, None)
+    await coordinator.transition(1, pb.TXN_OPEN, pb.TXN_ABORTING)
+    buffer = TxnBuffer(broker, topic_id, TOPIC, Roles("", enabled=False))
+    with pytest.raises(TransactionNotFound):
+        await buffer.check_send((0, 99))
+    with pytest.raises(InvalidTxnStatusError, match="no longer open"):
+        await buffer.check_send((0, 1))
+    assert buffer.txns == {}
+    await coordinator.new_txn(2, 60000, None)
+    assert (await buffer.check_send((0, 2))).registered
+    assert list(buffer.txns) == [(0, 2)]
     await pool.close()

@@ -139,21 +139,18 @@ class TxnBuffer:
             actor = txn_actor(self.roles)
             batches, messages, committed, status, expired, owner, registered = \
                 await self.store.txn_send_check(self.topic_id, txn, self.topic, actor)
+            if committed is None and not registered:  # keep no buffer for a refused send
+                raise registration_refused(txn, f"sending to {self.topic}", status, expired,
+                                           owner, actor)
             if txn not in self.txns:
                 if committed is None:
                     metrics.TB_ACTIVE.inc()
                 self.txns[txn] = TxnBuf(batches, messages, [] if batches == 0 else None,
                                         committed=committed)
             buf = self.txns[txn]
-        else:
-            registered = None
+            buf.registered = buf.registered or registered
         if buf.committed is not None:
             raise await ended_txn_error(self.store, txn, buf.committed)
-        if not buf.registered:
-            if not registered:
-                raise registration_refused(txn, f"sending to {self.topic}", status, expired,
-                                           owner, actor)
-            buf.registered = True
         return buf
 
     # ---------------------------------------------------------------- group commit
