@@ -10,24 +10,14 @@ import pytest
 import magnetar
 from magnetar.admin_cli._http import AdminApi
 from tests.e2e.helpers import read_all
+from tests.spark.shared import module_cluster_fixtures, options
 
 pytestmark = pytest.mark.e2e
 
 
-# One cluster for the module (tests/spark/conftest.py): every test uses topics, keys and
+# One cluster for the module (tests/spark/shared.py): every test uses topics, keys and
 # subscriptions of its own.
-@pytest.fixture
-def cluster(module_cluster):
-    return module_cluster
-
-
-@pytest.fixture
-def client(module_client):
-    return module_client
-
-
-def options(cluster) -> dict:
-    return {"service.url": ",".join(cluster.broker_urls), "admin.url": cluster.admin_url}
+cluster, client = module_cluster_fixtures()
 
 
 def read(spark, cluster, **extra):

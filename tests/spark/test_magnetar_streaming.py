@@ -10,26 +10,16 @@ import pytest
 import magnetar
 import magnetar.spark
 from tests.e2e.helpers import read_all
+from tests.spark.shared import module_cluster_fixtures, options
 
 pytestmark = pytest.mark.e2e
 
 
-# One cluster for the module (tests/spark/conftest.py): every test uses topics, keys and
+# One cluster for the module (tests/spark/shared.py): every test uses topics, keys and
 # subscriptions of its own.
-@pytest.fixture
-def cluster(module_cluster):
-    return module_cluster
-
-
-@pytest.fixture
-def client(module_client):
-    return module_client
+cluster, client = module_cluster_fixtures()
 
 QUERY_TIMEOUT_S = 180
-
-
-def options(cluster) -> dict:
-    return {"service.url": ",".join(cluster.broker_urls), "admin.url": cluster.admin_url}
 
 
 def produce(client, topic: str, values) -> None:
