@@ -59,20 +59,23 @@ async def commit_latency(client, size: int, rounds: int) -> float:
     return percentile(latencies, 50)
 
 
-async def consume_transform_produce(client, workers: int, seconds: float) -> dict:
+async def consume_transform_produce(client, workers: int, seconds: float, warmup: float = 0,
+                                    database_url: str = "") -> dict:
     source = await client.create_producer("bench-ctp-in", batching_max_publish_delay_ms=5,
                                           max_pending_messages=50000)
-    await asyncio.gather(*(source.send(b"%d" % i) for i in range(int(workers * seconds * 400))))
+    await asyncio.gather(*(source.send(b"%d" % i)
+                           for i in range(int(workers * (seconds + warmup) * 400))))
     out1 = await client.create_producer("bench-ctp-out1", batching_max_publish_delay_ms=0.2)
     out2 = await client.create_producer("bench-ctp-out2", batching_max_publish_delay_ms=0.2)
     latencies: list[float] = []
     phases: dict[str, list[float]] = {"receive": [], "new_transaction": [], "sends_and_ack": []}
-    deadline = time.monotonic() + seconds
+    consumers = [await client.subscribe("bench-ctp-in", "ctp",
+                                        consumer_type=magnetar.ConsumerType.Shared,
+                                        initial_position=magnetar.InitialPosition.Earliest,
+                                        receiver_queue_size=50) for _ in range(workers)]
+    deadline = time.monotonic() + warmup
 
-    async def worker(i: int) -> None:
-        consumer = await client.subscribe("bench-ctp-in", "ctp", consumer_type=magnetar.ConsumerType.Shared,
-                                          initial_position=magnetar.InitialPosition.Earliest,
-                                          receiver_queue_size=50)
+    async def worker(consumer) -> None:
         while time.monotonic() < deadline:
             t0 = time.perf_counter()
             msg = await consumer.receive(timeout_millis=5000)
@@ -87,15 +90,37 @@ async def consume_transform_produce(client, workers: int, seconds: float) -> dic
             for phase, took in zip(phases, (t1 - t0, t2 - t1, started - t2)):
                 phases[phase].append(took)
 
+    if warmup:
+        await asyncio.gather(*(worker(consumer) for consumer in consumers))
+        latencies.clear()
+        for took in phases.values():
+            took.clear()
+        await analyze(database_url)
+        print(f"  warmed up for {warmup:g} s, then ANALYZE", flush=True)
+    deadline = time.monotonic() + seconds
     print(f"  input ready; {workers} workers start", flush=True)
     started = time.perf_counter()
-    await asyncio.gather(*(worker(i) for i in range(workers)))
+    await asyncio.gather(*(worker(consumer) for consumer in consumers))
     elapsed = time.perf_counter() - started
     return {"clients": workers, "transactions": len(latencies), "txn_per_s": round(len(latencies) / elapsed),
             "p50_commit_ms": round(percentile(latencies, 50) * 1000, 2),
             "p99_commit_ms": round(percentile(latencies, 99) * 1000, 2),
             **{f"p50_{phase}_ms": round(percentile(took, 50) * 1000, 2)
                for phase, took in phases.items()}}
+
+
+async def analyze(database_url: str) -> None:
+    """What autovacuum's first pass does on a running system (a minute in by default):
+    fresh statistics, so the services' cached plans are made again from real sizes."""
+    import asyncpg
+
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("ANALYZE")
+        if await conn.fetchval("SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements'"):
+            await conn.execute("SELECT pg_stat_statements_reset()")  # --profile: the measured part
+    finally:
+        await conn.close()
 
 
 async def run(url: str, args) -> None:
@@ -114,13 +139,14 @@ async def run(url: str, args) -> None:
                                                    "ratio": round(large / small, 2)}))
     if "c" in args.parts:
         print(f"(c) consume-transform-produce with {args.clients} clients ...", flush=True)
-        c = await consume_transform_produce(client, args.clients, args.seconds)
+        c = await consume_transform_produce(client, args.clients, args.seconds, args.warmup,
+                                            args.database_url)
         results.append(("(c) consume-transform-produce (1 ack + 2 sends)", c))
     await client.close()
     for title, figures in results:
         report(title, figures)
     if args.profile:
-        await print_profile(args.profile_db, args.profile_urls)
+        await print_profile(args.database_url, args.profile_urls)
 
 
 async def print_profile(database_url: str, service_urls: dict[str, str]) -> None:
@@ -160,6 +186,8 @@ def main() -> None:
     parser.add_argument("--transactions", type=int, default=30)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--warmup", type=float, default=3,
+                        help="(c) runs this long first, then ANALYZE, then measures")
     parser.add_argument("--parts", default="abc", help="which of (a) (b) (c) to run, e.g. c")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio",
                         help="the benchmark client's event loop (services always run uvloop)")
@@ -170,6 +198,7 @@ def main() -> None:
                     "pg_stat_statements.track_planning": "on"} if args.profile else {})
     with durable_postgres(**pg_settings) as url, \
             bench_cluster(url, brokers=1, coordinators=1) as cluster:
+        args.database_url = url
         if args.profile:
             import asyncpg
 
@@ -178,7 +207,6 @@ def main() -> None:
                 await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 await conn.close()
             asyncio.run(enable())
-            args.profile_db = url
             args.profile_urls = {name: svc.url for name, svc in cluster.services.items()}
         if args.loop == "uvloop":  # what the services run on; the asyncio API takes any loop
             import uvloop

@@ -5,6 +5,17 @@ from __future__ import annotations
 import asyncpg
 
 
+# Every hot statement is a keyed lookup or write over arrays (one per group commit), so:
+# - random_page_cost 1.1: the working set is in memory (or on SSD), so an index probe is
+#   not 4x a sequential page; at 4 the planner picked a hash join over a whole
+#   `transactions` scan for a 3-row lookup.
+# - force_generic_plan: the automatic choice kept re-planning the registration statements
+#   on every call (0.3 ms of planning each, as much as their execution); one generic plan
+#   per connection, made again after each ANALYZE, is as good for keyed lookups.
+# bench/txn.py (c): +10-15% transactions per second with both (docs/performance.md).
+SESSION_SETTINGS = {"random_page_cost": "1.1", "plan_cache_mode": "force_generic_plan"}
+
+
 async def create_pool(database_url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
     return await asyncpg.create_pool(
         database_url,
@@ -18,6 +29,7 @@ async def create_pool(database_url: str, *, min_size: int = 1, max_size: int = 1
         # 11-18% of a service's time).  Services keep no session state on pooled
         # connections, so only an unfinished transaction needs undoing.
         reset=_rollback_if_in_transaction,
+        server_settings=SESSION_SETTINGS,
     )
 
 
