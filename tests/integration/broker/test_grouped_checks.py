@@ -1,7 +1,8 @@
-"""The broker store's first-send and first-ack checks: they register the partition or
-subscription with the transaction (KIP-890 style, no client AddPartitionToTxn), only
-while it is OPEN and only for its owner or a superuser; checks that arrive together
-share one statement and each gets its own answer."""
+"""A transaction's first send to a partition, and its first ack on a subscription,
+register the partition or subscription with the transaction (KIP-890 style, no client
+AddPartitionToTxn), only while it is OPEN and only for its owner or a superuser: a first
+send in the statement that writes it, an ack in its check; sends or checks that arrive
+together share one statement and each gets its own answer."""
 
 import asyncio
 
@@ -30,80 +31,162 @@ async def _stores(database_url):
     return pool, coordinator, counting, broker, topic_id
 
 
-async def test_concurrent_checks_share_a_statement_and_register_only_open_transactions(database_url):
+async def _buffer(broker, topic_id, epoch=0):
+    """A partition's transaction buffer and the bits of its log that a group write uses,
+    after taking the partition's lease over from ``epoch``."""
+    from types import SimpleNamespace
+
+    from magnetar_runtime.roles import Roles
+    from magnetar_broker.txnbuffer import TxnBuffer
+
+    epoch = await broker.assign_owner(topic_id, "b", epoch)
+    buffer = TxnBuffer(broker, topic_id, TOPIC, Roles("", enabled=False))
+    return buffer, SimpleNamespace(next_entry_id=0, dedup=True, epoch=epoch, persisted_seq={})
+
+
+def _send(txn_id, actor, producer="p", seq=0, payload=b"x"):
+    from magnetar_broker.txnbuffer import TxnAppend
+
+    return TxnAppend(None, producer, seq, seq, 1, payload, (0, txn_id), actor)
+
+
+async def test_first_sends_register_in_their_write_only_for_open_transactions_of_the_sender(database_url):
+    """One group, one statement: the first sends of OPEN transactions register the
+    partition and are stored; an ending (3), another role's (4) and an unknown (5)
+    transaction's are refused with the precise error, and nothing of theirs is written:
+    no rows, no registration, no dedup sequence, no buffer in memory."""
+    from magnetar_protocol.errors import (
+        AuthorizationError, InvalidTxnStatusError, TransactionNotFound)
+
     pool, coordinator, counting, broker, topic_id = await _stores(database_url)
     for txn_id in range(5):
         await coordinator.new_txn(txn_id, 60000, "alice")
     await coordinator.transition(3, pb.TXN_OPEN, pb.TXN_ABORTING)
+    buffer, plog = await _buffer(broker, topic_id)
     actors = [ANYONE, ("alice", False), ANYONE, ANYONE, ("mallory", False), ANYONE]
+    group = [_send(i, actors[i], producer=f"p{i}", seq=7) for i in range(6)]
+    group.append(_send(0, ANYONE, producer="p0", seq=8, payload=b"y"))  # a second one
 
     counting.statements = 0
-    sends = await asyncio.gather(*(broker.txn_send_check(topic_id, (0, i), TOPIC, actors[i])
-                                   for i in range(6)))
-    acks = await asyncio.gather(*(broker.txn_ack_check(topic_id, TOPIC, "sub", (0, i), actors[i])
-                                  for i in range(6)))
-    assert counting.statements <= 4  # 12 checks, a statement or two for each kind
-    # 3 is ABORTING, 4 belongs to alice (not mallory), 5 does not exist.
-    assert [s[6] for s in sends] == [True, True, True, False, False, False]
-    assert [s[3] for s in sends] == [pb.TXN_OPEN] * 3 + [pb.TXN_ABORTING, pb.TXN_OPEN, None]
-    assert [s[5] for s in sends] == ["alice"] * 5 + [None]
-    assert [a[4] for a in acks] == [s[6] for s in sends]
-    assert [a[1] for a in acks] == [s[3] for s in sends]
+    results, _ = await buffer.commit_group(plog, group, None)
+    assert counting.statements == 1
+    assert results[:3] == [0, 0, 0] and results[6] == 1
+    assert isinstance(results[3], InvalidTxnStatusError)
+    assert isinstance(results[4], AuthorizationError) and "mallory" in str(results[4])
+    assert isinstance(results[5], TransactionNotFound)
     for txn_id in range(5):
-        partitions, subscriptions = await coordinator.participants(txn_id)
-        registered = txn_id < 3
-        assert partitions == ([TOPIC] if registered else [])
-        assert subscriptions == ([(TOPIC, "sub")] if registered else [])
-    # A second check of a registered transaction answers the same and adds no row.
-    again = await broker.txn_send_check(topic_id, (0, 0), TOPIC, ANYONE)
-    assert again[6] is True
+        partitions, _ = await coordinator.participants(txn_id)
+        assert partitions == ([TOPIC] if txn_id < 3 else [])
+    rows = await pool.fetch("SELECT txn_least, seq, payload FROM txn_entries ORDER BY 1, 2")
+    assert [tuple(r) for r in rows] == [(0, 0, b"x"), (0, 1, b"y"), (1, 0, b"x"), (2, 0, b"x")]
+    sequences = await pool.fetch("SELECT producer_name FROM producer_sequences ORDER BY 1")
+    assert [r[0] for r in sequences] == ["p0", "p1", "p2"]
+    assert sorted(plog.persisted_seq) == ["p0", "p1", "p2"] and plog.persisted_seq["p0"] == 8
+    assert sorted(buffer.txns) == [(0, 0), (0, 1), (0, 2)]
+    assert buffer.txns[(0, 0)].registered and buffer.txns[(0, 0)].batches == 2
+
+    # The next send of a registered transaction registers nothing more.
+    results, _ = await buffer.commit_group(plog, [_send(0, ANYONE, seq=9)], None)
+    assert results == [2]
     assert await pool.fetchval("SELECT count(*) FROM txn_partitions") == 3
     await pool.close()
 
 
-async def test_an_ending_in_progress_makes_the_registration_wait_then_fail(database_url):
+async def test_a_first_send_after_a_takeover_is_numbered_after_the_earlier_owners_batches(database_url):
+    pool, coordinator, _, broker, topic_id = await _stores(database_url)
+    await coordinator.new_txn(1, 60000, None)
+    earlier, plog = await _buffer(broker, topic_id)
+    assert (await earlier.commit_group(plog, [_send(1, ANYONE, seq=0), _send(1, ANYONE, seq=1)],
+                                       None))[0] == [0, 1]
+    later, plog = await _buffer(broker, topic_id, epoch=plog.epoch)  # a new owner: no memory
+    results, _ = await later.commit_group(plog, [_send(1, ANYONE, seq=2, payload=b"z")], None)
+    assert results == [2]
+    buf = later.txns[(0, 1)]
+    assert (buf.batches, buf.messages, buf.payloads) == (3, 3, None)  # not all in memory
+    rows = await pool.fetch("SELECT seq, payload FROM txn_entries ORDER BY seq")
+    assert [tuple(r) for r in rows] == [(0, b"x"), (1, b"x"), (2, b"z")]
+    await pool.close()
+
+
+async def test_first_acks_register_in_their_write_only_for_open_transactions_of_the_sender(database_url):
+    """The same rules for a transaction's first acks on a subscription: one statement
+    records the group's acks and registers the subscription for OPEN transactions of
+    the sender; a refused transaction's acks are not written, and its answer says why
+    (an outcome here already, the coordinator's status, the owner)."""
+    pool, coordinator, counting, broker, topic_id = await _stores(database_url)
+    for txn_id in range(5):
+        await coordinator.new_txn(txn_id, 60000, "alice")
+    await coordinator.transition(3, pb.TXN_OPEN, pb.TXN_ABORTING)
+    _, plog = await _buffer(broker, topic_id)
+    await pool.execute("INSERT INTO txn_outcomes (topic_id, subscription, txn_most, txn_least, "
+                       "committed) VALUES ($1, 'sub', 0, 3, false)", topic_id)
+    actors = [ANYONE, ("alice", False), ANYONE, ANYONE, ("mallory", False), ANYONE]
+
+    counting.statements = 0
+    owned, answers = await broker.record_pending_acks(
+        topic_id, plog.epoch, "sub", [(i, 0, 0, i, False) for i in range(6)],
+        [(0, i, *actors[i]) for i in range(6)], TOPIC)
+    assert owned and counting.statements == 1
+    # 3 ended here (aborted), 4 belongs to alice (not mallory), 5 does not exist.
+    assert [a[0] for a in answers] == [True, True, True, False, False, False]
+    assert [a[1] for a in answers] == [None, None, None, False, None, None]
+    assert [a[2] for a in answers] == [pb.TXN_OPEN] * 3 + [pb.TXN_ABORTING, pb.TXN_OPEN, None]
+    assert [a[4] for a in answers] == ["alice"] * 5 + [None]
+    for txn_id in range(5):
+        _, subscriptions = await coordinator.participants(txn_id)
+        assert subscriptions == ([(TOPIC, "sub")] if txn_id < 3 else [])
+    pending = await pool.fetch("SELECT txn_least FROM pending_acks ORDER BY 1")
+    assert [r[0] for r in pending] == [0, 1, 2]
+    await pool.close()
+
+
+async def test_an_ending_in_progress_makes_a_first_send_wait_then_fail(database_url):
     """OPEN -> COMMITTING holds the transaction's row; a first send arriving meanwhile
-    waits for it and registers nothing, so the coordinator, which reads the participants
-    after its status is durable, can never miss a partition that holds data."""
+    waits for it, then registers and writes nothing, so the coordinator, which reads the
+    participants after its status is durable, can never miss a partition that holds
+    data."""
+    from magnetar_protocol.errors import InvalidTxnStatusError
+
     pool, coordinator, _, broker, topic_id = await _stores(database_url)
     await coordinator.new_txn(9, 60000, None)
+    buffer, plog = await _buffer(broker, topic_id)
     ending = await asyncpg.connect(database_url)
     tx = ending.transaction()
     await tx.start()
     await ending.execute("UPDATE transactions SET status = 1 WHERE coordinator_id = 0 AND txn_id = 9")
-    check = asyncio.create_task(broker.txn_send_check(topic_id, (0, 9), TOPIC, ANYONE))
+    write = asyncio.create_task(buffer.commit_group(plog, [_send(9, ANYONE)], None))
     deadline = asyncio.get_running_loop().time() + 10
-    while not await pool.fetchval(  # the check is blocked on the row lock
+    while not await pool.fetchval(  # the write is blocked on the row lock
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"):
-        assert asyncio.get_running_loop().time() < deadline, "the check never waited"
+        assert asyncio.get_running_loop().time() < deadline, "the write never waited"
         await asyncio.sleep(0.01)
-    assert not check.done()
+    assert not write.done()
     await tx.commit()
-    result = await asyncio.wait_for(check, 10)
-    assert result[6] is False  # not registered (its status column may still read OPEN:
-    # the statement's snapshot predates the ending; the broker answers "no longer open")
+    results, _ = await asyncio.wait_for(write, 10)
+    assert isinstance(results[0], InvalidTxnStatusError)
     assert await coordinator.participants(9) == ([], [])
+    assert await pool.fetchval("SELECT count(*) FROM txn_entries") == 0
+    assert buffer.txns == {}
     await ending.close()
     await pool.close()
 
 
-async def test_a_refused_first_send_keeps_no_buffer(database_url):
-    """The broker answers a send for an unknown, ended or foreign transaction with the
-    precise error and keeps nothing for it in memory (no buffer, no active count)."""
-    from magnetar_protocol.errors import InvalidTxnStatusError, TransactionNotFound
-    from magnetar_runtime.roles import Roles
-    from magnetar_broker.txnbuffer import TxnBuffer
+async def test_an_ending_in_the_same_group_refuses_the_first_sends_before_it(database_url):
+    """EndTxnOnPartition arrives only once the transaction is no longer OPEN, so first
+    sends queued before it in one group cannot register: they fail, and the end is
+    recorded."""
+    from magnetar_protocol.errors import InvalidTxnStatusError
+    from magnetar_broker.txnbuffer import TxnEnd
 
     pool, coordinator, _, broker, topic_id = await _stores(database_url)
-    await coordinator.new_txn(1, 60000, None)
-    await coordinator.transition(1, pb.TXN_OPEN, pb.TXN_ABORTING)
-    buffer = TxnBuffer(broker, topic_id, TOPIC, Roles("", enabled=False))
-    with pytest.raises(TransactionNotFound):
-        await buffer.check_send((0, 99))
-    with pytest.raises(InvalidTxnStatusError, match="no longer open"):
-        await buffer.check_send((0, 1))
-    assert buffer.txns == {}
-    await coordinator.new_txn(2, 60000, None)
-    assert (await buffer.check_send((0, 2))).registered
-    assert list(buffer.txns) == [(0, 2)]
+    await coordinator.new_txn(4, 60000, None)
+    await coordinator.transition(4, pb.TXN_OPEN, pb.TXN_ABORTING)
+    buffer, plog = await _buffer(broker, topic_id)
+    await buffer.state((0, 4))  # what EndTxnOnPartition does first
+    results, _ = await buffer.commit_group(
+        plog, [_send(4, ANYONE), TxnEnd((0, 4), commit=False)], None)
+    assert isinstance(results[0], InvalidTxnStatusError) and results[1] is None
+    assert await pool.fetchval("SELECT count(*) FROM txn_entries") == 0
+    assert await pool.fetchval("SELECT count(*) FROM producer_sequences") == 0
+    assert buffer.txns[(0, 4)].committed is False
     await pool.close()

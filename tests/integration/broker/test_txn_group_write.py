@@ -10,6 +10,7 @@ from magnetar_broker.store import BrokerStore
 from magnetar_broker.txnbuffer import TxnAppend, TxnBuf, TxnBuffer, TxnEnd
 
 TOPIC = "persistent://public/default/t"
+ANYONE = ("anonymous", True)  # the sender: authentication off
 
 
 async def _buffer(database_url):
@@ -20,13 +21,14 @@ async def _buffer(database_url):
     epoch = await store.assign_owner(topic_id, "b", 0)
     buffer = TxnBuffer(store, topic_id, TOPIC, Roles("", enabled=False))
     for txn in ((0, 1), (0, 2)):
-        buffer.txns[txn] = TxnBuf()
+        buffer.txns[txn] = TxnBuf(registered=True)
     plog = SimpleNamespace(next_entry_id=0, dedup=True, epoch=epoch, persisted_seq={})
     return pool, store, topic_id, buffer, plog
 
 
 def _group():
-    return [TxnAppend(None, "p", 0, 0, 1, b"x", (0, 1)), TxnAppend(None, "p", 1, 1, 1, b"y", (0, 2)),
+    return [TxnAppend(None, "p", 0, 0, 1, b"x", (0, 1), ANYONE),
+            TxnAppend(None, "p", 1, 1, 1, b"y", (0, 2), ANYONE),
             TxnEnd((0, 1), commit=False), TxnEnd((0, 2), commit=True)]
 
 
@@ -59,8 +61,8 @@ async def test_subscription_writes_are_one_statement_and_only_for_the_lease_hold
     pool, store, topic_id, _, plog = await _buffer(database_url)
     await pool.execute("INSERT INTO subscriptions (topic_id, subscription, mark_delete_entry) "
                        "VALUES ($1, 'sub', -1)", topic_id)
-    assert await store.record_pending_acks(topic_id, plog.epoch, "sub",
-                                           [(3, -1, 0, 1, False), (4, -1, 0, 2, True)])
+    assert (await store.record_pending_acks(topic_id, plog.epoch, "sub",
+                                            [(3, -1, 0, 1, False), (4, -1, 0, 2, True)]))[0]
     assert await store.end_subscription_txns(topic_id, plog.epoch, "sub", (3, b"state"),
                                              [(0, 1, True)])
     assert await pool.fetchval("SELECT mark_delete_entry FROM subscriptions") == 3
@@ -68,7 +70,8 @@ async def test_subscription_writes_are_one_statement_and_only_for_the_lease_hold
     other = BrokerStore(pool, "c")
     await other.register("http://c")
     await other.assign_owner(topic_id, "c", plog.epoch)  # a takeover: the old owner is fenced
-    assert not await store.record_pending_acks(topic_id, plog.epoch, "sub", [(5, -1, 0, 3, False)])
+    assert not (await store.record_pending_acks(topic_id, plog.epoch, "sub",
+                                                [(5, -1, 0, 3, False)]))[0]
     assert not await store.end_subscription_txns(topic_id, plog.epoch, "sub", (9, b""),
                                                  [(0, 2, False)])
     assert await pool.fetchval("SELECT mark_delete_entry FROM subscriptions") == 3

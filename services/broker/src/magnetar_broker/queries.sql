@@ -151,16 +151,51 @@ RETURNING 1;
 -- an exclusive producer's group, the topic epoch is still $4.  The ids of a transaction
 -- both appended and discarded in one group are never both here (the caller drops the
 -- appends: a statement's DELETE does not see its own INSERTs).
+-- A transaction's first send here registers this partition ($35, its full name) with
+-- it in the same statement, as Kafka's KIP-890 has brokers do (the client makes no
+-- AddPartitionToTxn call): only while the transaction is OPEN, its row held FOR SHARE in
+-- id order, so an ending waits for this statement and then reads the registration, or
+-- went first and nothing is registered (no hanging transaction); and only for the
+-- owner's role or one that may act for any owner.  Its rows are numbered after the
+-- batches an earlier owner of the partition buffered for it; a refused transaction's
+-- rows, dedup sequences included, are not written at all.
 --   $5..$13 entries (entry_id, producer, sequence, highest, messages, publish time,
 --   payload, txn most, txn least); $14..$21 txn entries (most, least, seq, producer,
---   sequence, highest, messages, payload); $22/$23 sequences (producer, highest);
---   $24..$26 outcomes (most, least, committed); $27/$28 discarded (most, least).
+--   sequence, highest, messages, payload); $22..$25 sequences (producer, highest, and the
+--   txn most/least when it is a registering transaction's, else NULL); $26..$28 outcomes
+--   (most, least, committed); $29/$30 discarded (most, least); $31..$34 registrations
+--   (most, least, the sender's role, whether it may act for any owner).
 WITH owner AS (
     SELECT topic_epoch FROM topic_owners
     WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
     FOR SHARE
 ), allowed AS (
     SELECT 1 FROM owner WHERE $4::bigint IS NULL OR topic_epoch = $4::bigint
+), reg AS (
+    SELECT * FROM unnest($31::bigint[], $32::bigint[], $33::text[], $34::bool[])
+         WITH ORDINALITY AS g (most, least, role, any_owner, i)
+), reg_open AS (
+    SELECT t.coordinator_id, t.txn_id, t.owner FROM transactions t
+    WHERE (t.coordinator_id, t.txn_id) IN (SELECT most, least FROM reg) AND t.status = 0
+      AND EXISTS (SELECT 1 FROM allowed)
+    ORDER BY t.coordinator_id, t.txn_id
+    FOR SHARE
+), reg_ok AS (
+    SELECT g.most, g.least FROM reg g
+    JOIN reg_open o ON o.coordinator_id = g.most AND o.txn_id = g.least
+    WHERE g.any_owner OR o.owner = g.role
+), registered AS (
+    INSERT INTO txn_partitions (coordinator_id, txn_id, topic)
+    SELECT most, least, $35 FROM reg_ok
+    ON CONFLICT DO NOTHING
+), refused AS (
+    SELECT most, least FROM reg EXCEPT SELECT most, least FROM reg_ok
+), earlier AS (
+    SELECT e.txn_most AS most, e.txn_least AS least, count(*)::integer AS batches,
+           sum(e.num_messages)::bigint AS messages
+    FROM reg_ok r JOIN txn_entries e
+      ON e.topic_id = $1 AND e.txn_most = r.most AND e.txn_least = r.least
+    GROUP BY 1, 2
 ), new_entries AS (
     INSERT INTO entries (topic_id, entry_id, producer_name, sequence_id, highest_sequence_id,
                          num_messages, publish_time, payload, txn_most, txn_least)
@@ -172,14 +207,23 @@ WITH owner AS (
 ), new_txn_entries AS (
     INSERT INTO txn_entries (topic_id, txn_most, txn_least, seq, producer_name, sequence_id,
                              highest_sequence_id, num_messages, payload)
-    SELECT $1, e.* FROM unnest($14::bigint[], $15::bigint[], $16::integer[], $17::text[],
-                               $18::bigint[], $19::bigint[], $20::integer[], $21::bytea[]) AS e
+    SELECT $1, e.most, e.least, e.seq + coalesce(x.batches, 0), e.name, e.sequence,
+           e.highest, e.messages, e.payload
+    FROM unnest($14::bigint[], $15::bigint[], $16::integer[], $17::text[], $18::bigint[],
+                $19::bigint[], $20::integer[], $21::bytea[])
+         AS e (most, least, seq, name, sequence, highest, messages, payload)
+    LEFT JOIN earlier x ON x.most = e.most AND x.least = e.least
     WHERE EXISTS (SELECT 1 FROM allowed)
+      AND NOT EXISTS (SELECT 1 FROM refused r WHERE r.most = e.most AND r.least = e.least)
     RETURNING 1
 ), sequences AS (
     INSERT INTO producer_sequences (topic_id, producer_name, last_sequence_id)
-    SELECT $1, s.name, s.seq FROM unnest($22::text[], $23::bigint[]) AS s (name, seq)
+    SELECT $1, s.name, max(s.seq)
+    FROM unnest($22::text[], $23::bigint[], $24::bigint[], $25::bigint[])
+         AS s (name, seq, most, least)
     WHERE EXISTS (SELECT 1 FROM allowed)
+      AND NOT EXISTS (SELECT 1 FROM refused r WHERE r.most = s.most AND r.least = s.least)
+    GROUP BY s.name
     ON CONFLICT (topic_id, producer_name) DO UPDATE
         SET last_sequence_id = greatest(producer_sequences.last_sequence_id,
                                         excluded.last_sequence_id),
@@ -188,18 +232,32 @@ WITH owner AS (
 ), outcomes AS (
     INSERT INTO txn_outcomes (topic_id, subscription, txn_most, txn_least, committed)
     SELECT $1, '', o.most, o.least, o.committed
-    FROM unnest($24::bigint[], $25::bigint[], $26::boolean[]) AS o (most, least, committed)
+    FROM unnest($26::bigint[], $27::bigint[], $28::boolean[]) AS o (most, least, committed)
     WHERE EXISTS (SELECT 1 FROM allowed)
     RETURNING 1
 ), discarded AS (
     DELETE FROM txn_entries d
-    USING unnest($27::bigint[], $28::bigint[]) AS x (most, least)
+    USING unnest($29::bigint[], $30::bigint[]) AS x (most, least)
     WHERE d.topic_id = $1 AND d.txn_most = x.most AND d.txn_least = x.least
       AND EXISTS (SELECT 1 FROM allowed)
     RETURNING 1
 )
 SELECT (SELECT topic_epoch FROM owner) AS topic_epoch,
-       (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM allowed) AS allowed;
+       (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM allowed) AS allowed,
+       -- per registration, in input order: registered, the batches and messages buffered
+       -- here before, and for a refused one the coordinator's status, expired flag, owner
+       ARRAY(SELECT EXISTS (SELECT 1 FROM reg_ok k WHERE k.most = g.most AND k.least = g.least)
+             FROM reg g ORDER BY g.i) AS reg_ok,
+       ARRAY(SELECT coalesce(x.batches, 0) FROM reg g
+             LEFT JOIN earlier x ON x.most = g.most AND x.least = g.least ORDER BY g.i) AS reg_batches,
+       ARRAY(SELECT coalesce(x.messages, 0) FROM reg g
+             LEFT JOIN earlier x ON x.most = g.most AND x.least = g.least ORDER BY g.i) AS reg_messages,
+       ARRAY(SELECT t.status FROM reg g LEFT JOIN transactions t
+             ON t.coordinator_id = g.most AND t.txn_id = g.least ORDER BY g.i) AS reg_status,
+       ARRAY(SELECT coalesce(t.expired, false) FROM reg g LEFT JOIN transactions t
+             ON t.coordinator_id = g.most AND t.txn_id = g.least ORDER BY g.i) AS reg_expired,
+       ARRAY(SELECT t.owner FROM reg g LEFT JOIN transactions t
+             ON t.coordinator_id = g.most AND t.txn_id = g.least ORDER BY g.i) AS reg_owner;
 
 -- name: txn_state
 -- A transaction's buffer on one partition: (batches, messages) and its outcome if ended.
@@ -209,83 +267,6 @@ SELECT count(e.seq) AS batches, coalesce(sum(e.num_messages), 0) AS messages,
        AS committed
 FROM txn_entries e
 WHERE e.topic_id = $1 AND e.txn_most = $2 AND e.txn_least = $3;
-
--- name: txn_send_checks
--- A transaction's first send to a partition registers the partition with the transaction
--- (the broker adds it to the coordinator's participants, as Kafka's KIP-890 does, so the
--- client makes no AddPartitionToTxn call), only while the transaction is OPEN and the
--- sender may act for it; and answers what the partition needs to know: its buffered
--- batches and messages, its outcome here, the coordinator's status and expired flag, the
--- owner.  Many (topic id $1, txn $2/$3, partition name $4, sender's role $5, whether that
--- role may act for any owner $6) in one statement; one row per input, in order.
--- The OPEN transactions are held FOR SHARE (in id order): an ending waits for this
--- statement and then reads the registration; an ending that went first leaves the
--- transaction not OPEN, and nothing is registered (no hanging transaction).
-WITH r AS (
-    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[],
-                         $6::bool[])
-         WITH ORDINALITY AS r (topic_id, most, least, topic, role, any_owner, i)
-), open AS (
-    SELECT t.coordinator_id, t.txn_id, t.owner FROM transactions t
-    WHERE (t.coordinator_id, t.txn_id) IN (SELECT most, least FROM r) AND t.status = 0
-    ORDER BY t.coordinator_id, t.txn_id
-    FOR SHARE
-), allowed AS (
-    SELECT r.i, r.most, r.least, r.topic FROM r
-    JOIN open o ON o.coordinator_id = r.most AND o.txn_id = r.least
-    WHERE r.any_owner OR o.owner = r.role
-), added AS (
-    INSERT INTO txn_partitions (coordinator_id, txn_id, topic)
-    SELECT DISTINCT most, least, topic FROM allowed
-    ON CONFLICT DO NOTHING
-)
-SELECT (SELECT count(*) FROM txn_entries e
-        WHERE e.topic_id = r.topic_id AND e.txn_most = r.most AND e.txn_least = r.least)
-       AS batches,
-       (SELECT coalesce(sum(e.num_messages), 0) FROM txn_entries e
-        WHERE e.topic_id = r.topic_id AND e.txn_most = r.most AND e.txn_least = r.least)
-       AS messages,
-       (SELECT committed FROM txn_outcomes o
-        WHERE o.topic_id = r.topic_id AND o.subscription = '' AND o.txn_most = r.most
-          AND o.txn_least = r.least) AS committed,
-       t.status, coalesce(t.expired, false) AS expired, t.owner,
-       EXISTS (SELECT 1 FROM allowed a WHERE a.i = r.i) AS registered
-FROM r
-LEFT JOIN transactions t ON t.coordinator_id = r.most AND t.txn_id = r.least
-ORDER BY r.i;
-
--- name: txn_ack_checks
--- A transaction's first ack on a subscription registers the subscription with it, as
--- txn_send_checks does for partitions (the same OPEN, lock and owner rules), and answers
--- its outcome there, the coordinator's status, expired flag and owner.  Many (txn $1/$2,
--- topic full name $3, subscription $4, topic id $5, role $6, may act for any owner $7) in
--- one statement; one row per input, in order.
-WITH r AS (
-    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[],
-                         $6::text[], $7::bool[])
-         WITH ORDINALITY AS r (most, least, topic, sub, topic_id, role, any_owner, i)
-), open AS (
-    SELECT t.coordinator_id, t.txn_id, t.owner FROM transactions t
-    WHERE (t.coordinator_id, t.txn_id) IN (SELECT most, least FROM r) AND t.status = 0
-    ORDER BY t.coordinator_id, t.txn_id
-    FOR SHARE
-), allowed AS (
-    SELECT r.i, r.most, r.least, r.topic, r.sub FROM r
-    JOIN open o ON o.coordinator_id = r.most AND o.txn_id = r.least
-    WHERE r.any_owner OR o.owner = r.role
-), added AS (
-    INSERT INTO txn_subscriptions (coordinator_id, txn_id, topic, subscription)
-    SELECT DISTINCT most, least, topic, sub FROM allowed
-    ON CONFLICT DO NOTHING
-)
-SELECT (SELECT committed FROM txn_outcomes o
-        WHERE o.topic_id = r.topic_id AND o.subscription = r.sub AND o.txn_most = r.most
-          AND o.txn_least = r.least) AS committed,
-       t.status, coalesce(t.expired, false) AS expired, t.owner,
-       EXISTS (SELECT 1 FROM allowed a WHERE a.i = r.i) AS registered
-FROM r
-LEFT JOIN transactions t ON t.coordinator_id = r.most AND t.txn_id = r.least
-ORDER BY r.i;
 
 -- name: txn_expired
 -- Whether fencing of the transaction's key aborted it (seed 000): its holder's later
@@ -314,21 +295,59 @@ WHERE topic_id = $1 AND subscription = $2 AND txn_most = $3 AND txn_least = $4;
 
 -- name: record_pending_acks
 -- Transactional acks of a group in one statement, only while this broker holds the lease
--- at epoch $3: $4..$8 (entry, batch index, txn most, txn least, cumulative).
+-- at epoch $3: $4..$8 (entry, batch index, txn most, txn least, cumulative).  A
+-- transaction's first ack on this subscription ($2 of topic $14) registers the
+-- subscription with it here, by write_txn_group's rules (OPEN, row FOR SHARE in id
+-- order, the owner's role or one that may act for any owner): $10..$13 (most, least,
+-- role, may act for any owner).  A refused transaction's acks are not written; one row
+-- per registration comes back, in order: registered, its outcome here, the
+-- coordinator's status, expired flag and owner.
 WITH owner AS (
     SELECT 1 FROM topic_owners WHERE topic_id = $1 AND broker_id = $9 AND epoch = $3 FOR SHARE
+), reg AS (
+    SELECT * FROM unnest($10::bigint[], $11::bigint[], $12::text[], $13::bool[])
+         WITH ORDINALITY AS g (most, least, role, any_owner, i)
+), reg_open AS (
+    SELECT t.coordinator_id, t.txn_id, t.owner FROM transactions t
+    WHERE (t.coordinator_id, t.txn_id) IN (SELECT most, least FROM reg) AND t.status = 0
+      AND EXISTS (SELECT 1 FROM owner)
+    ORDER BY t.coordinator_id, t.txn_id
+    FOR SHARE
+), reg_ok AS (
+    SELECT g.most, g.least FROM reg g
+    JOIN reg_open o ON o.coordinator_id = g.most AND o.txn_id = g.least
+    WHERE g.any_owner OR o.owner = g.role
+), registered AS (
+    INSERT INTO txn_subscriptions (coordinator_id, txn_id, topic, subscription)
+    SELECT most, least, $14, $2 FROM reg_ok
+    ON CONFLICT DO NOTHING
+), refused AS (
+    SELECT most, least FROM reg EXCEPT SELECT most, least FROM reg_ok
 ), written AS (
     INSERT INTO pending_acks (topic_id, subscription, entry_id, batch_index, txn_most,
                               txn_least, cumulative)
     SELECT $1, $2, a.* FROM unnest($4::bigint[], $5::integer[], $6::bigint[], $7::bigint[],
                                    $8::boolean[]) AS a (entry_id, batch_index, most, least, cumulative)
     WHERE EXISTS (SELECT 1 FROM owner)
+      AND NOT EXISTS (SELECT 1 FROM refused r WHERE r.most = a.most AND r.least = a.least)
     ON CONFLICT (topic_id, subscription, entry_id, batch_index) DO UPDATE
         SET txn_most = excluded.txn_most, txn_least = excluded.txn_least,
             cumulative = excluded.cumulative
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM owner) AS owned;
+SELECT (SELECT count(*) FROM owner) AS owned,
+       ARRAY(SELECT EXISTS (SELECT 1 FROM reg_ok k WHERE k.most = g.most AND k.least = g.least)
+             FROM reg g ORDER BY g.i) AS reg_ok,
+       ARRAY(SELECT (SELECT committed FROM txn_outcomes o
+                     WHERE o.topic_id = $1 AND o.subscription = $2 AND o.txn_most = g.most
+                       AND o.txn_least = g.least)
+             FROM reg g ORDER BY g.i) AS reg_outcome,
+       ARRAY(SELECT t.status FROM reg g LEFT JOIN transactions t
+             ON t.coordinator_id = g.most AND t.txn_id = g.least ORDER BY g.i) AS reg_status,
+       ARRAY(SELECT coalesce(t.expired, false) FROM reg g LEFT JOIN transactions t
+             ON t.coordinator_id = g.most AND t.txn_id = g.least ORDER BY g.i) AS reg_expired,
+       ARRAY(SELECT t.owner FROM reg g LEFT JOIN transactions t
+             ON t.coordinator_id = g.most AND t.txn_id = g.least ORDER BY g.i) AS reg_owner;
 
 -- name: end_subscription_txns
 -- EndTxnOnSubscription for a group in one statement, only while this broker holds the

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from magnetar_runtime.groupcommit import GroupCommit
 from magnetar_storage.queries import load_queries
 
 Q = load_queries("magnetar_broker")
@@ -37,9 +36,6 @@ class BrokerStore:
     def __init__(self, pool: asyncpg.Pool, broker_id: str):
         self.pool = pool
         self.broker_id = broker_id
-        # Independent checks (each registers its own row): two groups may run at once.
-        self._send_checks = GroupCommit(self._run_send_checks, max_in_flight=2)
-        self._ack_checks = GroupCommit(self._run_ack_checks, max_in_flight=2)
 
     # ---------------------------------------------------------------- brokers
 
@@ -146,31 +142,6 @@ class BrokerStore:
         row = await self.pool.fetchrow(Q["txn_state"], topic_id, *txn, subscription)
         return row["batches"], row["messages"], row["committed"]
 
-    async def txn_send_check(self, topic_id: int, txn: tuple[int, int], topic: str,
-                             actor: tuple[str, bool]) -> tuple:
-        """Register ``topic`` with the OPEN transaction for the sender ``actor`` (role,
-        may act for any owner) and answer (batches, messages, committed-or-None,
-        coordinator status or None, expired, owner, registered); checks that arrive
-        together share one statement (queries.sql ``txn_send_checks``)."""
-        return await self._send_checks.submit((topic_id, *txn, topic, *actor))
-
-    async def _run_send_checks(self, items: list[tuple]) -> list[tuple]:
-        rows = await self.pool.fetch(Q["txn_send_checks"], *(list(c) for c in zip(*items)))
-        return [(r["batches"], r["messages"], r["committed"], r["status"], r["expired"],
-                 r["owner"], r["registered"]) for r in rows]
-
-    async def txn_ack_check(self, topic_id: int, topic: str, subscription: str,
-                            txn: tuple[int, int], actor: tuple[str, bool]) -> tuple:
-        """Register the subscription with the OPEN transaction for ``actor`` and answer
-        (outcome here or None, coordinator status or None, expired, owner, registered);
-        checks that arrive together share one statement."""
-        return await self._ack_checks.submit((*txn, topic, subscription, topic_id, *actor))
-
-    async def _run_ack_checks(self, items: list[tuple]) -> list[tuple]:
-        rows = await self.pool.fetch(Q["txn_ack_checks"], *(list(c) for c in zip(*items)))
-        return [(r["committed"], r["status"], r["expired"], r["owner"], r["registered"])
-                for r in rows]
-
     async def txn_expired(self, txn: tuple[int, int]) -> bool:
         return bool(await self.pool.fetchval(Q["txn_expired"], *txn))
 
@@ -179,28 +150,44 @@ class BrokerStore:
 
     async def write_txn_group(self, topic_id: int, epoch: int, exclusive_epoch: int | None,
                               entries: list[tuple], txn_entries: list[tuple],
-                              sequences: dict[str, int], outcomes: list[tuple],
-                              discards: list[tuple]) -> tuple[bool, bool, int | None]:
+                              sequences: list[tuple], outcomes: list[tuple],
+                              discards: list[tuple], registrations: list[tuple] = (),
+                              topic: str = "") -> tuple[bool, bool, list[tuple]]:
         """One statement for a transactional group (queries.sql ``write_txn_group``):
-        (this broker still owns the lease, the exclusive producer's epoch held, the topic
-        epoch); nothing is written unless both hold."""
-        def columns(rows: list[tuple], width: int) -> list[list]:
+        (this broker still owns the lease, the exclusive producer's epoch held, one row
+        per registration: (registered, batches and messages buffered here before,
+        coordinator status or None, expired, owner)); nothing is written unless both
+        hold, and nothing of a refused registration's transaction.  ``sequences`` are
+        (producer, highest, txn most, txn least), the txn None unless it registers here;
+        ``registrations`` (most, least, role, may act for any owner) for ``topic``."""
+        def columns(rows, width: int) -> list[list]:
             return [list(c) for c in zip(*rows)] if rows else [[] for _ in range(width)]
 
         row = await self.pool.fetchrow(
             Q["write_txn_group"], topic_id, self.broker_id, epoch, exclusive_epoch,
-            *columns(entries, 9), *columns(txn_entries, 8),
-            list(sequences), list(sequences.values()), *columns(outcomes, 3),
-            *columns(discards, 2))
-        return bool(row["owned"]), bool(row["allowed"]), row["topic_epoch"]
+            *columns(entries, 9), *columns(txn_entries, 8), *columns(sequences, 4),
+            *columns(outcomes, 3), *columns(discards, 2), *columns(registrations, 4), topic)
+        registered = list(zip(row["reg_ok"], row["reg_batches"], row["reg_messages"],
+                              row["reg_status"], row["reg_expired"], row["reg_owner"]))
+        return bool(row["owned"]), bool(row["allowed"]), registered
 
     async def record_pending_acks(self, topic_id: int, epoch: int, subscription: str,
-                                  rows: list[tuple]) -> bool:
-        """Transactional acks (entry, index, most, least, cumulative) in one statement;
-        False (nothing written) when the lease moved."""
-        return bool(await self.pool.fetchval(
-            Q["record_pending_acks"], topic_id, subscription, epoch,
-            *(list(c) for c in zip(*rows)), self.broker_id))
+                                  rows: list[tuple], registrations: list[tuple] = (),
+                                  topic: str = "") -> tuple[bool, list[tuple]]:
+        """Transactional acks (entry, index, most, least, cumulative) in one statement,
+        with the registrations (most, least, role, may act for any owner) of first acks
+        here on ``topic``: (the lease held, one row per registration: registered, outcome
+        here, coordinator status, expired, owner).  Nothing is written when the lease
+        moved, nor for a refused transaction."""
+        def columns(values, width: int) -> list[list]:
+            return [list(c) for c in zip(*values)] if values else [[] for _ in range(width)]
+
+        row = await self.pool.fetchrow(
+            Q["record_pending_acks"], topic_id, subscription, epoch, *columns(rows, 5),
+            self.broker_id, *columns(registrations, 4), topic)
+        registered = list(zip(row["reg_ok"], row["reg_outcome"], row["reg_status"],
+                              row["reg_expired"], row["reg_owner"]))
+        return bool(row["owned"]), registered
 
     async def end_subscription_txns(self, topic_id: int, epoch: int, subscription: str,
                                     cursor: tuple[int, bytes] | None,

@@ -26,25 +26,14 @@ SUB_NAMES = {pb.SUB_EXCLUSIVE: "Exclusive", pb.SUB_SHARED: "Shared",
 class TransactionalAcks:
     # ---------------------------------------------------------------- transactions
 
-    async def _check_txn(self, txn: tuple[int, int]) -> None:
-        store = self.log.store
+    async def _check_txn(self, txn: tuple[int, int]) -> tuple[str, bool]:
+        """Refuse an ack for a transaction ended here; answer the sender (role, may act
+        for any owner), which a transaction's first ack here needs: the write that records
+        it also registers this subscription with the transaction (``_ack_txns``)."""
         outcome = self.txn_outcomes.get(txn)
         if outcome is not None:
-            raise await ended_txn_error(store, txn, outcome)
-        if txn not in self._txn_registered:
-            # The first ack of a transaction here registers this subscription with it and
-            # reads its outcome, in one statement.
-            actor = txn_actor(self.log.txnbuf.roles)
-            outcome, status, expired, owner, registered = await store.txn_ack_check(
-                self.log.topic_id, self.log.name.full, self.name, txn, actor)
-            if outcome is not None:
-                self.txn_outcomes[txn] = outcome
-                raise await ended_txn_error(store, txn, outcome)
-            if not registered:
-                raise registration_refused(
-                    txn, f"acknowledging on subscription {self.name!r} of {self.log.name.full}",
-                    status, expired, owner, actor)
-            self._txn_registered.add(txn)
+            raise await ended_txn_error(self.log.store, txn, outcome)
+        return txn_actor(self.log.txnbuf.roles)
 
     async def ack_txn(self, positions, cumulative: bool, txn: tuple[int, int]) -> None:
         """Acknowledge in a transaction: pending until it ends; durable before the reply.
@@ -58,15 +47,17 @@ class TransactionalAcks:
         wanted = [(p.entry_id, p.batch_index) for p in positions]
         if not wanted or any(e >= end for e, _ in wanted):
             raise BadRequest(f"transactional ack on {self.log.name.full} names no position or one past the end")
-        await self._check_txn(txn)
-        await self._txn_acker.submit((wanted, cumulative, txn))
+        actor = await self._check_txn(txn)
+        await self._txn_acker.submit((wanted, cumulative, txn, actor))
 
     async def _ack_txns(self, items: list) -> list:
         results: list = []
         rows: list[tuple] = []
         accepted: list = []
+        first_acks: dict[tuple[int, int], tuple[str, bool]] = {}  # register in this write
+        refused: dict[tuple[int, int], MagnetarError] = {}
         async with self._lock:
-            for wanted, cumulative, txn in items:
+            for wanted, cumulative, txn, actor in items:
                 try:
                     if cumulative:
                         wanted = [max(wanted)]
@@ -79,20 +70,32 @@ class TransactionalAcks:
                 # Held at once, so a later item of this group sees the conflict.
                 if wanted:
                     self.txn_acks.add(txn, wanted, cumulative)
+                    if txn not in self._txn_registered:
+                        first_acks.setdefault(txn, actor)
                 rows += [(e, i, txn[0], txn[1], cumulative) for e, i in wanted]
-                accepted.append((wanted, cumulative))
+                accepted.append((len(results), wanted, cumulative, txn))
                 results.append(None)
             if rows:
                 try:
-                    written = await self.log.store.record_pending_acks(
-                        self.log.topic_id, self.log.epoch, self.name, rows)
+                    written, registered = await self.log.store.record_pending_acks(
+                        self.log.topic_id, self.log.epoch, self.name, rows,
+                        [(*txn, *actor) for txn, actor in first_acks.items()], self.log.name.full)
                 except Exception as exc:
                     self.log.lose(f"recording transactional acks failed: {exc}")
                     raise
                 if not written:
                     self.log.lose("fenced while recording a transactional ack")
                     self.log.check_open()
-            for wanted, cumulative in accepted:
+                for (txn, actor), answer in zip(first_acks.items(), registered):
+                    if answer[0]:
+                        self._txn_registered.add(txn)
+                    else:
+                        self.txn_acks.take(txn)  # its first acks here: nothing else is held
+                        refused[txn] = await self._refusal(txn, actor, *answer[1:])
+            for place, wanted, cumulative, txn in accepted:
+                if txn in refused:
+                    results[place] = refused[txn]
+                    continue
                 for entry_id, index in wanted:
                     # Held by the transaction now: not the consumer's to redeliver.
                     if cumulative:
@@ -100,6 +103,16 @@ class TransactionalAcks:
                     else:
                         self.deliveries.acked(entry_id, index)
         return results
+
+    async def _refusal(self, txn: tuple[int, int], actor: tuple[str, bool], outcome: bool | None,
+                       status: int | None, expired: bool, owner: str | None) -> MagnetarError:
+        """Why a first ack here could not register the subscription with ``txn``."""
+        if outcome is not None:  # it ended here already (before a restart of this broker)
+            self.txn_outcomes[txn] = outcome
+            return await ended_txn_error(self.log.store, txn, outcome)
+        return registration_refused(
+            txn, f"acknowledging on subscription {self.name!r} of {self.log.name.full}",
+            status, expired, owner, actor)
 
     async def end_txn(self, txn: tuple[int, int], commit: bool) -> None:
         """EndTxnOnSubscription: commit makes the acks final, abort redelivers.  Ends

@@ -152,12 +152,6 @@ class PartitionLog:
         group commit and a later one is never stored before an earlier one.  Returns a
         SendResponse or an exception per batch; after a retryable failure every later
         batch fails too (the client resends them in order)."""
-        # Registration checks of new transactions hit the database: run them together
-        # (cached afterwards); admission below stays in order.
-        new_txns = {(r.txn.most_bits, r.txn.least_bits) for r in reqs if r.HasField("txn")}
-        new_txns = [t for t in new_txns if not (t in self.txnbuf.txns and self.txnbuf.txns[t].registered)]
-        if new_txns:
-            await asyncio.gather(*(self.txnbuf.check_send(t) for t in new_txns), return_exceptions=True)
         admitted: list = []
         for req in reqs:
             try:
@@ -206,8 +200,7 @@ class PartitionLog:
         if highest < lowest:
             raise BadRequest("send: highest_sequence_id is below sequence_id")
         txn = (req.txn.most_bits, req.txn.least_bits) if req.HasField("txn") else None
-        if txn is not None:
-            await self.txnbuf.check_send(txn)
+        actor = await self.txnbuf.check_send(txn) if txn is not None else None
         name = producer.name
         if self.dedup:
             waited = False
@@ -234,7 +227,7 @@ class PartitionLog:
             self.pushed_seq[name] = highest
         if txn is None:
             return _Append(producer, name, lowest, highest, n, batch)
-        return TxnAppend(producer, name, lowest, highest, n, batch, txn)
+        return TxnAppend(producer, name, lowest, highest, n, batch, txn, actor)
 
     async def end_txn(self, txn: tuple[int, int], commit: bool) -> None:
         """EndTxnOnPartition: idempotent; the opposite of a recorded outcome is refused."""

@@ -99,6 +99,16 @@ class TxnAppend:
     num_messages: int
     batch: bytes
     txn: TxnKey
+    actor: tuple[str, bool]  # the sender, for the registration of a first send here
+
+
+@dataclass
+class _FirstSends:
+    """A group's sends of a transaction whose first here they are."""
+    actor: tuple[str, bool]
+    buf: TxnBuf = field(default_factory=TxnBuf)
+    items: list[int] = field(default_factory=list)  # their places in the group
+    rows: list[tuple] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -128,30 +138,16 @@ class TxnBuffer:
                                                    committed=committed))
         return buf
 
-    async def check_send(self, txn: TxnKey) -> TxnBuf:
-        """A send is accepted only for an OPEN transaction of the sender's, and its first
-        one here registers this partition with the transaction, in the coordinator's
-        tables, before anything is written (so no transaction is left hanging here)."""
+    async def check_send(self, txn: TxnKey) -> tuple[str, bool]:
+        """Refuse a send for a transaction already ended here; answer the sender (role,
+        may act for any owner), which a transaction's first send here needs: the write
+        that stores it also registers this partition with the transaction, only while
+        it is OPEN and the sender's (``commit_group``), so no transaction is left
+        hanging here and the send waits for one statement, not two."""
         buf = self.txns.get(txn)
-        if buf is None or (buf.committed is None and not buf.registered):
-            # A transaction's first send here: its buffer state and its registration in
-            # one statement (this sits on every transaction's send path).
-            actor = txn_actor(self.roles)
-            batches, messages, committed, status, expired, owner, registered = \
-                await self.store.txn_send_check(self.topic_id, txn, self.topic, actor)
-            if committed is None and not registered:  # keep no buffer for a refused send
-                raise registration_refused(txn, f"sending to {self.topic}", status, expired,
-                                           owner, actor)
-            if txn not in self.txns:
-                if committed is None:
-                    metrics.TB_ACTIVE.inc()
-                self.txns[txn] = TxnBuf(batches, messages, [] if batches == 0 else None,
-                                        committed=committed)
-            buf = self.txns[txn]
-            buf.registered = buf.registered or registered
-        if buf.committed is not None:
+        if buf is not None and buf.committed is not None:
             raise await ended_txn_error(self.store, txn, buf.committed)
-        return buf
+        return txn_actor(self.roles)
 
     # ---------------------------------------------------------------- group commit
 
@@ -163,11 +159,12 @@ class TxnBuffer:
         """
         results: list = [None] * len(items)
         staged: dict[TxnKey, TxnBuf] = {}
+        fresh: dict[TxnKey, _FirstSends] = {}  # first sends here: this write registers them
         entry_rows: list[tuple] = []
         txn_rows: list[tuple] = []
         outcomes: list[tuple] = []
         discards: list[TxnKey] = []
-        sequences: dict[str, int] = {}
+        sequences: dict[tuple, int] = {}  # (producer, the txn if it registers here) -> highest
         markers: dict[int, TxnKey] = {}
         next_id = plog.next_entry_id
         now_ms = int(time.time() * 1000)
@@ -182,6 +179,12 @@ class TxnBuffer:
 
         for i, item in enumerate(items):
             if isinstance(item, TxnEnd):
+                if item.txn in fresh:
+                    # Ending means the coordinator moved it out of OPEN: its first sends
+                    # here cannot register, so they are refused, not written.
+                    for j in fresh.pop(item.txn).items:
+                        results[j] = not_open_error(item.txn, False)
+                    sequences = {k: v for k, v in sequences.items() if k[1] != item.txn}
                 buf = view(item.txn)
                 if buf.committed is not None:
                     results[i] = None if buf.committed == item.commit else ended_error(item.txn, buf.committed)
@@ -195,15 +198,23 @@ class TxnBuffer:
                 elif not item.commit:
                     discards.append(item.txn)
                 continue
+            registering = isinstance(item, TxnAppend) and self._registers(item.txn, staged)
             if plog.dedup:
-                sequences[item.producer_name] = max(sequences.get(item.producer_name, -1), item.highest)
+                key = (item.producer_name, item.txn if registering else None)
+                sequences[key] = max(sequences.get(key, -1), item.highest)
             if isinstance(item, TxnAppend):
-                buf = view(item.txn)
+                if registering:
+                    first = fresh.setdefault(item.txn, _FirstSends(item.actor))
+                    first.items.append(i)
+                    buf = first.buf
+                else:
+                    buf = view(item.txn)
                 if buf.committed is not None:
                     results[i] = ended_error(item.txn, buf.committed)
                     continue
-                txn_rows.append((*item.txn, buf.batches, item.producer_name, item.lowest, item.highest,
-                                 item.num_messages, item.batch))
+                (first.rows if registering else txn_rows).append(
+                    (*item.txn, buf.batches, item.producer_name, item.lowest, item.highest,
+                     item.num_messages, item.batch))
                 results[i] = buf.batches
                 buf.batches += 1
                 buf.messages += item.num_messages
@@ -222,16 +233,22 @@ class TxnBuffer:
         # written at all (one statement cannot delete the rows it inserts).
         discarded = set(discards)
         txn_rows = [row for row in txn_rows if (row[0], row[1]) not in discarded]
+        for first in fresh.values():
+            txn_rows += first.rows
         if outcomes:
             failpoint("broker.end_txn_on_partition")
-        owned, allowed, _ = await self.store.write_txn_group(
-            self.topic_id, plog.epoch, exclusive_epoch, entry_rows, txn_rows, sequences,
-            [(*txn, commit) for txn, commit in outcomes], discards)
+        owned, allowed, registered = await self.store.write_txn_group(
+            self.topic_id, plog.epoch, exclusive_epoch, entry_rows, txn_rows,
+            [(name, seq, *(txn or (None, None))) for (name, txn), seq in sequences.items()],
+            [(*txn, commit) for txn, commit in outcomes], discards,
+            registrations=[(*txn, *first.actor) for txn, first in fresh.items()],
+            topic=self.topic)
         if not owned:
             return None  # the caller treats None as "fenced"
         if not allowed:
             raise ProducerFenced(f"the topic epoch of {self.topic} moved on; batch refused")
         # Committed: make memory match.
+        refused = self._settle_first_sends(fresh, registered, results)
         cached: list[Entry] = []
         for row in entry_rows:
             entry_id = row[0]
@@ -254,10 +271,44 @@ class TxnBuffer:
                     self.aborted_count += 1
                     metrics.TB_ABORTED.inc()
             self.txns[txn] = buf
-        for name, seq in sequences.items():
-            plog.persisted_seq[name] = max(seq, plog.persisted_seq.get(name, -1))
+        for (name, txn), seq in sequences.items():
+            if txn not in refused:
+                plog.persisted_seq[name] = max(seq, plog.persisted_seq.get(name, -1))
         plog.next_entry_id = next_id
         return results, cached
+
+    def _registers(self, txn: TxnKey, staged: dict[TxnKey, TxnBuf]) -> bool:
+        """Whether a send for ``txn`` registers this partition in the group's write: its
+        first here (not yet registered, not ended, not ended earlier in this group)."""
+        if txn in staged:
+            return False
+        base = self.txns.get(txn)
+        return base is None or (base.committed is None and not base.registered)
+
+    def _settle_first_sends(self, fresh: dict[TxnKey, "_FirstSends"], registered: list,
+                            results: list) -> set[TxnKey]:
+        """After the write: a registered transaction's buffer here (numbered after the
+        batches an earlier owner buffered), a refused one's sends answered with why;
+        answers the refused transactions (they keep nothing in memory)."""
+        refused: set[TxnKey] = set()
+        for (txn, first), (ok, batches, messages, status, expired, owner) in zip(
+                fresh.items(), registered):
+            if not ok:
+                refused.add(txn)
+                error = registration_refused(txn, f"sending to {self.topic}", status, expired,
+                                             owner, first.actor)
+                for j in first.items:
+                    results[j] = error
+                continue
+            for j in first.items:
+                results[j] += batches
+            buf = first.buf
+            if txn not in self.txns:
+                metrics.TB_ACTIVE.inc()
+            self.txns[txn] = TxnBuf(batches + buf.batches, messages + buf.messages,
+                                    buf.payloads if batches == 0 else None, buf.size,
+                                    registered=True)
+        return refused
 
     def stats(self) -> dict:
         open_txns = [t for t, b in self.txns.items() if b.committed is None]
