@@ -7,7 +7,6 @@ together share one statement and each gets its own answer."""
 import asyncio
 
 import asyncpg
-import pytest
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_storage.db import create_pool
