@@ -32,6 +32,11 @@ class Owner:
     alive: bool
 
 
+def columns(rows, width: int) -> list[list]:
+    """Rows as the per-column arrays a statement unnests (``width`` empty ones if none)."""
+    return [list(c) for c in zip(*rows)] if rows else [[] for _ in range(width)]
+
+
 class BrokerStore:
     def __init__(self, pool: asyncpg.Pool, broker_id: str):
         self.pool = pool
@@ -160,9 +165,6 @@ class BrokerStore:
         hold, and nothing of a refused registration's transaction.  ``sequences`` are
         (producer, highest, txn most, txn least), the txn None unless it registers here;
         ``registrations`` (most, least, role, may act for any owner) for ``topic``."""
-        def columns(rows, width: int) -> list[list]:
-            return [list(c) for c in zip(*rows)] if rows else [[] for _ in range(width)]
-
         row = await self.pool.fetchrow(
             Q["write_txn_group"], topic_id, self.broker_id, epoch, exclusive_epoch,
             *columns(entries, 9), *columns(txn_entries, 8), *columns(sequences, 4),
@@ -179,9 +181,6 @@ class BrokerStore:
         here on ``topic``: (the lease held, one row per registration: registered, outcome
         here, coordinator status, expired, owner).  Nothing is written when the lease
         moved, nor for a refused transaction."""
-        def columns(values, width: int) -> list[list]:
-            return [list(c) for c in zip(*values)] if values else [[] for _ in range(width)]
-
         row = await self.pool.fetchrow(
             Q["record_pending_acks"], topic_id, subscription, epoch, *columns(rows, 5),
             self.broker_id, *columns(registrations, 4), topic)
