@@ -158,7 +158,8 @@ RETURNING 1;
 -- went first and nothing is registered (no hanging transaction); and only for the
 -- owner's role or one that may act for any owner.  Its rows are numbered after the
 -- batches an earlier owner of the partition buffered for it; a refused transaction's
--- rows, dedup sequences included, are not written at all.
+-- rows, dedup sequences included, are not written at all.  (record_pending_acks repeats
+-- these registration CTEs for a first ack; change both together.)
 --   $5..$13 entries (entry_id, producer, sequence, highest, messages, publish time,
 --   payload, txn most, txn least); $14..$21 txn entries (most, least, seq, producer,
 --   sequence, highest, messages, payload); $22..$25 sequences (producer, highest, and the
