@@ -47,7 +47,8 @@ def test_key_shared_keeps_each_key_on_one_consumer(cluster, client):
                  for i in range(2)]
     producer = client.create_producer("keyed")
     for i in range(200):
-        producer.send_async(f"{i % 10}:{i}".encode(), lambda r, m: None, partition_key=f"key{i % 10}")
+        # 40 keys: the chance that all land on one of two consumers is ~2 * 0.5**40.
+        producer.send_async(f"{i % 40}:{i}".encode(), lambda r, m: None, partition_key=f"key{i % 40}")
     producer.flush()
     owner_of_key: dict[str, int] = {}
     order: dict[str, list[int]] = {}

@@ -8,7 +8,7 @@ be delivered again (``redeliver``) and each message's redelivery count.
 from __future__ import annotations
 
 import bisect
-import zlib
+import hashlib
 from collections.abc import Iterable
 
 WHOLE = -1
@@ -174,8 +174,14 @@ class Deliveries:
 
 # ---------------------------------------------------------------- consumer selection
 
+def _hash32(data: bytes) -> int:
+    # Not crc32: it is linear, so keys that differ in a character or two ("key1",
+    # "key2") land close together and one KeyShared consumer could get them all.
+    return int.from_bytes(hashlib.blake2b(data, digest_size=4).digest(), "big")
+
+
 def key_hash(key: str | None) -> int:
-    return zlib.crc32((key or "").encode())
+    return _hash32((key or "").encode())
 
 
 def failover_active(consumers: list[tuple[int, str, int]], partition_index: int) -> int | None:
@@ -202,7 +208,7 @@ class HashRing:
         pairs = []
         for consumer_id, name in consumers:
             for i in range(self.POINTS):
-                pairs.append((zlib.crc32(f"{name}#{consumer_id}#{i}".encode()), consumer_id))
+                pairs.append((_hash32(f"{name}#{consumer_id}#{i}".encode()), consumer_id))
         pairs.sort()
         self._points = [p for p, _ in pairs]
         self._owners = [c for _, c in pairs]
