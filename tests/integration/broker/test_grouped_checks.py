@@ -1,7 +1,7 @@
 """A transaction's first send to a partition, and its first ack on a subscription,
 register the partition or subscription with the transaction (KIP-890 style, no client
 AddPartitionToTxn), only while it is OPEN and only for its owner or a superuser: a first
-send in the statement that writes it, an ack in its check; sends or checks that arrive
+send or ack in the statement that writes it; sends or acks that arrive
 together share one statement and each gets its own answer."""
 
 import asyncio
@@ -188,4 +188,37 @@ async def test_an_ending_in_the_same_group_refuses_the_first_sends_before_it(dat
     assert await pool.fetchval("SELECT count(*) FROM txn_entries") == 0
     assert await pool.fetchval("SELECT count(*) FROM producer_sequences") == 0
     assert buffer.txns[(0, 4)].committed is False
+    await pool.close()
+
+
+async def test_a_refused_first_ack_does_not_make_a_later_ack_in_its_group_conflict(database_url):
+    """Acks of one group are checked against each other before their write, so a first
+    ack holds its positions while its registration is decided.  When the write refuses
+    it, an ack of the same message that clashed with it is checked again and written:
+    the refused transaction never held anything."""
+    from types import SimpleNamespace
+
+    from magnetar_protocol.errors import InvalidTxnStatusError, TransactionConflict
+    from magnetar_broker.cursor import Cursor
+    from magnetar_broker.subscription import Subscription
+
+    pool, coordinator, _, broker, topic_id = await _stores(database_url)
+    for txn_id in (1, 2, 3):
+        await coordinator.new_txn(txn_id, 60000, None)
+    await coordinator.transition(1, pb.TXN_OPEN, pb.TXN_ABORTING)  # 1 can no longer ack
+    epoch = await broker.assign_owner(topic_id, "b", 0)
+    log = SimpleNamespace(store=broker, topic_id=topic_id, epoch=epoch,
+                          name=SimpleNamespace(full=TOPIC), lose=None, check_open=None)
+    sub = Subscription(log, "sub", Cursor(), durable=True)
+    message = [(0, 0)]
+    results = await sub._ack_txns([(message, False, (0, 1), ANYONE),   # refused: ABORTING
+                                   (message, False, (0, 2), ANYONE),   # clashes with 1 at first
+                                   (message, False, (0, 3), ANYONE)])  # clashes with 2: stands
+    assert isinstance(results[0], InvalidTxnStatusError)
+    assert results[1] is None
+    assert isinstance(results[2], TransactionConflict) and "(0,2)" in str(results[2])
+    assert sub.txn_acks.holder(0, 0) == (0, 2)
+    pending = await pool.fetch("SELECT txn_least FROM pending_acks")
+    assert [r[0] for r in pending] == [2]
+    assert await coordinator.participants(2) == ([], [(TOPIC, "sub")])
     await pool.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import BadRequest, MagnetarError, NotAllowedError
+from magnetar_protocol.errors import BadRequest, MagnetarError, NotAllowedError, TransactionConflict
 
 from magnetar_broker import metrics
 from magnetar_broker.cursor import WHOLE, full_mask
@@ -51,58 +51,75 @@ class TransactionalAcks:
         await self._txn_acker.submit((wanted, cumulative, txn, actor))
 
     async def _ack_txns(self, items: list) -> list:
-        results: list = []
+        results: list = [None] * len(items)
+        async with self._lock:
+            round_ = list(range(len(items)))
+            while round_:
+                round_ = await self._ack_round(items, round_, results)
+        return results
+
+    async def _ack_round(self, items: list, places: list[int], results: list) -> list[int]:
+        """Check, hold and write the acks of ``items[places]``; answer into ``results``.
+        Returns the places to check again: items that clashed with a transaction's first
+        ack in this round, when some first ack was refused (its positions are free again,
+        so the clash may have been with nothing)."""
         rows: list[tuple] = []
         accepted: list = []
         first_acks: dict[tuple[int, int], tuple[str, bool]] = {}  # register in this write
+        clashed: list[int] = []
+        for place in places:
+            wanted, cumulative, txn, actor = items[place]
+            try:
+                if cumulative:
+                    wanted = [max(wanted)]
+                    self.txn_acks.check_cumulative(txn, *wanted[0], self.cursor)
+                else:
+                    wanted = self.txn_acks.check_individual(txn, wanted, self.cursor)
+            except TransactionConflict as exc:
+                results[place] = exc
+                if first_acks:
+                    clashed.append(place)
+                continue
+            except MagnetarError as exc:
+                results[place] = exc
+                continue
+            results[place] = None  # a clash of an earlier round is gone
+            # Held at once, so a later item of this group sees the conflict.
+            if wanted:
+                self.txn_acks.add(txn, wanted, cumulative)
+                if txn not in self._txn_registered:
+                    first_acks.setdefault(txn, actor)
+            rows += [(e, i, txn[0], txn[1], cumulative) for e, i in wanted]
+            accepted.append((place, wanted, cumulative, txn))
         refused: dict[tuple[int, int], MagnetarError] = {}
-        async with self._lock:
-            for wanted, cumulative, txn, actor in items:
-                try:
-                    if cumulative:
-                        wanted = [max(wanted)]
-                        self.txn_acks.check_cumulative(txn, *wanted[0], self.cursor)
-                    else:
-                        wanted = self.txn_acks.check_individual(txn, wanted, self.cursor)
-                except MagnetarError as exc:
-                    results.append(exc)
-                    continue
-                # Held at once, so a later item of this group sees the conflict.
-                if wanted:
-                    self.txn_acks.add(txn, wanted, cumulative)
-                    if txn not in self._txn_registered:
-                        first_acks.setdefault(txn, actor)
-                rows += [(e, i, txn[0], txn[1], cumulative) for e, i in wanted]
-                accepted.append((len(results), wanted, cumulative, txn))
-                results.append(None)
-            if rows:
-                try:
-                    written, registered = await self.log.store.record_pending_acks(
-                        self.log.topic_id, self.log.epoch, self.name, rows,
-                        [(*txn, *actor) for txn, actor in first_acks.items()], self.log.name.full)
-                except Exception as exc:
-                    self.log.lose(f"recording transactional acks failed: {exc}")
-                    raise
-                if not written:
-                    self.log.lose("fenced while recording a transactional ack")
-                    self.log.check_open()
-                for (txn, actor), answer in zip(first_acks.items(), registered):
-                    if answer[0]:
-                        self._txn_registered.add(txn)
-                    else:
-                        self.txn_acks.take(txn)  # its first acks here: nothing else is held
-                        refused[txn] = await self._refusal(txn, actor, *answer[1:])
-            for place, wanted, cumulative, txn in accepted:
-                if txn in refused:
-                    results[place] = refused[txn]
-                    continue
-                for entry_id, index in wanted:
-                    # Held by the transaction now: not the consumer's to redeliver.
-                    if cumulative:
-                        self.deliveries.acked_cumulative(entry_id, index)
-                    else:
-                        self.deliveries.acked(entry_id, index)
-        return results
+        if rows:
+            try:
+                written, registered = await self.log.store.record_pending_acks(
+                    self.log.topic_id, self.log.epoch, self.name, rows,
+                    [(*txn, *actor) for txn, actor in first_acks.items()], self.log.name.full)
+            except Exception as exc:
+                self.log.lose(f"recording transactional acks failed: {exc}")
+                raise
+            if not written:
+                self.log.lose("fenced while recording a transactional ack")
+                self.log.check_open()
+            for (txn, actor), answer in zip(first_acks.items(), registered):
+                if answer[0]:
+                    self._txn_registered.add(txn)
+                else:
+                    self.txn_acks.take(txn)  # its first acks here: nothing else is held
+                    refused[txn] = await self._refusal(txn, actor, *answer[1:])
+        for place, wanted, cumulative, txn in accepted:
+            if txn in refused:
+                results[place] = refused[txn]
+                continue
+            for entry_id, index in wanted:
+                # Held by the transaction now: not the consumer's to redeliver.
+                if cumulative:
+                    self.deliveries.acked_cumulative(entry_id, index)
+                else:
+                    self.deliveries.acked(entry_id, index)
+        return clashed if refused else []
 
     async def _refusal(self, txn: tuple[int, int], actor: tuple[str, bool], outcome: bool | None,
                        status: int | None, expired: bool, owner: str | None) -> MagnetarError:
