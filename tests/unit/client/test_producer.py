@@ -79,6 +79,17 @@ async def test_a_batch_is_sent_as_one_message_batch_with_its_sequence_range(clie
     assert results == [(magnetar.Result.Ok, magnetar.MessageId(-1, 0, i, 5)) for i in range(5)]
 
 
+async def test_sends_awaited_together_share_a_batch_and_none_waits_for_the_delay(client, transport):
+    # A publish delay no test would wait out: send() must not wait for it.
+    producer = await client.create_producer("t", batching_max_publish_delay_ms=600_000)
+    ids = await asyncio.wait_for(asyncio.gather(*(producer.send(b"%d" % i) for i in range(50))), 10)
+    [send] = batches(transport)  # one turn of the event loop, one batch (was 50)
+    assert send.num_messages == 50
+    assert ids == [magnetar.MessageId(-1, 0, i, 50) for i in range(50)]
+    lone = await asyncio.wait_for(producer.send(b"alone"), 10)
+    assert lone == magnetar.MessageId(-1, 1, 0, 1)
+
+
 async def test_a_retry_resends_the_same_bytes_and_sequence_ids(client, transport):
     producer = await client.create_producer("t")
     answer = transport.handlers["/v1/producers/send-batches"]

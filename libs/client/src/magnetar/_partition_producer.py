@@ -60,6 +60,7 @@ class PartitionProducer(Batcher):
         self.ready: deque[Batch] = deque()
         self.sender: asyncio.Task | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self._send_soon = False
         self.idle = asyncio.Event()
         self.idle.set()
 
@@ -134,6 +135,21 @@ class PartitionProducer(Batcher):
             self.seal_all()
         # Else keep filling: the sender seals what accumulated when its request returns,
         # so a busy partition sends fewer, fuller batches instead of many small ones.
+
+    def send_soon(self) -> None:
+        """For ``send()``, whose caller waits: what is open goes at the end of this
+        event-loop turn, not after the publish delay, so a lone send is not held back
+        while the many sends of one turn (a gather) still share a batch.  With a request
+        in flight nothing changes: the sender seals what accumulated when it returns.
+        (pulsar-client's send() flushes at once; a thread makes one send per turn.)"""
+        if not self._send_soon:
+            self._send_soon = True
+            asyncio.get_running_loop().call_soon(self._end_of_turn)
+
+    def _end_of_turn(self) -> None:
+        self._send_soon = False
+        if self.sender is None:
+            self.seal_all()
 
     def _sealed(self, batch: Batch) -> None:
         self.sealed_count += 1

@@ -95,9 +95,10 @@ class Producer:
         return data
 
     def enqueue(self, data: bytes, callback, fields: dict | None = None, seq: int | None = None,
-                txn=None, seal: bool = False) -> None:
+                txn=None, awaited: bool = False) -> None:
         """Route one checked message to its partition's batch (event loop only).  Its
-        slot must be taken; ``callback(result, msg_id)`` runs when the batch settles."""
+        slot must be taken; ``callback(result, msg_id)`` runs when the batch settles.
+        ``awaited``: a caller waits for it, so it goes without the publish delay."""
         if self.router is None:
             part = self.parts[0]
         elif fields is not None and "partition_key" in fields:
@@ -109,9 +110,9 @@ class Producer:
         if txn is not None:
             txn.check_usable()
             txn.ops_started(1, part)
-        batch = part.add(data, callback, fields, seq, txn)
-        if seal:
-            part.seal(batch)
+        part.add(data, callback, fields, seq, txn)
+        if awaited:
+            part.send_soon()
 
     def send_async(self, data, callback, properties=None, partition_key=None, sequence_id=None,
                    event_timestamp=None, txn=None) -> None:
@@ -137,8 +138,7 @@ class Producer:
         await self.slots.take_async()
         future = asyncio.get_running_loop().create_future()
         try:
-            # Sealed at once, as pulsar-client's send() flushes: nobody else is waiting.
-            self.enqueue(data, FutureCallback(future), fields, seq, txn, seal=True)
+            self.enqueue(data, FutureCallback(future), fields, seq, txn, awaited=True)
         except BaseException:
             self.slots.release(1)
             raise
