@@ -204,3 +204,68 @@ def test_one_request_ends_many_participants_and_names_the_ones_that_failed(clust
     txn.commit()  # the coordinator's own fan-out finds them done (idempotent)
     with pytest.raises(magnetar.Timeout):
         consumer.receive(timeout_millis=500)
+
+
+def _db(cluster, query: str, *args):
+    import asyncio
+
+    import asyncpg
+
+    async def run():
+        conn = await asyncpg.connect(cluster.database_url)
+        try:
+            return await conn.fetch(query, *args)
+        finally:
+            await conn.close()
+    return asyncio.run(run())
+
+
+def test_a_busy_client_takes_pooled_transactions_and_aborts_the_unused(cluster, client):
+    """NewTxn for many (docs/transactions.md): a client opening transactions back to
+    back leases blocks and hands them out without a round trip; every message commits
+    once, and what it leased but never used is aborted when it closes."""
+    from magnetar_protocol import magnetar_pb2 as pb
+
+    busy = magnetar.Client(cluster.service_url)
+    producer = busy.create_producer("tx-pooled")
+    txn_ids = []
+    for i in range(60):
+        txn = busy.new_transaction()
+        producer.send(b"%d" % i, txn=txn)
+        txn.commit()
+        txn_ids.append(txn.txn_id)
+    pool = busy._client.core.txn_pool
+    assert pool.leased > 0
+    leased_but_unused = [entry[0] for entry in pool.ready]
+    busy.close()
+    got = sorted(int(m.data()) for m in _receive_all(
+        client.subscribe("tx-pooled", "s", initial_position=magnetar.InitialPosition.Earliest)))
+    assert got == list(range(60))
+    statuses = {(r["txn_id"]): r["status"] for r in _db(
+        cluster, "SELECT txn_id, status FROM transactions WHERE txn_id = ANY($1::bigint[])",
+        [t.least_bits for t in txn_ids + leased_but_unused])}
+    assert all(statuses[t.least_bits] == pb.TXN_COMMITTED for t in txn_ids)
+    assert all(statuses[t.least_bits] == pb.TXN_ABORTED for t in leased_but_unused)
+
+
+def test_newtxn_for_many_holds_its_deadlines_and_checks_its_limits(cluster, client):
+    from magnetar_protocol import magnetar_pb2 as pb
+
+    core = client._client.core
+    url = cluster.coordinator_urls[0]
+
+    def new(**fields):
+        return client._io.run(core.call(url, "/v1/txn/new", pb.NewTxnRequest(**fields),
+                                        pb.NewTxnResponse))
+
+    reply = new(timeout_ms=10000, count=5, hold_ms=1000)
+    ids = [reply.txn.least_bits, *reply.more_least_bits]
+    assert len(set(ids)) == 5
+    rows = _db(cluster, "SELECT status, timeout_ms, extract(epoch FROM deadline_at - opened_at) "
+               "AS span FROM transactions WHERE txn_id = ANY($1::bigint[])", ids)
+    assert len(rows) == 5 and all(r["status"] == pb.TXN_OPEN and r["timeout_ms"] == 10000 for r in rows)
+    assert all(10.9 < r["span"] < 11.5 for r in rows)  # timeout + hold
+    for fields, why in [(dict(count=65), "maximum of 64"), (dict(count=2, hold_ms=60000), "hold_ms"),
+                        (dict(count=2, transaction_key="k", key_epoch=0), "one transaction at a time")]:
+        with pytest.raises(magnetar.BadRequest, match=why):
+            new(timeout_ms=10000, **fields)

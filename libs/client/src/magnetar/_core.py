@@ -15,6 +15,7 @@ from magnetar_protocol.topics import TopicName
 from magnetar._retry import retry, deadline_after
 from magnetar._session import Sessions
 from magnetar._transport import PROTOBUF, decode_error
+from magnetar._txn_pool import TxnPool
 
 # Coordinators move rarely (a restart keeps the id); a failed call looks them up again.
 COORDINATORS_TTL_S = 30.0
@@ -50,6 +51,7 @@ class Core:
         # concurrent transactions share requests when they pile up.
         self.coalescer = Coalescer(
             self.transport.call, lambda status, body, where: decode_error(status, body, PROTOBUF, where))
+        self.txn_pool = TxnPool(self)
 
     async def call(self, url: str, path: str, request, response_type, timeout: float | None = None):
         """One request through the transport (operation timeout by default)."""
@@ -123,5 +125,6 @@ class Core:
     async def close(self) -> None:
         """Close the sessions and the transport."""
         self.closed = True
+        await self.txn_pool.close()
         await self.sessions.close()
         await self.transport.close()

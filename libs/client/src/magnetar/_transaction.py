@@ -12,6 +12,7 @@ A transaction whose send or ack failed is spoiled: ``commit()`` aborts it and ra
 from __future__ import annotations
 
 import asyncio
+import time
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
@@ -32,11 +33,15 @@ _FINAL = {TransactionState.COMMITTED: "committed", TransactionState.ABORTED: "ab
 class Transaction:
     """``magnetar.asyncio`` transaction (``await client.new_transaction()``)."""
 
-    def __init__(self, core: Core, txn_id: TxnID, coordinator_url: str, timeout_ms: int):
+    def __init__(self, core: Core, txn_id: TxnID, coordinator_url: str, timeout_ms: int,
+                 deadline: float | None = None):
         self.core = core
         self.txn_id = txn_id
         self.coordinator_url = coordinator_url
         self.timeout_ms = timeout_ms
+        # A pooled transaction's timeout, counted here from new_transaction(): the
+        # coordinator's deadline for it is later (_txn_pool.py), so the client gives up.
+        self.deadline = deadline
         self.state = TransactionState.OPEN
         self._ops = 0  # sends queued or in flight in this transaction
         self._batchers: set = set()  # partition producers holding its open batches
@@ -54,6 +59,12 @@ class Transaction:
         if self.state in _FINAL:
             raise InvalidTxnStatusError(
                 f"transaction {self.txn_id} is already {_FINAL[self.state]}")
+        if self._timed_out():
+            raise InvalidTxnStatusError(
+                f"transaction {self.txn_id} timed out ({self.timeout_ms} ms) and is aborted")
+
+    def _timed_out(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
 
     def mark_failed(self, error: BaseException) -> None:
         """Spoil the transaction: commit() will abort it."""
@@ -125,6 +136,10 @@ class Transaction:
                 batcher.seal(batch)
         self._batchers.clear()
         await self._ops_idle.wait()
+        if self._timed_out() and self.state is TransactionState.OPEN:
+            await self.abort()  # as the coordinator would have, had it counted from here
+            raise InvalidTxnStatusError(
+                f"transaction {self.txn_id} timed out ({self.timeout_ms} ms) and was aborted")
         ended = isinstance(self._failure, (InvalidTxnStatusError, ExpiredTransactionError))
         if self._failure is not None and not ended and self.state is TransactionState.OPEN:
             await self.abort()
@@ -159,8 +174,12 @@ def check_timeout(timeout_ms: int) -> None:
 
 
 async def open_transaction(core: Core, timeout_ms: int) -> Transaction:
-    """Open a transaction on one of the coordinators (round robin)."""
+    """Open a transaction on one of the coordinators (round robin), or take one from the
+    client's pool (a busy client's: _txn_pool.py)."""
     check_timeout(timeout_ms)
+    if (pooled := core.txn_pool.take(timeout_ms)) is not None:
+        txn_id, url = pooled
+        return Transaction(core, txn_id, url, timeout_ms, time.monotonic() + timeout_ms / 1000)
 
     failed = False
 

@@ -540,24 +540,30 @@ class LookupCoordinatorsResponse(_message.Message):
     def __init__(self, coordinators: _Optional[_Iterable[_Union[CoordinatorInfo, _Mapping]]] = ...) -> None: ...
 
 class NewTxnRequest(_message.Message):
-    __slots__ = ("timeout_ms", "client_name", "transaction_key", "key_epoch")
+    __slots__ = ("timeout_ms", "client_name", "transaction_key", "key_epoch", "count", "hold_ms")
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_KEY_FIELD_NUMBER: _ClassVar[int]
     KEY_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    HOLD_MS_FIELD_NUMBER: _ClassVar[int]
     timeout_ms: int
     client_name: str
     transaction_key: str
     key_epoch: int
-    def __init__(self, timeout_ms: _Optional[int] = ..., client_name: _Optional[str] = ..., transaction_key: _Optional[str] = ..., key_epoch: _Optional[int] = ...) -> None: ...
+    count: int
+    hold_ms: int
+    def __init__(self, timeout_ms: _Optional[int] = ..., client_name: _Optional[str] = ..., transaction_key: _Optional[str] = ..., key_epoch: _Optional[int] = ..., count: _Optional[int] = ..., hold_ms: _Optional[int] = ...) -> None: ...
 
 class NewTxnResponse(_message.Message):
-    __slots__ = ("txn", "timeout_ms")
+    __slots__ = ("txn", "timeout_ms", "more_least_bits")
     TXN_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    MORE_LEAST_BITS_FIELD_NUMBER: _ClassVar[int]
     txn: TxnId
     timeout_ms: int
-    def __init__(self, txn: _Optional[_Union[TxnId, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    more_least_bits: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, txn: _Optional[_Union[TxnId, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., more_least_bits: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AddPartitionToTxnRequest(_message.Message):
     __slots__ = ("txn", "topics")

@@ -32,13 +32,15 @@ RETURNING next_txn_id - $3;
 
 -- name: new_txns
 -- Many unkeyed transactions in one statement (the store's group commit): $3 ids,
--- $4 timeouts in ms, $5 owners.  No row comes back when this process lost its TCID.
+-- $4 timeouts in ms, $5 owners, $6 holds in ms (a client pool's: the deadline is that
+-- much later).  No row comes back when this process lost its TCID.
 WITH fence AS (
     SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
 )
 INSERT INTO transactions (coordinator_id, txn_id, status, timeout_ms, deadline_at, owner)
-SELECT $1, t.id, 0, t.timeout, now() + make_interval(secs => t.timeout / 1000.0), t.owner
-FROM unnest($3::bigint[], $4::bigint[], $5::text[]) AS t (id, timeout, owner)
+SELECT $1, t.id, 0, t.timeout, now() + make_interval(secs => (t.timeout + t.hold) / 1000.0),
+       t.owner
+FROM unnest($3::bigint[], $4::bigint[], $5::text[], $6::bigint[]) AS t (id, timeout, owner, hold)
 WHERE EXISTS (SELECT 1 FROM fence)
 RETURNING txn_id;
 

@@ -125,19 +125,36 @@ class CoordinatorService:
         if timeout > self.settings.max_txn_timeout_ms:
             raise BadRequest(f"transaction timeout {timeout} ms exceeds the maximum of "
                              f"{self.settings.max_txn_timeout_ms} ms")
+        count = max(req.count, 1)
+        self._check_pool_request(req, count)
         owner = current_role()
         if req.transaction_key and (problem := key_problem(req.transaction_key)):
             raise BadRequest(problem)
-        txn_id = await self._next_id()
+        txn_ids = [await self._next_id() for _ in range(count)]
         if req.transaction_key:
             await self._guard(self.store.new_keyed_txn(
-                txn_id, timeout, owner, req.transaction_key, req.key_epoch))
+                txn_ids[0], timeout, owner, req.transaction_key, req.key_epoch))
         else:
-            await self._guard(self.store.new_txn(txn_id, timeout, owner))
-        metrics.CREATED.inc()
-        metrics.ACTIVE.inc()
+            hold = req.hold_ms if count > 1 else 0
+            await self._guard(asyncio.gather(
+                *(self.store.new_txn(txn_id, timeout, owner, hold) for txn_id in txn_ids)))
+        metrics.CREATED.inc(count)
+        metrics.ACTIVE.inc(count)
         metrics.APPEND_LOG.inc()
-        return pb.NewTxnResponse(txn=pb.TxnId(most_bits=self.tcid, least_bits=txn_id), timeout_ms=timeout)
+        return pb.NewTxnResponse(txn=pb.TxnId(most_bits=self.tcid, least_bits=txn_ids[0]),
+                                 timeout_ms=timeout, more_least_bits=txn_ids[1:])
+
+    def _check_pool_request(self, req: pb.NewTxnRequest, count: int) -> None:
+        if count == 1:
+            return
+        if req.transaction_key:
+            raise BadRequest("a keyed client opens one transaction at a time: count must be 0 or 1")
+        if count > self.settings.max_txn_pool:
+            raise BadRequest(f"{count} transactions in one request exceed the maximum of "
+                             f"{self.settings.max_txn_pool} (max_txn_pool)")
+        if req.hold_ms > self.settings.max_txn_hold_ms:
+            raise BadRequest(f"hold_ms {req.hold_ms} exceeds the maximum of "
+                             f"{self.settings.max_txn_hold_ms} ms (max_txn_hold_ms)")
 
     async def add_partitions(self, req: pb.AddPartitionToTxnRequest) -> pb.AddPartitionToTxnResponse:
         await self._register(req.txn, req.topics, [], "add-partitions")

@@ -21,6 +21,10 @@ class CoordinatorSettings(ServiceSettings):
     # Ended transactions keep their outcome this long, so late duplicates get a precise answer.
     ended_retention_s: int = Field(24 * 3600, ge=0)
     txn_id_block: int = Field(1000, gt=0)
+    # A client's pool (NewTxn with count): at most this many per request, handed out
+    # within at most this long of the reply (the pooled deadlines are that much later).
+    max_txn_pool: int = Field(64, gt=0)
+    max_txn_hold_ms: int = Field(5000, ge=0)
     broker_request_timeout_ms: int = Field(10_000, gt=0)
 
     @field_validator("coordinator_id", mode="before")

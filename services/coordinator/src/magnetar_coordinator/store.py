@@ -79,13 +79,14 @@ class CoordinatorStore:
             raise self._fenced()
         return first
 
-    async def new_txn(self, txn_id: int, timeout_ms: int, owner: str | None) -> None:
-        await self._new_txns.submit((txn_id, timeout_ms, owner))
+    async def new_txn(self, txn_id: int, timeout_ms: int, owner: str | None, hold_ms: int = 0) -> None:
+        """An OPEN transaction whose deadline is ``timeout_ms + hold_ms`` from now."""
+        await self._new_txns.submit((txn_id, timeout_ms, owner, hold_ms))
 
-    async def _insert_new_txns(self, items: list[tuple[int, int, str | None]]) -> list[None]:
-        ids, timeouts, owners = (list(column) for column in zip(*items))
+    async def _insert_new_txns(self, items: list[tuple[int, int, str | None, int]]) -> list[None]:
+        ids, timeouts, owners, holds = (list(column) for column in zip(*items))
         created = await self.pool.fetch(Q["new_txns"], self.tcid, self.fence_epoch, ids, timeouts,
-                                        owners)
+                                        owners, holds)
         if not created:  # not even one: this process lost its TCID
             raise self._fenced()
         return [None] * len(items)
