@@ -22,6 +22,15 @@ class Entry:
     publish_time: int
     payload: bytes | None  # None: a marker not expanded yet
     txn: tuple[int, int] | None = None
+    # A marker committed by this broker: its batches, still in memory, joined on first
+    # read rather than at commit (a commit's cost stays independent of its size).
+    parts: tuple[bytes, ...] | None = None
+
+    def size(self) -> int:
+        """Bytes held in memory."""
+        if self.payload is not None:
+            return len(self.payload)
+        return sum(map(len, self.parts)) if self.parts else 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -328,10 +328,10 @@ class PartitionLog:
 
     def _cache(self, entry: Entry) -> None:
         self.cache.append(entry)
-        self.cache_bytes += len(entry.payload or b"")
+        self.cache_bytes += entry.size()
         # Keep at least the newest entry so tailing reads stay in memory.
         while self.cache_bytes > self.max_cache_bytes and len(self.cache) > 1:
-            self.cache_bytes -= len(self.cache.popleft().payload or b"")
+            self.cache_bytes -= self.cache.popleft().size()
 
     async def read(self, start: int, max_entries: int) -> list[Entry]:
         """Entries from ``start`` on (at most ``max_entries``), from cache or database."""
@@ -342,12 +342,22 @@ class PartitionLog:
             offset = start - self.cache[0].entry_id
             got = list(itertools.islice(self.cache, offset, offset + max_entries))
             for i, entry in enumerate(got):
-                if entry.payload is None:  # a marker of a transaction too big to keep in memory
+                if entry.parts is not None:  # a marker this broker committed: join once
+                    got[i] = Entry(entry.entry_id, entry.producer_name, entry.num_messages,
+                                   entry.publish_time, b"".join(entry.parts), entry.txn)
+                    self._replace_cached(entry, got[i])
+                elif entry.payload is None:  # a marker of a transaction too big to keep in memory
                     got[i] = Entry(entry.entry_id, entry.producer_name, entry.num_messages,
                                    entry.publish_time,
                                    await self.store.txn_payload(self.topic_id, entry.txn), entry.txn)
             return got
         return await self.store.read_entries(self.topic_id, start, end, max_entries)
+
+    def _replace_cached(self, old: Entry, new: Entry) -> None:
+        if self.cache:
+            at = old.entry_id - self.cache[0].entry_id
+            if 0 <= at < len(self.cache) and self.cache[at] is old:  # not evicted meanwhile
+                self.cache[at] = new
 
     async def read_one(self, entry_id: int) -> Entry | None:
         got = await self.read(entry_id, 1)

@@ -255,8 +255,8 @@ class TxnBuffer:
             if entry_id in markers:
                 txn = markers[entry_id]
                 payloads = staged[txn].payloads
-                cached.append(Entry(entry_id, "", row[4], now_ms,
-                                    b"".join(payloads) if payloads is not None else None, txn))
+                cached.append(Entry(entry_id, "", row[4], now_ms, None, txn,
+                                    tuple(payloads) if payloads is not None else None))
             else:
                 cached.append(Entry(entry_id, row[1], row[4], now_ms, row[6]))
         for txn, buf in staged.items():
