@@ -177,7 +177,6 @@ def test_owner_that_does_not_answer_leaves_database_stats(live, live_admin):
 
 
 def test_owner_with_a_stale_heartbeat_is_not_asked(live):
-    topic = "persistent://public/default/st-stale"
     patient, settings = start_admin(live.database_url, lease_ttl_ms=2000, broker_request_timeout_ms=60000)
     admin = Admin(patient, live.database_url, settings)
     try:
