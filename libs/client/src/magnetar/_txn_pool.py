@@ -48,6 +48,7 @@ class TxnPool:
             self._calls.popleft()
         if timeout_ms != self.timeout_ms:
             self._release(self.ready)
+            self.ready.clear()
             self.timeout_ms = timeout_ms
         stale = []
         while self.ready and self.ready[0][2] < now - HOLD_S:
@@ -90,12 +91,10 @@ class TxnPool:
 
     def _release(self, entries) -> None:
         """Abort pooled transactions nobody took (in the background)."""
-        for txn_id, url, _ in list(entries):
+        for txn_id, url, _ in entries:
             task = asyncio.ensure_future(self._abort(txn_id, url))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        if entries is self.ready:
-            self.ready.clear()
 
     async def _abort(self, txn_id: TxnID, url: str) -> None:
         try:
@@ -109,5 +108,6 @@ class TxnPool:
         if self._leasing is not None:
             self._leasing.cancel()
         self._release(self.ready)
+        self.ready.clear()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=RELEASE_ON_CLOSE_S)

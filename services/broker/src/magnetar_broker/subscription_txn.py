@@ -75,13 +75,10 @@ class TransactionalAcks:
                     self.txn_acks.check_cumulative(txn, *wanted[0], self.cursor)
                 else:
                     wanted = self.txn_acks.check_individual(txn, wanted, self.cursor)
-            except TransactionConflict as exc:
-                results[place] = exc
-                if first_acks:
-                    clashed.append(place)
-                continue
             except MagnetarError as exc:
                 results[place] = exc
+                if first_acks and isinstance(exc, TransactionConflict):
+                    clashed.append(place)
                 continue
             results[place] = None  # a clash of an earlier round is gone
             # Held at once, so a later item of this group sees the conflict.

@@ -9,7 +9,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from magnetar_protocol import magnetar_pb2 as pb
@@ -343,13 +343,10 @@ class PartitionLog:
             got = list(itertools.islice(self.cache, offset, offset + max_entries))
             for i, entry in enumerate(got):
                 if entry.parts is not None:  # a marker this broker committed: join once
-                    got[i] = Entry(entry.entry_id, entry.producer_name, entry.num_messages,
-                                   entry.publish_time, b"".join(entry.parts), entry.txn)
+                    got[i] = replace(entry, payload=b"".join(entry.parts), parts=None)
                     self._replace_cached(entry, got[i])
                 elif entry.payload is None:  # a marker of a transaction too big to keep in memory
-                    got[i] = Entry(entry.entry_id, entry.producer_name, entry.num_messages,
-                                   entry.publish_time,
-                                   await self.store.txn_payload(self.topic_id, entry.txn), entry.txn)
+                    got[i] = replace(entry, payload=await self.store.txn_payload(self.topic_id, entry.txn))
             return got
         return await self.store.read_entries(self.topic_id, start, end, max_entries)
 

@@ -112,12 +112,15 @@ class CoordinatorService:
                 f"{txn.most_bits}, this is coordinator {self.tcid}")
         return txn.least_bits
 
-    async def _next_id(self) -> int:
+    async def _next_ids(self, count: int) -> list[int]:
         async with self._id_lock:
-            if not self._ids:
-                first = await self.store.allocate_ids(self.settings.txn_id_block)
-                self._ids = list(range(first + self.settings.txn_id_block - 1, first - 1, -1))
-            return self._ids.pop()
+            taken = []
+            while len(taken) < count:
+                if not self._ids:
+                    first = await self.store.allocate_ids(self.settings.txn_id_block)
+                    self._ids = list(range(first + self.settings.txn_id_block - 1, first - 1, -1))
+                taken.append(self._ids.pop())
+            return taken
 
     async def new_txn(self, req: pb.NewTxnRequest) -> pb.NewTxnResponse:
         self._check_ready()
@@ -130,7 +133,7 @@ class CoordinatorService:
         owner = current_role()
         if req.transaction_key and (problem := key_problem(req.transaction_key)):
             raise BadRequest(problem)
-        txn_ids = [await self._next_id() for _ in range(count)]
+        txn_ids = await self._next_ids(count)
         if req.transaction_key:
             await self._guard(self.store.new_keyed_txn(
                 txn_ids[0], timeout, owner, req.transaction_key, req.key_epoch))
