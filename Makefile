@@ -58,8 +58,8 @@ bench: $(STAMP)  ## run every benchmark in bench/ (each prints its figures)
 	@set -e; for b in bench/[!_]*.py; do \
 		test -f "$$b" || continue; echo "== $$b"; $(BIN)/python "$$b"; done
 
-lint: $(STAMP)  ## pyflakes over the code (install it with .venv/bin/pip install pyflakes)
-	$(BIN)/python -m pyflakes libs services tests bench
+lint: $(STAMP)  ## pyflakes' checks over the code (ruff --select F, which honours "# noqa")
+	$(BIN)/ruff check --select F --exclude '*_pb2.py' libs services tests bench
 
 clean:  ## remove .venv and caches (keeps .magnetar, the local cluster's data)
 	rm -rf $(VENV) .pytest_cache

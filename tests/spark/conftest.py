@@ -29,13 +29,13 @@ def module_cluster(postgres, request, tmp_path_factory):
     """A started cluster shared by the tests of one module, on its own database."""
     db_name = "spark_" + re.sub(r"[^a-z0-9]+", "_", request.module.__name__.lower())[-50:]
     url = postgres.create_database(db_name)
-    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), database_url=url, env=dict(TEST_ENV))
+    shared = LocalCluster(tmp_path_factory.mktemp("cluster"), database_url=url, env=dict(TEST_ENV))
     failed_before = request.session.testsfailed
-    cluster.start()
-    yield cluster
-    cluster.close()
+    shared.start()
+    yield shared
+    shared.close()
     if request.session.testsfailed > failed_before:
-        _print_logs(cluster)
+        _print_logs(shared)
     postgres.drop_database(db_name)
 
 

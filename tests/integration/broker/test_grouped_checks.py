@@ -196,11 +196,13 @@ async def test_a_refused_first_ack_does_not_make_a_later_ack_in_its_group_confli
     ack holds its positions while its registration is decided.  When the write refuses
     it, an ack of the same message that clashed with it is checked again and written:
     the refused transaction never held anything."""
+    from functools import partial
     from types import SimpleNamespace
 
     from magnetar_protocol.errors import InvalidTxnStatusError, TransactionConflict
     from magnetar_broker.cursor import Cursor
     from magnetar_broker.subscription import Subscription
+    from magnetar_broker.topic import PartitionLog
 
     pool, coordinator, _, broker, topic_id = await _stores(database_url)
     for txn_id in (1, 2, 3):
@@ -209,6 +211,7 @@ async def test_a_refused_first_ack_does_not_make_a_later_ack_in_its_group_confli
     epoch = await broker.assign_owner(topic_id, "b", 0)
     log = SimpleNamespace(store=broker, topic_id=topic_id, epoch=epoch,
                           name=SimpleNamespace(full=TOPIC), lose=None, check_open=None)
+    log.lease_checked = partial(PartitionLog.lease_checked, log)  # the real check
     sub = Subscription(log, "sub", Cursor(), durable=True)
     message = [(0, 0)]
     results = await sub._ack_txns([(message, False, (0, 1), ANYONE),   # refused: ABORTING

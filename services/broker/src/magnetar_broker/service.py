@@ -213,27 +213,17 @@ class BrokerService:
     async def _open_subscription(self, plog: PartitionLog, name: str, req: pb.SubscribeRequest) -> Subscription:
         if req.durable:
             initial = -1 if req.initial_position == pb.INITIAL_EARLIEST else plog.next_entry_id - 1
-            row = await self.store.open_subscription(plog.topic_id, plog.epoch, name, initial)
-            plog.check_open()
-            if row is None:
-                plog.lose("fenced while opening a subscription")
-                plog.check_open()
-            cursor = Cursor.decode(*row)
-            sub = Subscription(plog, name, cursor, durable=True)
-            sub.txn_acks.load(await self.store.load_pending_acks(plog.topic_id, name))
-            plog.subscriptions[name] = sub
-            return sub
-        else:
-            cursor = Cursor(plog.next_entry_id - 1)
-            if req.HasField("start_position") and req.start_position.entry_id != LATEST:
-                pos = req.start_position
-                cursor = Cursor(pos.entry_id - 1)
-                upto = pos.batch_index if req.start_inclusive else pos.batch_index + 1
-                if pos.batch_index < 0 and not req.start_inclusive:
-                    cursor = Cursor(pos.entry_id)
-                for i in range(max(upto, 0)):
-                    cursor.ack(pos.entry_id, i)
-        sub = Subscription(plog, name, cursor, durable=req.durable)
+            return await Subscription.open_durable(plog, name, initial)
+        cursor = Cursor(plog.next_entry_id - 1)
+        if req.HasField("start_position") and req.start_position.entry_id != LATEST:
+            pos = req.start_position
+            cursor = Cursor(pos.entry_id - 1)
+            upto = pos.batch_index if req.start_inclusive else pos.batch_index + 1
+            if pos.batch_index < 0 and not req.start_inclusive:
+                cursor = Cursor(pos.entry_id)
+            for i in range(max(upto, 0)):
+                cursor.ack(pos.entry_id, i)
+        sub = Subscription(plog, name, cursor, durable=False)
         plog.subscriptions[name] = sub
         return sub
 

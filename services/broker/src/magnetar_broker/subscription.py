@@ -73,6 +73,20 @@ class Subscription(TransactionalAcks):
         self._txn_acker: GroupCommit = GroupCommit(self._ack_txns, 256)
         self._txn_ender: GroupCommit = GroupCommit(self._end_txns, 256)
 
+    @classmethod
+    async def open_durable(cls, log: PartitionLog, name: str, initial: int) -> "Subscription":
+        """Load (or create at ``initial``) a durable subscription and its pending acks
+        and serve it on ``log``; the caller holds ``log._sub_lock``."""
+        row = await log.store.open_subscription(log.topic_id, log.epoch, name, initial)
+        log.check_open()
+        if row is None:
+            log.lose("fenced while opening a subscription")
+            log.check_open()
+        sub = cls(log, name, Cursor.decode(*row), durable=True)
+        sub.txn_acks.load(await log.store.load_pending_acks(log.topic_id, name))
+        log.subscriptions[name] = sub
+        return sub
+
     # ---------------------------------------------------------------- consumers
 
     def add_consumer(self, consumer: Consumer, sub_type: int) -> None:

@@ -90,16 +90,11 @@ class TransactionalAcks:
             accepted.append((place, wanted, cumulative, txn))
         refused: dict[tuple[int, int], MagnetarError] = {}
         if rows:
-            try:
-                written, registered = await self.log.store.record_pending_acks(
+            _, registered = await self.log.lease_checked(
+                "recording transactional acks", self.log.store.record_pending_acks(
                     self.log.topic_id, self.log.epoch, self.name, rows,
-                    [(*txn, *actor) for txn, actor in first_acks.items()], self.log.name.full)
-            except Exception as exc:
-                self.log.lose(f"recording transactional acks failed: {exc}")
-                raise
-            if not written:
-                self.log.lose("fenced while recording a transactional ack")
-                self.log.check_open()
+                    [(*txn, *actor) for txn, actor in first_acks.items()], self.log.name.full),
+                owned=lambda result: result[0])
             for (txn, actor), answer in zip(first_acks.items(), registered):
                 if answer[0]:
                     self._txn_registered.add(txn)
@@ -163,16 +158,9 @@ class TransactionalAcks:
             if decided:
                 any_commit = any(d[1] for d in decided)
                 cursor = (self.cursor.mark_delete, self.cursor.encode()) if any_commit else None
-                try:
-                    written = await store.end_subscription_txns(
-                        self.log.topic_id, self.log.epoch, self.name, cursor,
-                        [(*d[0], d[1]) for d in decided])
-                except Exception as exc:
-                    self.log.lose(f"ending transactions failed: {exc}")
-                    raise
-                if not written:
-                    self.log.lose("fenced while ending a transaction")
-                    self.log.check_open()
+                await self.log.lease_checked("ending transactions", store.end_subscription_txns(
+                    self.log.topic_id, self.log.epoch, self.name, cursor,
+                    [(*d[0], d[1]) for d in decided]))
                 for txn, commit, individual, cumulative in decided:
                     (metrics.TP_COMMITTED if commit else metrics.TP_ABORTED).inc()
                     if not commit:

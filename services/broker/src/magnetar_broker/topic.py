@@ -10,7 +10,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from magnetar_broker.subscription import Subscription
 
 log = logging.getLogger("magnetar.broker.topic")
+T = TypeVar("T")
 
 # Room for batch framing and per-message metadata on top of the payload limit.
 BATCH_OVERHEAD = 64 * 1024
@@ -130,6 +131,21 @@ class PartitionLog:
     def check_open(self) -> None:
         if self.closed:
             raise NotOwner(f"{self.name.full} is no longer served by this broker; look it up again")
+
+    async def lease_checked(self, what: str, write: Awaitable[T],
+                            owned: Callable[[T], bool] = bool) -> T:
+        """Await a write that checks this broker's lease in SQL; ``owned(result)`` says
+        whether it still held it.  Failed (outcome unknown) or fenced, the partition stops
+        being served here, so the next request reloads it from the database."""
+        try:
+            result = await write
+        except Exception as exc:
+            self.lose(f"{what} failed: {exc}")
+            raise
+        if not owned(result):
+            self.lose(f"fenced while {what}")
+            self.check_open()
+        return result
 
     # ---------------------------------------------------------------- producing
 

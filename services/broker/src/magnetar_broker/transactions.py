@@ -10,7 +10,6 @@ from magnetar_protocol.errors import to_wire
 from magnetar_runtime.app import as_magnetar_error
 from magnetar_protocol.topics import TopicName, validate_name_part
 
-from magnetar_broker.cursor import Cursor
 from magnetar_broker.service import BrokerService
 from magnetar_broker.store import Q
 from magnetar_broker.subscription import Subscription
@@ -67,14 +66,6 @@ class TxnHandlers:
             sub = plog.subscriptions.get(req.subscription)
             if sub is None:
                 # No consumer since this broker took over: load the durable cursor.
-                row = await plog.store.open_subscription(
-                    plog.topic_id, plog.epoch, req.subscription, plog.next_entry_id - 1)
-                plog.check_open()
-                if row is None:
-                    plog.lose("fenced while opening a subscription")
-                    plog.check_open()
-                sub = Subscription(plog, req.subscription, Cursor.decode(*row), durable=True)
-                sub.txn_acks.load(await plog.store.load_pending_acks(plog.topic_id, req.subscription))
-                plog.subscriptions[req.subscription] = sub
+                sub = await Subscription.open_durable(plog, req.subscription, plog.next_entry_id - 1)
         await sub.end_txn((req.txn.most_bits, req.txn.least_bits), req.action == pb.TXN_COMMIT)
         return pb.EndTxnOnSubscriptionResponse()
