@@ -43,6 +43,10 @@ class Deliveries:
         # Only messages this consumer did not hold yet: the same entry handed to it again
         # (a retried fetch) must not count its messages twice.
         self.unacked[consumer] = self.unacked.get(consumer, 0) + (mask & ~held).bit_count()
+        self._no_redelivery(entry_id, mask)
+
+    def _no_redelivery(self, entry_id: int, mask: int) -> None:
+        """The messages of ``mask`` in ``entry_id`` are no longer due for redelivery."""
         left = self.redeliver.get(entry_id)
         if left is not None:
             left &= ~mask
@@ -72,13 +76,7 @@ class Deliveries:
                         del holders[consumer]
             if not holders:
                 del self.pending[entry_id]
-        left = self.redeliver.get(entry_id)
-        if left is not None:
-            left &= ~mask
-            if left:
-                self.redeliver[entry_id] = left
-            else:
-                del self.redeliver[entry_id]
+        self._no_redelivery(entry_id, mask)
         if self.counts:
             for i in mask_indices(mask) if mask != -1 else []:
                 self.counts.pop((entry_id, i), None)
