@@ -133,3 +133,23 @@ async def test_another_timeout_does_not_take_from_the_pool(transport):
         other = await client.new_transaction(timeout_ms=5000)
         assert other.txn_id.least_bits not in pooled and other.deadline is None
         await wait_until(lambda: set(pooled) <= set(transport.aborted), what="old pool aborted")
+
+
+async def test_a_coordinator_that_ignores_count_gets_no_more_block_requests(transport):
+    """An older coordinator answers a block request with one transaction, whose deadline
+    lacks the hold: the client aborts it and opens each transaction itself from then on."""
+    def old_new(url, req):
+        return pb.NewTxnResponse(txn=pb.TxnId(most_bits=0, least_bits=next(transport._txn_ids)),
+                                 timeout_ms=req.timeout_ms)
+
+    transport.handlers["/v1/txn/new"] = old_new
+    async with aio.Client(URL, transport=transport) as client:
+        txns = []
+        for _ in range(40):
+            txns.append(await client.new_transaction())
+            await asyncio.sleep(0)  # a real call yields to the loop: the lease runs
+        blocks = [r for r in transport.new_requests() if r.count > 1]
+        assert len(blocks) == 1
+        assert all(t.deadline is None for t in txns)  # none came from a pool
+        await wait_until(lambda: len(transport.aborted) == 1, what="the lone leased one aborted")
+        assert transport.aborted[0] not in {t.txn_id.least_bits for t in txns}

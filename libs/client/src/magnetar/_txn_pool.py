@@ -9,6 +9,9 @@ A pooled transaction's deadline at the coordinator is ``HOLD_S`` later than its
 timeout alone would put it, and one not handed out within ``HOLD_S`` of its request is
 aborted.  The client counts a pooled transaction's timeout from ``new_transaction()``
 itself (``Transaction.deadline``), so it always gives up before the coordinator would.
+
+A coordinator from before NewTxn for many ignores ``count`` and ``hold_ms``: its one
+transaction, whose deadline lacks the hold, is aborted, and no block is asked of it again.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class TxnPool:
         self._calls: deque[float] = deque()  # new_transaction() times, the last HOLD_S
         self._leasing: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._no_blocks: set[str] = set()  # coordinators that ignore count (older versions)
         self.leased = 0  # for tests and stats: transactions that came in blocks
 
     def take(self, timeout_ms: int) -> tuple[TxnID, str] | None:
@@ -71,6 +75,8 @@ class TxnPool:
             coordinators = await self.core.coordinators()
             ids = sorted(coordinators)
             url = coordinators[ids[next(self.core._rr) % len(ids)]]
+            if url in self._no_blocks:
+                return
             asked = time.monotonic()
             reply = await self.core.call_coalesced(
                 url, "/v1/txn/new", pb.NewTxnRequest(timeout_ms=timeout_ms, count=count,
@@ -83,6 +89,12 @@ class TxnPool:
             self._leasing = None
         block = [(TxnID(reply.txn.most_bits, least), url, asked)
                  for least in (reply.txn.least_bits, *reply.more_least_bits)]
+        if len(block) < count:  # count >= 2 here: this coordinator ignored it (and the hold)
+            log.info("coordinator %s does not lease blocks of transactions (an older "
+                     "version); opening each one there on its own", url)
+            self._no_blocks.add(url)
+            self._release(block)
+            return
         if timeout_ms != self.timeout_ms or self.core.closed:
             self._release(block)
             return
