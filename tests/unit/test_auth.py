@@ -41,6 +41,8 @@ def test_hs256_tokens_name_the_role_and_bad_ones_are_refused():
     # Services sign their own token for the first superuser role.
     own = auth.headers()["authorization"]
     assert auth.role_of(own) == "admin"
+    assert auth.own_role() == "admin"  # what its in-process calls act as (rpc.serve_locally)
+    assert Authenticator(settings()).own_role() == ANONYMOUS
 
 
 def test_rs256_with_a_public_key():

@@ -58,6 +58,20 @@ def test_each_kind_gets_exactly_its_variables(tmp_path):
     assert set(cluster.env_for("admin")) == COMMON
 
 
+def test_brokers_can_host_the_coordinators_instead_of_coordinator_processes(tmp_path):
+    cluster = LocalCluster(tmp_path, coordinator_in_broker=True, database_url=DB)
+    assert cluster.names("coordinator") == []
+    for i in (0, 1):
+        env = cluster.env_for(f"broker-{i}")
+        assert env["MAGNETAR_HOST_COORDINATOR"] == "true"
+        assert env["MAGNETAR_COORDINATOR_ID"] == str(i)  # one TCID per broker
+    with pytest.raises(ValueError, match="brokers host the coordinators"):
+        LocalCluster(tmp_path, coordinator_in_broker=True, coordinators=1, database_url=DB)
+    assert cli._counts(types.SimpleNamespace(brokers=3, coordinators=1,
+                                             coordinator_in_broker=True)) == {
+        "broker": 3, "coordinator": 0}
+
+
 def test_overrides_apply_everywhere_then_per_kind_then_per_instance(tmp_path):
     cluster = LocalCluster(
         tmp_path, database_url=DB,

@@ -159,6 +159,12 @@ def proto_route(
         fast = app.state.fast_routes = {}
     fast[path] = AuthMiddleware(direct, auth) if auth is not None else direct
 
+    # The handler itself, for calls from inside this process (rpc.RpcClient.serve_locally).
+    handlers = getattr(app.state, "proto_handlers", None)
+    if handlers is None:
+        handlers = app.state.proto_handlers = {}
+    handlers.setdefault(path, handler)
+
     calls = getattr(app.state, "proto_calls", None)
     if calls is None:
         calls = app.state.proto_calls = {}

@@ -31,6 +31,15 @@ def current_role() -> str:
     return _role.get()
 
 
+def set_role(role: str) -> contextvars.Token:
+    """Act as ``role`` until ``reset_role(token)`` (an in-process call: rpc.py)."""
+    return _role.set(role)
+
+
+def reset_role(token: contextvars.Token) -> None:
+    _role.reset(token)
+
+
 class Authenticator:
     def __init__(self, settings) -> None:
         self.enabled = settings.auth_enabled
@@ -77,6 +86,13 @@ class Authenticator:
         if not self.roles.may_act_for(current_role(), owner):
             raise AuthorizationError(f"{what}: role {current_role()!r} is neither its owner "
                                      "nor a superuser")
+
+    def own_role(self) -> str:
+        """The role this service's own calls act as: its token's (ANONYMOUS when
+        authentication is off or it has no token, as such a call would be refused)."""
+        if not self.enabled or not self.service_token:
+            return ANONYMOUS
+        return self.role_of(f"Bearer {self.service_token}")
 
     def headers(self) -> dict[str, str]:
         """Headers for this service's own calls to other services."""

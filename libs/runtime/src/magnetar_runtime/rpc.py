@@ -1,7 +1,9 @@
 """Service-to-service protobuf calls (the client library has its own transport).
 
 ``call`` raises the same exception classes the callee raised (wire error code), or
-``ConnectError`` when the callee did not answer.
+``ConnectError`` when the callee did not answer.  A service hosted in another's process
+(the coordinator in a broker) calls that process's own routes in process, not over HTTP
+(``serve_locally``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from google.protobuf.message import DecodeError, Message
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.coalesce import Coalescer
-from magnetar_protocol.errors import ConnectError, UnknownError, error_for_code
+from magnetar_protocol.errors import ConnectError, MagnetarError, UnknownError, error_for_code
+from magnetar_runtime.auth import reset_role, set_role
 
 PROTOBUF = "application/x-protobuf"
 
@@ -26,6 +29,31 @@ class RpcClient:
         self._session: aiohttp.ClientSession | None = None
         self._coalescer = Coalescer(lambda url, path, req, rtype, _timeout: self.call(url, path, req, rtype),
                                     _decode_error)
+        self._local_url: str | None = None
+        self._local: dict = {}  # path -> handler(request) of this process's own routes
+        self._local_role = ""
+
+    def serve_locally(self, url: str, handlers: dict, role: str) -> None:
+        """Calls to ``url`` (this process's own) for a path in ``handlers`` run the handler
+        in process, as ``role`` (this service's own, which its token would prove), with the
+        errors a remote call would raise."""
+        self._local_url, self._local, self._local_role = url.rstrip("/"), dict(handlers), role
+
+    async def _call_locally(self, path: str, request: Message):
+        from magnetar_runtime.app import as_magnetar_error  # noqa: PLC0415 (app imports us)
+
+        token = set_role(self._local_role)
+        try:
+            return await self._local[path](request)
+        except MagnetarError:
+            raise
+        except Exception as exc:  # as the route would have answered it
+            raise as_magnetar_error(exc) from exc
+        finally:
+            reset_role(token)
+
+    def _is_local(self, base_url: str, path: str) -> bool:
+        return path in self._local and base_url.rstrip("/") == self._local_url
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -34,6 +62,8 @@ class RpcClient:
         return self._session
 
     async def call(self, base_url: str, path: str, request: Message, response_type: type[Message]):
+        if self._local and self._is_local(base_url, path):
+            return await self._call_locally(path, request)
         try:
             async with self._http().post(
                 base_url.rstrip("/") + path, data=request.SerializeToString(),
@@ -55,6 +85,8 @@ class RpcClient:
                              response_type: type[Message]):
         """Like :meth:`call`; calls to one URL and path that pile up behind the ones in
         flight share one ``/v1/batch`` request (magnetar_protocol.coalesce)."""
+        if self._local and self._is_local(base_url, path):
+            return await self._call_locally(path, request)
         return await self._coalescer.call(base_url, path, request, response_type)
 
     async def close(self) -> None:

@@ -16,19 +16,32 @@ from magnetar_broker.store import BrokerStore
 def build_app(settings: BrokerSettings | None = None) -> FastAPI:
     settings = settings or BrokerSettings()
 
-    def make_service(pool, auth) -> BrokerService:
+    def make_service(pool, auth):
         service = BrokerService(BrokerStore(pool, settings.resolved_broker_id), settings, auth)
+        if settings.host_coordinator:
+            from magnetar_broker.hosted_coordinator import BrokerWithCoordinator
+
+            service = BrokerWithCoordinator.build(service, pool, auth)
         # On SIGTERM, before open requests (long polls) are waited for: see serve.py.
         app.state.on_shutdown = service.release_leases
         return service
 
-    app = service_app("broker", settings, make_service, add_routes)
+    def routes(app: FastAPI, service) -> None:
+        if settings.host_coordinator:
+            from magnetar_broker import hosted_coordinator
+
+            hosted_coordinator.add_routes(app, service, add_routes)
+        else:
+            add_routes(app, service)
+
+    app = service_app("broker", settings, make_service, routes)
     return app
 
 
 def main() -> None:
     settings = BrokerSettings()
-    serve(build_app(settings), settings, f"broker {settings.resolved_broker_id}")
+    hosted = " with its coordinator" if settings.host_coordinator else ""
+    serve(build_app(settings), settings, f"broker {settings.resolved_broker_id}{hosted}")
 
 
 if __name__ == "__main__":

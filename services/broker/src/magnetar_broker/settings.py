@@ -29,6 +29,9 @@ class BrokerSettings(ServiceSettings):
     # bounded by bytes so large batches cannot blow up the broker's memory.
     entry_cache_bytes: int = Field(32 * 1024 * 1024, ge=0)
     max_fetch_wait_ms: int = Field(30000, gt=0)
+    # Run the transaction coordinator in this process too (small deployments:
+    # docs/architecture.md); its TCID is MAGNETAR_COORDINATOR_ID, else the hostname's -N.
+    host_coordinator: bool = False
 
     @property
     def resolved_broker_id(self) -> str:

@@ -1,7 +1,8 @@
 """``magnetar-local``: run a whole Magnetar on this machine (like ``pulsar standalone``).
 
     magnetar-local run [--data-dir .magnetar] [--brokers 2] [--coordinators 1] [--fresh]
-    magnetar-local env [--brokers 2] [--coordinators 1]
+                       [--coordinator-in-broker]
+    magnetar-local env [--brokers 2] [--coordinators 1] [--coordinator-in-broker]
 
 ``run`` keeps data under the data folder across restarts (PostgreSQL with fsync on),
 restarts a service that dies, and stops everything on Ctrl-C or SIGTERM.  ``env`` prints
@@ -74,7 +75,9 @@ def banner(cluster: LocalCluster) -> str:
         "  processes:",
     ]
     for name, svc in cluster.services.items():
-        lines.append(f"    {name:<16} {svc.url:<24} pid {svc.process.pid}")
+        hosted = (f" (and coordinator {svc.index})"
+                  if cluster.coordinator_in_broker and svc.kind == "broker" else "")
+        lines.append(f"    {name:<16} {svc.url:<24} pid {svc.process.pid}{hosted}")
     tour = _here(EXAMPLES / "produce_consume.py") if EXAMPLES.is_dir() else None
     lines += [
         "",
@@ -125,6 +128,8 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
 
 
 def _counts(args: argparse.Namespace) -> dict[str, int]:
+    if args.coordinator_in_broker:
+        return {"broker": args.brokers, "coordinator": 0}
     return {"broker": args.brokers, "coordinator": args.coordinators}
 
 
@@ -173,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
               f"running? Stop it, or pass --any-ports.", file=sys.stderr)
         return 1
     cluster = LocalCluster(data_dir, services=counts, ports=ports, durable=True,
-                           env=_parse_env(args.env))
+                           env=_parse_env(args.env),
+                           coordinator_in_broker=args.coordinator_in_broker)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_stop)
     try:
@@ -206,6 +212,7 @@ def env(args: argparse.Namespace) -> int:
     counts = _counts(args)
     cluster = LocalCluster(args.data_dir, services=counts,
                            ports=fixed_ports(counts),
+                           coordinator_in_broker=args.coordinator_in_broker,
                            database_url=os.environ.get("MAGNETAR_DATABASE_URL")
                            or "postgresql://magnetar@127.0.0.1:<port>/magnetar")
     for name in cluster.services:
@@ -225,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="where data and logs live (default .magnetar)")
         p.add_argument("--brokers", type=int, default=KINDS["broker"].count)
         p.add_argument("--coordinators", type=int, default=KINDS["coordinator"].count)
+        p.add_argument("--coordinator-in-broker", action="store_true",
+                       help="no coordinator processes: each broker hosts one (small machines)")
     run_parser = sub.choices["run"]
     run_parser.add_argument("--fresh", action="store_true",
                             help="delete the data folder's contents first")

@@ -123,14 +123,16 @@ class LocalCluster:
     ``services`` counts instances per kind (default: ``Kind.count``); ``brokers=`` and
     friends are shortcuts.  ``ports`` fixes ports by instance name (others get free
     ports).  ``env`` is added to every service's environment; ``service_env`` adds per
-    kind or per instance name (the name wins)."""
+    kind or per instance name (the name wins).  ``coordinator_in_broker``: no coordinator
+    processes; each broker hosts one, its TCID the broker's index."""
 
     def __init__(self, data_dir: Path | str, *, brokers: int | None = None,
                  coordinators: int | None = None, admin: bool | None = None,
                  registry: bool | None = None, services: Mapping[str, int] | None = None, database_url: str | None = None,
                  durable: bool = True, ports: Mapping[str, int] | None = None,
                  env: Mapping[str, str] | None = None,
-                 service_env: Mapping[str, Mapping[str, str]] | None = None):
+                 service_env: Mapping[str, Mapping[str, str]] | None = None,
+                 coordinator_in_broker: bool = False):
         self.data_dir = Path(data_dir).resolve()
         counts = default_counts() | dict(services or {})
         for kind, value in (("broker", brokers), ("coordinator", coordinators),
@@ -138,6 +140,12 @@ class LocalCluster:
                             ("registry", None if registry is None else int(registry))):
             if value is not None:
                 counts[kind] = value
+        self.coordinator_in_broker = coordinator_in_broker
+        if coordinator_in_broker:
+            if coordinators:
+                raise ValueError("coordinator_in_broker: the brokers host the coordinators; "
+                                 f"do not also ask for {coordinators} coordinator process(es)")
+            counts["coordinator"] = 0
         self._given_database_url = database_url or os.environ.get("MAGNETAR_DATABASE_URL") or ""
         self.database_url = self._given_database_url  # or our PostgreSQL's, once started
         self.postgres: LocalPostgres | None = None
@@ -199,6 +207,9 @@ class LocalCluster:
         }
         if kind.id_env:
             env[kind.id_env] = kind.id_format.format(i=svc.index)
+        if self.coordinator_in_broker and svc.kind == "broker":
+            env["MAGNETAR_HOST_COORDINATOR"] = "true"
+            env["MAGNETAR_COORDINATOR_ID"] = str(svc.index)
         env |= self.extra_env
         env |= self.service_env.get(svc.kind, {})
         env |= self.service_env.get(name, {})
@@ -377,17 +388,21 @@ class LocalCluster:
     def owner_of(self, topic: str) -> str | None:
         """The name of the broker that owns ``topic`` now (None if unowned): a broker's
         MAGNETAR_BROKER_ID is its instance name, so the answer can go to ``kill``."""
-        import asyncpg
-
         from magnetar_protocol.topics import canonical
 
-        async def query():
+        rows = self.query("SELECT o.broker_id FROM topic_owners o JOIN topics t USING (topic_id) "
+                          "WHERE t.topic = $1", canonical(topic))
+        return rows[0][0] if rows else None
+
+    def query(self, sql: str, *args) -> list:
+        """The rows of one SQL statement on the cluster's database (for tests and tools)."""
+        import asyncpg
+
+        async def fetch():
             conn = await asyncpg.connect(self.database_url)
             try:
-                return await conn.fetchval(
-                    "SELECT o.broker_id FROM topic_owners o JOIN topics t USING (topic_id) "
-                    "WHERE t.topic = $1", canonical(topic))
+                return await conn.fetch(sql, *args)
             finally:
                 await conn.close()
 
-        return run_sync(query)
+        return run_sync(fetch)

@@ -1,0 +1,66 @@
+"""A broker that also runs the transaction coordinator (``MAGNETAR_HOST_COORDINATOR``),
+as Pulsar's brokers host theirs.  On a small machine this saves a process and, for the
+participants this broker owns, the commit's HTTP hop: EndTxnOnParticipants (and topic
+lookups) from the coordinator to this broker are calls in this process
+(``RpcClient.serve_locally``).  Everything durable is unchanged: the coordinator claims
+its TCID, writes its transitions and is fenced exactly as the standalone one is, and a
+broker elsewhere is still told over HTTP (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from magnetar_coordinator.api import add_routes as add_coordinator_routes
+from magnetar_coordinator.service import CoordinatorService, new_instance_id
+from magnetar_coordinator.settings import CoordinatorSettings
+from magnetar_coordinator.store import CoordinatorStore
+from magnetar_runtime.serve import GRACE_S
+
+from magnetar_broker.service import BrokerService
+
+
+class BrokerWithCoordinator:
+    """The service object of a broker process hosting a coordinator: both start, stop
+    and are ready together (the coordinator's commits drain while the broker still
+    holds its partitions)."""
+
+    def __init__(self, broker: BrokerService, coordinator: CoordinatorService) -> None:
+        self.broker = broker
+        self.coordinator = coordinator
+        self._coordinator_stopping: asyncio.Future | None = None  # set by SIGTERM's first step
+
+    @classmethod
+    def build(cls, broker: BrokerService, pool, auth) -> "BrokerWithCoordinator":
+        settings = CoordinatorSettings()  # the same MAGNETAR_* variables the broker read
+        store = CoordinatorStore(pool, settings.resolved_coordinator_id(), new_instance_id())
+        return cls(broker, CoordinatorService(store, settings, auth))
+
+    @property
+    def ready(self) -> bool:
+        return self.broker.ready and self.coordinator.ready
+
+    async def start(self) -> None:
+        await self.broker.start()
+        await self.coordinator.start()
+
+    async def release_leases(self) -> None:
+        """SIGTERM's first step: let the commits being driven finish (they may need this
+        broker's partitions), for at most half of that step's time, then hand the
+        partitions over; a commit still going then follows them to their new owner."""
+        self._coordinator_stopping = asyncio.ensure_future(self.coordinator.stop())
+        await asyncio.wait([self._coordinator_stopping], timeout=GRACE_S / 2)
+        await self.broker.release_leases()
+
+    async def stop(self) -> None:
+        await (self._coordinator_stopping or self.coordinator.stop())
+        await self.broker.stop()
+
+
+def add_routes(app, service: BrokerWithCoordinator, add_broker_routes) -> None:
+    """The broker's routes, the coordinator's, and the coordinator's calls to this
+    process's own routes made in process."""
+    add_broker_routes(app, service.broker)
+    # Both answer /v1/txn/coordinators from the same table; the later route serves it.
+    add_coordinator_routes(app, service.coordinator)
+    service.coordinator.rpc.serve_locally(
+        service.broker.settings.url, app.state.proto_handlers, service.coordinator.auth.own_role())
