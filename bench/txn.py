@@ -6,7 +6,12 @@
   (c) consume-transform-produce transactions per second (1 ack + 2 sends to 2 topics)
       with 16 concurrent clients, and their p50/p99 commit latency.
 
+Each in both deployments, one after the other on the same PostgreSQL: a coordinator
+process beside the broker (DESIGN.md's), and the broker hosting the coordinator
+(MAGNETAR_HOST_COORDINATOR, the small-machine shape: docs/architecture.md).
+
     .venv/bin/python bench/txn.py [--transactions 30] [--seconds 10] [--parts abc]
+                                  [--deployment both|separate|hosted]
 """
 
 from __future__ import annotations
@@ -164,7 +169,7 @@ async def run(url: str, args) -> None:
         results.append(("(c) consume-transform-produce (1 ack + 2 sends)", c))
     await client.close()
     for title, figures in results:
-        report(title, figures)
+        report(f"{title} [{args.current_deployment}]", figures)
     if args.profile:
         await print_profile(args.database_url, args.profile_urls)
 
@@ -213,26 +218,40 @@ def main() -> None:
                         help="the benchmark client's event loop (services always run uvloop)")
     parser.add_argument("--profile", action="store_true",
                         help="afterwards, print batch sizes and the top SQL statements")
+    parser.add_argument("--deployment", choices=["both", "separate", "hosted"], default="both",
+                        help="a coordinator process beside the broker, the broker hosting "
+                             "the coordinator, or both one after the other")
     args = parser.parse_args()
     pg_settings = ({"shared_preload_libraries": "pg_stat_statements",
                     "pg_stat_statements.track_planning": "on"} if args.profile else {})
-    with durable_postgres(**pg_settings) as url, \
-            bench_cluster(url, brokers=1, coordinators=1) as cluster:
+    deployments = ["separate", "hosted"] if args.deployment == "both" else [args.deployment]
+    with durable_postgres(**pg_settings) as url:
         args.database_url = url
-        if args.profile:
-            import asyncpg
+        for deployment in deployments:
+            print(f"-- {deployment}: " + ("coordinator-0 and broker-0 processes"
+                                          if deployment == "separate"
+                                          else "broker-0 hosting coordinator 0"), flush=True)
+            args.current_deployment = deployment
+            with bench_cluster(url, brokers=1, coordinators=int(deployment == "separate"),
+                               coordinator_in_broker=deployment == "hosted") as cluster:
+                run_on(cluster, args)
 
-            async def enable():
-                conn = await asyncpg.connect(url)
-                await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-                await conn.close()
-            asyncio.run(enable())
-            args.profile_urls = {name: svc.url for name, svc in cluster.services.items()}
-        if args.loop == "uvloop":  # what the services run on; the asyncio API takes any loop
-            import uvloop
-            uvloop.run(run(cluster.service_url, args))
-        else:
-            asyncio.run(run(cluster.service_url, args))
+
+def run_on(cluster, args) -> None:
+    if args.profile:
+        import asyncpg
+
+        async def enable():
+            conn = await asyncpg.connect(args.database_url)
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            await conn.close()
+        asyncio.run(enable())
+        args.profile_urls = {name: svc.url for name, svc in cluster.services.items()}
+    if args.loop == "uvloop":  # what the services run on; the asyncio API takes any loop
+        import uvloop
+        uvloop.run(run(cluster.service_url, args))
+    else:
+        asyncio.run(run(cluster.service_url, args))
 
 
 if __name__ == "__main__":
