@@ -109,46 +109,70 @@ def test_sigterm_coordinator_finishes_the_commit_in_flight(cluster):
     try:
         topic = "persistent://public/default/commit-through-sigterm"
         producer = client.create_producer(topic)
-        txn = client.new_transaction()
-        for i in range(3):
-            producer.send(f"m{i}".encode(), txn=txn)
-        # Freeze the partition's broker so the coordinator's commit fan-out is still
-        # waiting on it when SIGTERM arrives.
-        owner = cluster.owner_of(topic)
-        cluster.freeze(owner)
-        outcome: dict = {}
-
-        def commit():
-            try:
-                txn.commit()
-                outcome["ok"] = time.monotonic()
-            except Exception as exc:  # reported by the assertion below
-                outcome["error"] = exc
-
-        committer = threading.Thread(target=commit)
-        committer.start()
-        deadline = time.monotonic() + 20
-        while _status(cluster, txn.txn_id) != COMMITTING:
-            assert time.monotonic() < deadline, "the commit never became COMMITTING"
-            time.sleep(0.05)
-
-        coordinator = cluster.url("coordinator-0")
-        cluster.kill("coordinator-0", signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while not _healthz_refused(coordinator):  # it has stopped taking new connections
-            assert time.monotonic() < deadline, "the coordinator did not begin shutting down"
-            time.sleep(0.05)
-        # The fan-out stays stuck for SLOW_FANOUT_S of the coordinator's shutdown (the
-        # scenario's length, not a wait for something to settle): longer than uvicorn
-        # would keep an open request if it did not wait for it.
-        time.sleep(SLOW_FANOUT_S)
-        assert committer.is_alive(), f"the commit ended while its broker was frozen: {outcome}"
-        cluster.thaw(owner)
-
-        committer.join(30)
-        assert "ok" in outcome, f"the commit did not complete through SIGTERM: {outcome}"
-        assert _exited(cluster, "coordinator-0", 30) in (0, -signal.SIGTERM)
-        assert _status(cluster, txn.txn_id) == COMMITTED
-        assert read_all(client, topic) == [b"m0", b"m1", b"m2"]
+        _commit_through_sigterm(cluster, client, producer, topic, "coordinator-0")
     finally:
         client.close()
+
+
+@pytest.mark.cluster(brokers=2, coordinator_in_broker=True)
+def test_sigterm_broker_hosting_the_coordinator_finishes_the_commit_in_flight(cluster):
+    """The hosting broker hands its partitions over at once, as any broker does; its
+    coordinator still drives the commit in flight to the end."""
+    client = magnetar.Client(",".join(cluster.broker_urls))
+    try:
+        topic = "persistent://public/default/hosted-sigterm"
+        producer = client.create_producer(topic)
+        _commit_through_sigterm(cluster, client, producer, topic, None)
+    finally:
+        client.close()
+
+
+def _commit_through_sigterm(cluster, client, producer, topic: str, coordinator: str | None) -> None:
+    """Commit with the partition's broker frozen, SIGTERM the process driving the commit
+    (``coordinator``, or the broker hosting the transaction's coordinator), thaw: the
+    commit completes and the client gets its answer."""
+    owner = cluster.owner_of(topic)
+    txn = client.new_transaction()
+    while coordinator is None and f"broker-{txn.txn_id.most_bits}" == owner:
+        txn.abort()  # hosted by the partition's own broker; the next is the other's
+        txn = client.new_transaction()
+    coordinator = coordinator or f"broker-{txn.txn_id.most_bits}"
+    for i in range(3):
+        producer.send(f"m{i}".encode(), txn=txn)
+    # Freeze the partition's broker so the coordinator's commit fan-out is still
+    # waiting on it when SIGTERM arrives.
+    cluster.freeze(owner)
+    outcome: dict = {}
+
+    def commit():
+        try:
+            txn.commit()
+            outcome["ok"] = time.monotonic()
+        except Exception as exc:  # reported by the assertion below
+            outcome["error"] = exc
+
+    committer = threading.Thread(target=commit)
+    committer.start()
+    deadline = time.monotonic() + 20
+    while _status(cluster, txn.txn_id) != COMMITTING:
+        assert time.monotonic() < deadline, "the commit never became COMMITTING"
+        time.sleep(0.05)
+
+    url = cluster.url(coordinator)
+    cluster.kill(coordinator, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while not _healthz_refused(url):  # it has stopped taking new connections
+        assert time.monotonic() < deadline, f"{coordinator} did not begin shutting down"
+        time.sleep(0.05)
+    # The fan-out stays stuck for SLOW_FANOUT_S of the coordinator's shutdown (the
+    # scenario's length, not a wait for something to settle): longer than uvicorn
+    # would keep an open request if it did not wait for it.
+    time.sleep(SLOW_FANOUT_S)
+    assert committer.is_alive(), f"the commit ended while its broker was frozen: {outcome}"
+    cluster.thaw(owner)
+
+    committer.join(30)
+    assert "ok" in outcome, f"the commit did not complete through SIGTERM: {outcome}"
+    assert _exited(cluster, coordinator, 30) in (0, -signal.SIGTERM)
+    assert _status(cluster, txn.txn_id) == COMMITTED
+    assert read_all(client, topic) == [b"m0", b"m1", b"m2"]

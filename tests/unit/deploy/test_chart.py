@@ -20,6 +20,7 @@ VALUE_SETS = {
                            "auth.serviceToken=tok"],
     "3 coordinators and 3 brokers": ["coordinator.replicaCount=3", "broker.replicaCount=3",
                                      "admin.ingress.enabled=true", "monitoring.grafanaDashboard.enabled=true"],
+    "brokers host the coordinators": ["components.coordinator=false", "broker.hostCoordinator=true"],
     "Spark jobs on": ["components.sparkJobs=true", "sparkJobs.authTokenSecret.name=spark-token",
                       "sparkJobs.jobs.windowed-counts.enabled=true",
                       "sparkJobs.jobs.archive-orders.enabled=true"],
@@ -143,6 +144,19 @@ def test_secrets_auth_and_no_kubernetes_api_rights():
                                                                           "service-token"}
     off = render("auth.enabled=false")
     assert "rel-magnetar-auth" not in by_kind(off, "Secret")
+
+
+def test_brokers_can_host_the_coordinators_instead_of_a_coordinator_statefulset():
+    objects = render(*VALUE_SETS["brokers host the coordinators"])
+    sets = by_kind(objects, "StatefulSet")
+    assert "rel-magnetar-coordinator" not in sets
+    env = env_of(sets["rel-magnetar-broker"])
+    assert env["MAGNETAR_HOST_COORDINATOR"]["value"] == "true"
+    assert env["MAGNETAR_COORDINATOR_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.labels['apps.kubernetes.io/pod-index']"
+    assert "MAGNETAR_HOST_COORDINATOR" not in env_of(by_kind(render(), "StatefulSet")["rel-magnetar-broker"])
+    error = render("broker.hostCoordinator=true", expect_failure=True)
+    assert "components.coordinator=false" in error
 
 
 def test_external_database_and_component_toggles():

@@ -8,26 +8,21 @@ broker elsewhere is still told over HTTP (docs/architecture.md)."""
 
 from __future__ import annotations
 
-import asyncio
-
 from magnetar_coordinator.api import add_routes as add_coordinator_routes
 from magnetar_coordinator.service import CoordinatorService, new_instance_id
 from magnetar_coordinator.settings import CoordinatorSettings
 from magnetar_coordinator.store import CoordinatorStore
-from magnetar_runtime.serve import GRACE_S
 
 from magnetar_broker.service import BrokerService
 
 
 class BrokerWithCoordinator:
     """The service object of a broker process hosting a coordinator: both start, stop
-    and are ready together (the coordinator's commits drain while the broker still
-    holds its partitions)."""
+    and are ready together."""
 
     def __init__(self, broker: BrokerService, coordinator: CoordinatorService) -> None:
         self.broker = broker
         self.coordinator = coordinator
-        self._coordinator_stopping: asyncio.Future | None = None  # set by SIGTERM's first step
 
     @classmethod
     def build(cls, broker: BrokerService, pool, auth) -> "BrokerWithCoordinator":
@@ -44,15 +39,14 @@ class BrokerWithCoordinator:
         await self.coordinator.start()
 
     async def release_leases(self) -> None:
-        """SIGTERM's first step: let the commits being driven finish (they may need this
-        broker's partitions), for at most half of that step's time, then hand the
-        partitions over; a commit still going then follows them to their new owner."""
-        self._coordinator_stopping = asyncio.ensure_future(self.coordinator.stop())
-        await asyncio.wait([self._coordinator_stopping], timeout=GRACE_S / 2)
+        """SIGTERM's first step, as a plain broker's: hand the partitions over at once.
+        The coordinator keeps driving its commits (through uvicorn's wait and then
+        ``stop``); one that still needs a partition of this broker follows it to its
+        new owner, as it would from a coordinator process."""
         await self.broker.release_leases()
 
     async def stop(self) -> None:
-        await (self._coordinator_stopping or self.coordinator.stop())
+        await self.coordinator.stop()  # waits for the commits it drives, releases the TCID
         await self.broker.stop()
 
 
