@@ -4,8 +4,27 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 
 import magnetar
+
+
+def commit_in_background(txn) -> tuple[threading.Thread, dict]:
+    """Start ``txn.commit()`` on a thread (it blocks while a service is down or frozen);
+    the dict gets "ok" (the time it returned) or "error" (what it raised)."""
+    outcome: dict = {}
+
+    def commit():
+        try:
+            txn.commit()
+            outcome["ok"] = time.monotonic()
+        except Exception as exc:  # the caller's assertions report it
+            outcome["error"] = exc
+
+    committer = threading.Thread(target=commit)
+    committer.start()
+    return committer, outcome
 
 
 def read_all(client, topic: str) -> list[bytes]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +17,7 @@ import pytest
 import magnetar
 from magnetar import _partition_consumer
 from magnetar_protocol import magnetar_pb2 as pb
-from tests.e2e.helpers import read_all
+from tests.e2e.helpers import commit_in_background, read_all
 
 pytestmark = pytest.mark.e2e
 
@@ -142,17 +141,7 @@ def _commit_through_sigterm(cluster, client, producer, topic: str, coordinator: 
     # Freeze the partition's broker so the coordinator's commit fan-out is still
     # waiting on it when SIGTERM arrives.
     cluster.freeze(owner)
-    outcome: dict = {}
-
-    def commit():
-        try:
-            txn.commit()
-            outcome["ok"] = time.monotonic()
-        except Exception as exc:  # reported by the assertion below
-            outcome["error"] = exc
-
-    committer = threading.Thread(target=commit)
-    committer.start()
+    committer, outcome = commit_in_background(txn)
     deadline = time.monotonic() + 20
     while _status(cluster, txn.txn_id) != COMMITTING:
         assert time.monotonic() < deadline, "the commit never became COMMITTING"
