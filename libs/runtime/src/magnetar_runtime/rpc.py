@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import aiohttp
 from google.protobuf.message import DecodeError, Message
@@ -19,6 +20,7 @@ from magnetar_protocol.errors import ConnectError, MagnetarError, UnknownError, 
 from magnetar_runtime.auth import reset_role, set_role
 
 PROTOBUF = "application/x-protobuf"
+log = logging.getLogger("magnetar.rpc")
 
 
 class RpcClient:
@@ -47,8 +49,11 @@ class RpcClient:
             return await self._local[path](request)
         except MagnetarError:
             raise
-        except Exception as exc:  # as the route would have answered it
-            raise as_magnetar_error(exc) from exc
+        except Exception as exc:  # as the route would have answered (and logged) it
+            err = as_magnetar_error(exc)
+            if isinstance(err, UnknownError):
+                log.exception("%s (in process) failed", path)
+            raise err from exc
         finally:
             reset_role(token)
 
