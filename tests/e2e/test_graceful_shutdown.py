@@ -5,13 +5,11 @@ lease TTL; a coordinator finishes the commit it is driving before it exits."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
 import urllib.error
 import urllib.request
 
-import asyncpg
 import pytest
 
 import magnetar
@@ -30,14 +28,9 @@ COMMITTING, COMMITTED = pb.TXN_COMMITTING, pb.TXN_COMMITTED
 
 
 def _status(cluster, txn_id) -> int | None:
-    async def query():
-        conn = await asyncpg.connect(cluster.database_url)
-        try:
-            return await conn.fetchval("SELECT status FROM transactions WHERE coordinator_id = $1 "
-                                       "AND txn_id = $2", txn_id.most_bits, txn_id.least_bits)
-        finally:
-            await conn.close()
-    return asyncio.run(query())
+    rows = cluster.query("SELECT status FROM transactions WHERE coordinator_id = $1 AND txn_id = $2",
+                         txn_id.most_bits, txn_id.least_bits)
+    return rows[0][0] if rows else None
 
 
 def _exited(cluster, name: str, timeout: float) -> int:

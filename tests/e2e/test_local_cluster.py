@@ -174,16 +174,7 @@ def test_a_service_that_cannot_start_names_itself_and_its_log(database_url, tmp_
 
 
 def test_migrations_and_owner_of_on_the_cluster_database(cluster):
-    import asyncpg
-
-    async def versions():
-        conn = await asyncpg.connect(cluster.database_url)
-        try:
-            return await conn.fetchval("SELECT count(*) FROM magnetar_migrations")
-        finally:
-            await conn.close()
-
-    assert run_sync(versions) >= 1
+    assert cluster.query("SELECT count(*) FROM magnetar_migrations")[0][0] >= 1
     assert cluster.owner_of("never-used-topic") is None
 
 

@@ -206,20 +206,6 @@ def test_one_request_ends_many_participants_and_names_the_ones_that_failed(clust
         consumer.receive(timeout_millis=500)
 
 
-def _db(cluster, query: str, *args):
-    import asyncio
-
-    import asyncpg
-
-    async def run():
-        conn = await asyncpg.connect(cluster.database_url)
-        try:
-            return await conn.fetch(query, *args)
-        finally:
-            await conn.close()
-    return asyncio.run(run())
-
-
 def test_a_busy_client_takes_pooled_transactions_and_aborts_the_unused(cluster, client):
     """NewTxn for many (docs/transactions.md): a client opening transactions back to
     back leases blocks and hands them out without a round trip; every message commits
@@ -241,8 +227,8 @@ def test_a_busy_client_takes_pooled_transactions_and_aborts_the_unused(cluster, 
     got = sorted(int(m.data()) for m in _receive_all(
         client.subscribe("tx-pooled", "s", initial_position=magnetar.InitialPosition.Earliest)))
     assert got == list(range(60))
-    statuses = {(r["txn_id"]): r["status"] for r in _db(
-        cluster, "SELECT txn_id, status FROM transactions WHERE txn_id = ANY($1::bigint[])",
+    statuses = {(r["txn_id"]): r["status"] for r in cluster.query(
+        "SELECT txn_id, status FROM transactions WHERE txn_id = ANY($1::bigint[])",
         [t.least_bits for t in txn_ids + leased_but_unused])}
     assert all(statuses[t.least_bits] == pb.TXN_COMMITTED for t in txn_ids)
     assert all(statuses[t.least_bits] == pb.TXN_ABORTED for t in leased_but_unused)
@@ -261,7 +247,7 @@ def test_newtxn_for_many_holds_its_deadlines_and_checks_its_limits(cluster, clie
     reply = new(timeout_ms=10000, count=5, hold_ms=1000)
     ids = [reply.txn.least_bits, *reply.more_least_bits]
     assert len(set(ids)) == 5
-    rows = _db(cluster, "SELECT status, timeout_ms, extract(epoch FROM deadline_at - opened_at) "
+    rows = cluster.query("SELECT status, timeout_ms, extract(epoch FROM deadline_at - opened_at) "
                "AS span FROM transactions WHERE txn_id = ANY($1::bigint[])", ids)
     assert len(rows) == 5 and all(r["status"] == pb.TXN_OPEN and r["timeout_ms"] == 10000 for r in rows)
     assert all(10.9 < r["span"] < 11.5 for r in rows)  # timeout + hold
