@@ -218,3 +218,31 @@ def test_shared_consumers_split_a_big_batch_by_permits(cluster, client):
     # The first consumer got its permits' worth of the entry, not all 100 messages.
     got = [second.receive(timeout_millis=5000) for _ in range(10)]
     assert not {m.data() for m in got} & {m.data() for m in held}
+
+
+@pytest.mark.cluster(brokers=1, env={"MAGNETAR_DEDUPLICATION_PRODUCER_INACTIVITY_TIMEOUT_S": "1"})
+def test_an_idle_disconnected_producer_name_loses_its_dedup_state(cluster, client):
+    """Pulsar's producer inactivity timeout: a name that stored nothing for the timeout
+    and is not connected is forgotten (a Spark task's names would otherwise pile up); a
+    connected one is kept however idle."""
+    topic = "persistent://public/default/dedup-idle"
+    kept = client.create_producer(topic, producer_name="kept")
+    kept.send(b"k0")  # first: idle longer than "gone" when "gone" is forgotten
+    gone = client.create_producer(topic, producer_name="gone")
+    for i in range(3):
+        gone.send(f"g{i}".encode())
+    gone.close()
+
+    def names() -> set[str]:
+        return {r[0] for r in cluster.query("SELECT producer_name FROM producer_sequences")}
+
+    deadline = time.monotonic() + 30
+    while "gone" in names():
+        assert time.monotonic() < deadline, "the idle name was never forgotten"
+        time.sleep(0.1)
+    assert "kept" in names()  # idle as long, but connected
+    again = client.create_producer(topic, producer_name="gone")
+    assert again.last_sequence_id() == -1
+    again.send(b"g0-again", sequence_id=0)  # a new producer of that name: stored, not a duplicate
+    assert read_all(client, topic) == [b"k0", b"g0", b"g1", b"g2", b"g0-again"]
+    assert kept.last_sequence_id() == 0

@@ -16,6 +16,8 @@ COMMIT_BATCHES = Histogram(
 OWNED_TOPICS = Gauge("magnetar_broker_owned_topics", "Partitions served by this broker")
 SESSIONS = Gauge("magnetar_broker_sessions", "Open client sessions")
 REDELIVERIES = Counter("magnetar_broker_redeliveries_total", "Messages queued for redelivery")
+DEDUP_EXPIRED = Counter("magnetar_broker_dedup_producers_expired_total",
+                        "Idle producer names whose deduplication state was forgotten")
 
 # Transaction buffer (tb) and pending ack (tp), named as Pulsar names them.
 TB_ACTIVE = Gauge("pulsar_txn_tb_active_total", "Open transactions in this broker's transaction buffers")

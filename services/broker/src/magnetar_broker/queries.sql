@@ -101,6 +101,20 @@ UPDATE topic_owners SET topic_epoch = $4
 WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3 AND topic_epoch < $4
 RETURNING topic_epoch;
 
+-- name: expire_idle_producers
+-- PIP-6 state of the producer names that stored nothing for $4 seconds and are not
+-- connected here ($5), deleted only while this broker holds the lease (Pulsar's
+-- brokerDeduplicationProducerInactivityTimeoutMinutes); the names deleted come back.
+WITH owner AS (
+    SELECT 1 FROM topic_owners
+    WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
+    FOR SHARE
+)
+DELETE FROM producer_sequences
+WHERE topic_id = $1 AND updated_at < now() - make_interval(secs => $4)
+  AND producer_name <> ALL ($5::text[]) AND EXISTS (SELECT 1 FROM owner)
+RETURNING producer_name;
+
 -- name: first_entry_since
 SELECT min(entry_id) FROM entries WHERE topic_id = $1 AND publish_time >= $2;
 

@@ -52,6 +52,9 @@ class BrokerService:
         self.heartbeat_loop = BackgroundLoop(
             "broker-heartbeat", settings.heartbeat_interval_ms / 1000, self.ownership.heartbeat_once)
         self.session_loop = BackgroundLoop("session-expiry", 0.5, self.expire_sessions)
+        idle_s = settings.deduplication_producer_inactivity_timeout_s
+        self.dedup_expiry_loop = BackgroundLoop("dedup-expiry", min(max(idle_s / 4, 0.2), 60),
+                                                self.expire_idle_producers)
         self.ready = False
         self._released = False
         self.producer_handlers = ProducerHandlers(self)
@@ -62,6 +65,7 @@ class BrokerService:
         await self.store.register(self.settings.url)
         self.heartbeat_loop.start()
         self.session_loop.start()
+        self.dedup_expiry_loop.start()
         self.ready = True
         log.info("broker %s serving at %s", self.broker_id, self.settings.url)
 
@@ -82,6 +86,7 @@ class BrokerService:
         """Graceful stop (the lifespan's end): release the leases if not yet done."""
         await self.release_leases()
         await self.session_loop.stop()
+        await self.dedup_expiry_loop.stop()
         log.info("broker %s stopped", self.broker_id)
 
     def _topic_lost(self, plog: PartitionLog) -> None:
@@ -92,6 +97,27 @@ class BrokerService:
                 consumer.closed = True
                 self.consumers.pop(consumer.consumer_id, None)
         plog.subscriptions.clear()
+
+    async def expire_idle_producers(self) -> None:
+        """Forget the dedup state of idle, disconnected producer names of the partitions
+        served here, in the database and in memory."""
+        idle_s = self.settings.deduplication_producer_inactivity_timeout_s
+        for plog in list(self.ownership.logs.values()):
+            if plog.closed:
+                continue
+            connected = sorted({p.name for p in plog.producers.values()})
+            names = await self.store.expire_idle_producers(plog.topic_id, plog.epoch, idle_s, connected)
+            # One that connected meanwhile keeps its state in memory; its next write
+            # stores the row again.
+            now_connected = {p.name for p in plog.producers.values()}
+            for name in names:
+                if name not in now_connected:
+                    plog.persisted_seq.pop(name, None)
+                    plog.pushed_seq.pop(name, None)
+            if names:
+                metrics.DEDUP_EXPIRED.inc(len(names))
+                log.info("forgot the dedup state of %d producer name(s) idle for %d s on %s",
+                         len(names), idle_s, plog.name.full)
 
     async def expire_sessions(self) -> None:
         for session in self.sessions.expired(time.monotonic()):

@@ -20,6 +20,10 @@ class BrokerSettings(ServiceSettings):
     session_timeout_ms: int = Field(10000, gt=0)
     keepalive_interval_ms: int = Field(2000, gt=0)
     deduplication_enabled: bool = True
+    # A producer name that stored nothing for this long and is not connected loses its
+    # dedup state (Pulsar: brokerDeduplicationProducerInactivityTimeoutMinutes, 6 h), so
+    # names that come and go (a Spark task's, per transaction) do not pile up forever.
+    deduplication_producer_inactivity_timeout_s: int = Field(6 * 3600, gt=0)
     allow_auto_topic_creation: bool = True
     max_message_size: int = Field(5 * 1024 * 1024, gt=0)
     max_batch_messages: int = Field(10000, gt=0)

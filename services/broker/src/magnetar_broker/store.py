@@ -134,6 +134,14 @@ class BrokerStore:
         return await self.pool.fetchval(
             Q["set_topic_epoch"], topic_id, self.broker_id, epoch, topic_epoch) is not None
 
+    async def expire_idle_producers(self, topic_id: int, epoch: int, idle_s: float,
+                                    connected: list[str]) -> list[str]:
+        """Forget the dedup state of producer names idle for ``idle_s`` and not in
+        ``connected`` (nothing unless this broker holds the lease); the names forgotten."""
+        rows = await self.pool.fetch(Q["expire_idle_producers"], topic_id, self.broker_id, epoch,
+                                     float(idle_s), connected)
+        return [r[0] for r in rows]
+
     async def read_entries(self, topic_id: int, start: int, end: int, limit: int) -> list[Entry]:
         rows = await self.pool.fetch(Q["read_entries_full"], topic_id, start, end, limit)
         out = []
