@@ -96,3 +96,15 @@ def test_scales_the_coordinator_statefulset_up_only(scaler, k8s):
 def test_outside_kubernetes_the_answer_says_what_to_do_instead(admin):
     status, answer = admin.call("POST", ENDPOINT, {"replicas": 2})
     assert status == 503 and "kubectl scale statefulset" in answer["reason"]
+
+
+def test_with_coordinators_in_brokers_the_answer_says_to_scale_the_brokers(database_url, k8s):
+    server, settings = start_admin(database_url, kubernetes_api_url=k8s.url,
+                                   kubernetes_namespace="ns", coordinators_in_brokers=True)
+    try:
+        admin = Admin(server, database_url, settings)
+        status, answer = admin.call("POST", ENDPOINT, {"replicas": 2})
+        assert status == 409 and "statefulset/<release>-magnetar-broker" in answer["reason"]
+        assert k8s.patches == []
+    finally:
+        server.stop()

@@ -157,6 +157,8 @@ def test_brokers_can_host_the_coordinators_instead_of_a_coordinator_statefulset(
     assert "MAGNETAR_HOST_COORDINATOR" not in env_of(by_kind(render(), "StatefulSet")["rel-magnetar-broker"])
     error = render("broker.hostCoordinator=true", expect_failure=True)
     assert "components.coordinator=false" in error
+    admin = by_kind(objects, "Deployment")["rel-magnetar-admin"]
+    assert env_of(admin)["MAGNETAR_COORDINATORS_IN_BROKERS"]["value"] == "true"  # no scale endpoint
 
 
 def test_external_database_and_component_toggles():

@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI
 
-from magnetar_protocol.errors import BadRequest, ServiceNotReady, UnknownError
+from magnetar_protocol.errors import BadRequest, NotAllowedError, ServiceNotReady, UnknownError
 
 from magnetar_admin.api import Body, Service, body_doc
 
@@ -66,6 +66,11 @@ def kubernetes_routes() -> APIRouter:
         value = body.get("replicas") if isinstance(body, dict) else body
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise BadRequest("body: the number of coordinator replicas, e.g. 3 or {\"replicas\": 3}")
+        if service.settings.coordinators_in_brokers:
+            raise NotAllowedError(
+                "the brokers host the coordinators here (broker.hostCoordinator), one each: "
+                "scale the broker StatefulSet instead (`kubectl scale "
+                "statefulset/<release>-magnetar-broker --replicas=N`), up only")
         result = await asyncio.to_thread(_scale, service.settings, value)
         return result
 

@@ -20,5 +20,8 @@ class AdminSettings(ServiceSettings):
     # The coordinator StatefulSet the scale endpoint patches (the chart sets both).
     kubernetes_namespace: str = "default"
     coordinator_statefulset: str = "magnetar-coordinator"
+    # The brokers host the coordinators (the chart's broker.hostCoordinator): no
+    # coordinator StatefulSet to scale.
+    coordinators_in_brokers: bool = False
     # Kubernetes API base URL; empty: in-cluster configuration (tests point it at a stand-in).
     kubernetes_api_url: str = ""
