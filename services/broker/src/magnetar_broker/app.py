@@ -16,23 +16,19 @@ from magnetar_broker.store import BrokerStore
 def build_app(settings: BrokerSettings | None = None) -> FastAPI:
     settings = settings or BrokerSettings()
 
+    routes = add_routes
+    if settings.host_coordinator:
+        from magnetar_broker import hosted_coordinator
+
+        routes = hosted_coordinator.add_routes
+
     def make_service(pool, auth):
         service = BrokerService(BrokerStore(pool, settings.resolved_broker_id), settings, auth)
         if settings.host_coordinator:
-            from magnetar_broker.hosted_coordinator import BrokerWithCoordinator
-
-            service = BrokerWithCoordinator.build(service, pool, auth)
+            service = hosted_coordinator.BrokerWithCoordinator.build(service, pool, auth)
         # On SIGTERM, before open requests (long polls) are waited for: see serve.py.
         app.state.on_shutdown = service.release_leases
         return service
-
-    def routes(app: FastAPI, service) -> None:
-        if settings.host_coordinator:
-            from magnetar_broker import hosted_coordinator
-
-            hosted_coordinator.add_routes(app, service, add_routes)
-        else:
-            add_routes(app, service)
 
     app = service_app("broker", settings, make_service, routes)
     return app

@@ -13,6 +13,7 @@ from magnetar_coordinator.service import CoordinatorService, new_instance_id
 from magnetar_coordinator.settings import CoordinatorSettings
 from magnetar_coordinator.store import CoordinatorStore
 
+from magnetar_broker.api import add_routes as add_broker_routes
 from magnetar_broker.service import BrokerService
 
 
@@ -50,7 +51,7 @@ class BrokerWithCoordinator:
         await self.broker.stop()
 
 
-def add_routes(app, service: BrokerWithCoordinator, add_broker_routes) -> None:
+def add_routes(app, service: BrokerWithCoordinator) -> None:
     """The broker's routes, the coordinator's, and the coordinator's calls to this
     process's own routes made in process."""
     add_broker_routes(app, service.broker)
