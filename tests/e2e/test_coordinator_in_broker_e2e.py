@@ -1,6 +1,7 @@
 """Brokers that host the transaction coordinator (MAGNETAR_HOST_COORDINATOR): the same
 transactions, the same fencing and recovery, with EndTxnOnParticipants to the hosting
-broker made in process and to any other broker over HTTP."""
+broker made in process and to any other broker over HTTP.  (A SIGKILL of a hosting
+broker: test_transaction_crashes.py and the copier chaos test.)"""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import jwt
 import pytest
 
 import magnetar
-from magnetar_protocol import magnetar_pb2 as pb
-from tests.e2e.helpers import commit_in_background, read_all
+from tests.e2e.helpers import read_all
 
 pytestmark = pytest.mark.e2e
 
@@ -77,28 +77,3 @@ def test_a_hosted_coordinator_tells_its_broker_as_itself_not_as_the_client(clust
         assert read_all(alice, "hosted-auth") == [b"from alice"]
     finally:
         alice.close()
-
-
-@pytest.mark.cluster(brokers=1, coordinator_in_broker=True)
-def test_a_broker_killed_with_its_coordinator_after_committing_completes_after_restart(cluster):
-    """SIGKILL once COMMITTING is durable takes the coordinator and the partition down
-    together; the restarted broker reloads the partition and its coordinator re-drives
-    the commit: every message visible once."""
-    cluster.restart("broker-0", extra_env={"MAGNETAR_FAILPOINTS": "coordinator.after_ending_durable"})
-    client = magnetar.Client(cluster.service_url)
-    try:
-        producer = client.create_producer("hosted-crash")
-        txn = client.new_transaction()
-        for i in range(5):
-            producer.send(f"m{i}".encode(), txn=txn)
-        committer, outcome = commit_in_background(txn)
-        cluster.services["broker-0"].process.wait(30)  # it killed itself at the failpoint
-        cluster.start("broker-0")  # same id and TCID, no failpoint
-        committer.join(60)
-        assert "ok" in outcome, outcome
-        assert read_all(client, "hosted-crash") == [f"m{i}".encode() for i in range(5)]
-        status = cluster.query("SELECT status FROM transactions WHERE coordinator_id = $1 "
-                               "AND txn_id = $2", txn.txn_id.most_bits, txn.txn_id.least_bits)
-        assert [r["status"] for r in status] == [pb.TXN_COMMITTED]
-    finally:
-        client.close()

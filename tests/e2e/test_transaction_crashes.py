@@ -3,32 +3,41 @@ restarted, and every transaction still ends exactly once."""
 
 from __future__ import annotations
 
-
 import pytest
 
 import magnetar
+from magnetar_protocol import magnetar_pb2 as pb
 from tests.e2e.helpers import commit_in_background, read_all
 
 pytestmark = pytest.mark.e2e
 
 
-
-
-def test_coordinator_killed_after_committing_is_durable_completes_after_restart(cluster):
-    cluster.restart("coordinator-0", extra_env={"MAGNETAR_FAILPOINTS": "coordinator.after_ending_durable"})
+@pytest.mark.parametrize("victim", ["coordinator-0", "broker-0 hosting coordinator 0"])
+def test_coordinator_killed_after_committing_is_durable_completes_after_restart(cluster_factory, victim):
+    """SIGKILL once COMMITTING is durable, before any participant is told; after the
+    restart (same TCID, no failpoint) recovery re-drives the commit: every message once.
+    A broker hosting the coordinator takes its partition down with it."""
+    hosted = victim.startswith("broker")
+    cluster = cluster_factory(brokers=1, coordinator_in_broker=True) if hosted else cluster_factory()
+    victim = victim.split()[0]
+    cluster.restart(victim, extra_env={"MAGNETAR_FAILPOINTS": "coordinator.after_ending_durable"})
     client = magnetar.Client(cluster.service_url)
     try:
         producer = client.create_producer("crash-after-committing")
         txn = client.new_transaction()
         for i in range(5):
             producer.send(f"m{i}".encode(), txn=txn)
-        committer, outcome = commit_in_background(txn)
-        cluster.services["coordinator-0"].process.wait(30)  # it killed itself at the failpoint
-        assert read_all(client, "crash-after-committing") == []  # not yet told to anyone
-        cluster.start("coordinator-0")  # same TCID, no failpoint: recovery re-drives the commit
+        committer, outcome = commit_in_background(txn)  # retried until the victim is back
+        cluster.services[victim].process.wait(30)  # it killed itself at the failpoint
+        if not hosted:  # (hosted, the partition's broker is the one down)
+            assert read_all(client, "crash-after-committing") == []  # not yet told to anyone
+        cluster.start(victim)
         committer.join(60)
         assert "ok" in outcome, outcome
         assert read_all(client, "crash-after-committing") == [f"m{i}".encode() for i in range(5)]
+        status = cluster.query("SELECT status FROM transactions WHERE coordinator_id = $1 "
+                               "AND txn_id = $2", txn.txn_id.most_bits, txn.txn_id.least_bits)
+        assert [r["status"] for r in status] == [pb.TXN_COMMITTED]
     finally:
         client.close()
 
