@@ -5,7 +5,6 @@ broker: test_transaction_crashes.py and the copier chaos test.)"""
 
 from __future__ import annotations
 
-
 import jwt
 import pytest
 

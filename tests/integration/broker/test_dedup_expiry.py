@@ -2,23 +2,14 @@
 brokerDeduplicationProducerInactivityTimeoutMinutes): only names idle long enough, only
 names not connected, and only while the broker holds the lease."""
 
-from magnetar_storage.db import create_pool
-from magnetar_broker.store import BrokerStore
-
-
-def _entry(entry_id: int, producer: str, seq: int):
-    return ([entry_id], [producer], [seq], [seq], [1], [0], [b"x"]), ([producer], [seq])
+from tests.integration.broker.brokers import one_entry, two_brokers
 
 
 async def test_idle_disconnected_names_are_forgotten_while_the_lease_is_held(database_url):
-    pool = await create_pool(database_url, max_size=2)
-    a, b = BrokerStore(pool, "a"), BrokerStore(pool, "b")
-    await a.register("http://a")
-    await b.register("http://b")
-    topic_id = await a.create_topic("persistent://public/default/idle", "public", "default", -1)
+    pool, a, b, topic_id = await two_brokers(database_url)
     epoch = await a.assign_owner(topic_id, "a", 0)
     for i, name in enumerate(["idle", "idle-but-connected", "recent"]):
-        assert await a.append_entries(topic_id, epoch, *_entry(i, name, 5)) == (True, True)
+        assert await a.append_entries(topic_id, epoch, *one_entry(i, name, 5)) == (True, True)
     await pool.execute("UPDATE producer_sequences SET updated_at = now() - interval '2 hours' "
                        "WHERE producer_name <> 'recent'")
 

@@ -4,32 +4,17 @@ import asyncio
 
 import asyncpg
 
-from magnetar_storage.db import create_pool
-from magnetar_broker.store import BrokerStore
-
-
-def _one_entry(entry_id: int, producer: str = "p", seq: int = 0):
-    columns = ([entry_id], [producer], [seq], [seq], [1], [0], [b"x"])
-    return columns, ([producer], [seq])
-
-
-async def _setup(database_url):
-    pool = await create_pool(database_url, max_size=4)
-    a, b = BrokerStore(pool, "a"), BrokerStore(pool, "b")
-    await a.register("http://a")
-    await b.register("http://b")
-    topic_id = await a.create_topic("persistent://public/default/f", "public", "default", -1)
-    return pool, a, b, topic_id
+from tests.integration.broker.brokers import one_entry, two_brokers
 
 
 async def test_stale_epoch_writes_nothing(database_url):
-    pool, a, b, topic_id = await _setup(database_url)
+    pool, a, b, topic_id = await two_brokers(database_url)
     epoch_a = await a.assign_owner(topic_id, "a", 0)
-    assert await a.append_entries(topic_id, epoch_a, *_one_entry(0)) == (True, True)
+    assert await a.append_entries(topic_id, epoch_a, *one_entry(0)) == (True, True)
     epoch_b = await b.assign_owner(topic_id, "b", epoch_a)
     assert epoch_b == epoch_a + 1
     # The old owner's write is refused and leaves no trace, dedup state included.
-    assert await a.append_entries(topic_id, epoch_a, *_one_entry(1, seq=1)) == (False, False)
+    assert await a.append_entries(topic_id, epoch_a, *one_entry(1, seq=1)) == (False, False)
     assert await pool.fetchval("SELECT count(*) FROM entries") == 1
     assert await b.last_sequence_id(topic_id, "p") == 0
     # A compare-and-set with a stale expected epoch loses.
@@ -47,7 +32,7 @@ async def _wait_for_lock_waiter(pool, timeout=5.0):
 async def test_takeover_waits_for_an_in_flight_write(database_url):
     """The CAS blocks on the FOR SHARE lock of a write in progress, then wins; the
     write committed before it is visible to the new owner."""
-    pool, a, b, topic_id = await _setup(database_url)
+    pool, a, b, topic_id = await two_brokers(database_url)
     epoch_a = await a.assign_owner(topic_id, "a", 0)
     conn = await asyncpg.connect(database_url)
     tx = conn.transaction()
@@ -68,19 +53,19 @@ async def test_takeover_waits_for_an_in_flight_write(database_url):
 
 
 async def test_restart_releases_former_leases(database_url):
-    pool, a, b, topic_id = await _setup(database_url)
+    pool, a, b, topic_id = await two_brokers(database_url)
     epoch = await a.assign_owner(topic_id, "a", 0)
     await a.register("http://a")  # a restarted broker fences its former self
     assert await a.my_epoch(topic_id) is None
-    assert await a.append_entries(topic_id, epoch, *_one_entry(0)) == (False, False)
+    assert await a.append_entries(topic_id, epoch, *one_entry(0)) == (False, False)
     await pool.close()
 
 async def test_exclusive_write_with_stale_topic_epoch_is_refused(database_url):
-    pool, a, b, topic_id = await _setup(database_url)
+    pool, a, b, topic_id = await two_brokers(database_url)
     epoch = await a.assign_owner(topic_id, "a", 0)
     assert await a.set_topic_epoch(topic_id, epoch, 1)
     assert await a.set_topic_epoch(topic_id, epoch, 2)
-    assert await a.append_entries(topic_id, epoch, *_one_entry(0), topic_epoch=1) == (True, False)
+    assert await a.append_entries(topic_id, epoch, *one_entry(0), topic_epoch=1) == (True, False)
     assert await pool.fetchval("SELECT count(*) FROM entries") == 0
-    assert await a.append_entries(topic_id, epoch, *_one_entry(0), topic_epoch=2) == (True, True)
+    assert await a.append_entries(topic_id, epoch, *one_entry(0), topic_epoch=2) == (True, True)
     await pool.close()

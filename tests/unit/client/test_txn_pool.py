@@ -64,6 +64,15 @@ def transport():
     return CoordinatorTransport()
 
 
+async def _busily(client, count: int) -> list:
+    """``count`` transactions opened back to back, as a busy caller opens them."""
+    txns = []
+    for _ in range(count):
+        txns.append(await client.new_transaction())
+        await asyncio.sleep(0)  # a real call yields to the loop: the lease runs
+    return txns
+
+
 async def test_an_occasional_caller_opens_each_transaction_itself(transport):
     async with aio.Client(URL, transport=transport) as client:
         for _ in range(3):
@@ -75,10 +84,7 @@ async def test_an_occasional_caller_opens_each_transaction_itself(transport):
 
 async def test_a_busy_caller_gets_pooled_transactions_without_a_round_trip(transport):
     async with aio.Client(URL, transport=transport) as client:
-        txns = []
-        for _ in range(40):
-            txns.append(await client.new_transaction())
-            await asyncio.sleep(0)  # a real call yields to the loop: the lease runs
+        txns = await _busily(client, 40)
         pooled_requests = [r for r in transport.new_requests() if r.count > 1]
         assert pooled_requests, "no block was asked for"
         assert all(r.hold_ms == _txn_pool.HOLD_S * 1000 for r in pooled_requests)
@@ -144,10 +150,7 @@ async def test_a_coordinator_that_ignores_count_gets_no_more_block_requests(tran
 
     transport.handlers["/v1/txn/new"] = old_new
     async with aio.Client(URL, transport=transport) as client:
-        txns = []
-        for _ in range(40):
-            txns.append(await client.new_transaction())
-            await asyncio.sleep(0)  # a real call yields to the loop: the lease runs
+        txns = await _busily(client, 40)
         blocks = [r for r in transport.new_requests() if r.count > 1]
         assert len(blocks) == 1
         assert all(t.deadline is None for t in txns)  # none came from a pool
