@@ -1,7 +1,7 @@
 """The schema described once with SQLAlchemy Core.
 
 Migrations are the source of truth for the database; this model exists so tooling can
-reason about tables, and tests/integration/test_schema.py proves the two agree (same
+reason about tables, and tests/integration/test_migrations.py proves the two agree (same
 tables, columns, types, nullability, keys and indexes).
 """
 

@@ -255,13 +255,16 @@ class LocalPostgres:
             subprocess.run([*psql, f"CREATE DATABASE {DB_NAME}"], check=True,
                            capture_output=True)
 
-    def create_database(self, name: str) -> str:
-        """A fresh, empty database on this server; returns its URL."""
+    def create_database(self, name: str, template: str | None = None) -> str:
+        """A fresh database on this server, empty or a copy of ``template`` (a database
+        nobody is connected to); returns its URL."""
         psql = [str(find_pg_bin() / "psql"), "-h", "127.0.0.1",
                 "-p", str(self.port), "-U", DB_USER, "-d", "postgres", "-tAc"]
-        subprocess.run([*psql, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'], check=True,
-                       capture_output=True)
-        subprocess.run([*psql, f'CREATE DATABASE "{name}"'], check=True, capture_output=True)
+        copy = f' TEMPLATE "{template}"' if template else ""
+        # Two commands: psql -c runs one string as one transaction, and DROP DATABASE
+        # refuses to run inside one.
+        self.drop_database(name)
+        subprocess.run([*psql, f'CREATE DATABASE "{name}"{copy}'], check=True, capture_output=True)
         return f"postgresql://{DB_USER}@127.0.0.1:{self.port}/{name}"
 
     def running_pid(self) -> int | None:
