@@ -31,3 +31,14 @@ def test_partitions():
     assert part.base == name
     assert name.partition_index == -1
     assert TopicName.parse("x-partition-01").partition_index == -1  # not a canonical index
+
+
+@pytest.mark.parametrize("local", ["t-partition--1", "t-partition-1", "x-partition-", "-", ".", "-=:"])
+def test_names_that_are_never_created(local):
+    # One rule for the admin's create and the broker's auto-creation.
+    assert TopicName.parse(f"t/ns/{local}").creation_problem()
+
+
+@pytest.mark.parametrize("local", ["orders", "a-1", "partition-x", "x_partition_1"])
+def test_names_that_may_be_created(local):
+    assert TopicName.parse(f"t/ns/{local}").creation_problem() is None

@@ -99,6 +99,19 @@ class TopicName:
         m = _PARTITION.match(self.local_name)
         return TopicName(self.tenant, self.namespace, m.group("base")) if m else self
 
+    def creation_problem(self) -> str | None:
+        """Why this name may not be created as a topic of its own (None: it may).  One
+        rule for the admin's create and the broker's auto-creation: ``-partition-`` is
+        kept for the partitions of partitioned topics (Pulsar refuses it too), and a
+        name needs a letter or a digit (``-`` or ``.`` alone is no name)."""
+        if PARTITION_SUFFIX in self.local_name:
+            return (f"{self.full} names a partition (…-partition-N) or contains "
+                    f"'{PARTITION_SUFFIX}', which is kept for the partitions of partitioned "
+                    "topics; create a partitioned topic, or choose another name")
+        if not any(c.isalnum() for c in self.local_name):
+            return f"{self.full}: a topic name needs at least one letter or digit"
+        return None
+
     def partition(self, index: int) -> "TopicName":
         return TopicName(self.tenant, self.namespace, f"{self.local_name}{PARTITION_SUFFIX}{index}")
 

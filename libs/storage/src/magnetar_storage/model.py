@@ -263,3 +263,48 @@ registries = Table(
     Column("url", Text, nullable=False),
     Column("heartbeat_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
 )
+
+# ---------------------------------------------------------------- permissions (0007)
+
+
+def _namespace_fk() -> ForeignKeyConstraint:
+    return ForeignKeyConstraint(["tenant", "namespace"], ["namespaces.tenant", "namespaces.namespace"],
+                                ondelete="CASCADE")
+
+
+namespace_permissions = Table(
+    "namespace_permissions",
+    metadata,
+    Column("tenant", Text, nullable=False),
+    Column("namespace", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("actions", ARRAY(Text), nullable=False),
+    _created_at(),
+    PrimaryKeyConstraint("tenant", "namespace", "role"),
+    _namespace_fk(),
+)
+
+topic_permissions = Table(
+    "topic_permissions",
+    metadata,
+    Column("tenant", Text, nullable=False),
+    Column("namespace", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("actions", ARRAY(Text), nullable=False),
+    _created_at(),
+    PrimaryKeyConstraint("topic", "role"),
+    _namespace_fk(),
+)
+
+subscription_permissions = Table(
+    "subscription_permissions",
+    metadata,
+    Column("tenant", Text, nullable=False),
+    Column("namespace", Text, nullable=False),
+    Column("subscription", Text, nullable=False),
+    Column("roles", ARRAY(Text), nullable=False),
+    _created_at(),
+    PrimaryKeyConstraint("tenant", "namespace", "subscription"),
+    _namespace_fk(),
+)

@@ -25,6 +25,12 @@ def get_service(request: Request) -> AdminService:
 Service = Annotated[AdminService, Depends(get_service)]
 
 
+async def tenant_admin_only(request: Request) -> None:
+    """The routes of a tenant's namespaces, topics and permissions: a superuser or one of
+    the tenant's ``adminRoles`` (Pulsar's validateTenantAdminAccess)."""
+    await get_service(request).require_tenant_admin(request.path_params.get("tenant", ""))
+
+
 async def json_body(request: Request) -> Any:
     """The request body as JSON (whatever its content type); bodies.MISSING if empty."""
     return bodies.parse_json(await request.body())
@@ -86,7 +92,8 @@ def tenant_routes(settings_cluster: str) -> APIRouter:
 
 
 def namespace_routes() -> APIRouter:
-    r = APIRouter(prefix="/admin/v2/namespaces", tags=["namespaces"])
+    r = APIRouter(prefix="/admin/v2/namespaces", tags=["namespaces"],
+                  dependencies=[Depends(tenant_admin_only)])
 
     @r.get("/{tenant}", summary="List a tenant's namespaces (as tenant/namespace)")
     async def list_namespaces(tenant: str, service: Service) -> list[str]:
@@ -146,5 +153,9 @@ def broker_routes() -> APIRouter:
 def add_routes(app: FastAPI, cluster: str) -> None:
     from magnetar_admin.api_topics import topic_routes
 
-    for router in (tenant_routes(cluster), namespace_routes(), topic_routes(), broker_routes()):
+    from magnetar_admin.api_permissions import permission_routes
+
+    # Permissions first: their paths are more specific than the topic routes'.
+    for router in (permission_routes(), tenant_routes(cluster), namespace_routes(), topic_routes(),
+                   broker_routes()):
         app.include_router(router)

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 
 from magnetar_admin import bodies
-from magnetar_admin.api import NO_CONTENT, Body, Service, body_doc
+from magnetar_admin.api import NO_CONTENT, Body, Service, body_doc, tenant_admin_only
 
 BASE = "/{tenant}/{namespace}"
 TOPIC = BASE + "/{topic}"
 
 
 def topic_routes() -> APIRouter:
-    r = APIRouter(prefix="/admin/v2/persistent", tags=["topics"])
+    r = APIRouter(prefix="/admin/v2/persistent", tags=["topics"],
+                  dependencies=[Depends(tenant_admin_only)])
 
     @r.get(BASE, summary="List the namespace's topics as full names (partitions included)")
     async def list_topics(tenant: str, namespace: str, service: Service) -> list[str]:

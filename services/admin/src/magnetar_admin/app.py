@@ -70,9 +70,11 @@ def build_app(settings: AdminSettings | None = None) -> FastAPI:
     return app
 
 
-# Endpoints a non-superuser may call (they check ownership themselves); every other
-# admin endpoint needs a superuser role when authentication is on.
-OWNER_PATHS = ("/admin/v2/transactions/transaction-keys", "/admin/v3/transactions/abortTransaction/")
+# Endpoints a non-superuser may call (they check ownership, or tenant admin roles,
+# themselves: api.tenant_admin_only); every other admin endpoint needs a superuser role
+# when authentication is on.
+OWNER_PATHS = ("/admin/v2/transactions/transaction-keys", "/admin/v3/transactions/abortTransaction/",
+               "/admin/v2/namespaces/", "/admin/v2/persistent/")
 
 
 def admin_path_rule(auth: Authenticator, path: str, role: str) -> None:

@@ -193,3 +193,58 @@ JOIN topics t ON t.topic_id = o.topic_id
 LEFT JOIN brokers b ON b.broker_id = o.broker_id
 WHERE o.broker_id IS NOT NULL
 ORDER BY t.topic;
+
+-- ---------------------------------------------------------------- permissions (0007)
+
+-- name: namespace_grants
+SELECT role, actions FROM namespace_permissions WHERE tenant = $1 AND namespace = $2 ORDER BY role;
+
+-- name: grant_namespace
+-- Replaces the role's actions (Pulsar's grant-permission); no row when the namespace is missing.
+INSERT INTO namespace_permissions (tenant, namespace, role, actions)
+SELECT tenant, namespace, $3, $4 FROM namespaces WHERE tenant = $1 AND namespace = $2
+ON CONFLICT (tenant, namespace, role) DO UPDATE SET actions = excluded.actions
+RETURNING role;
+
+-- name: revoke_namespace
+DELETE FROM namespace_permissions WHERE tenant = $1 AND namespace = $2 AND role = $3;
+
+-- name: topic_grants
+SELECT role, actions FROM topic_permissions WHERE topic = $1 ORDER BY role;
+
+-- name: grant_topic
+INSERT INTO topic_permissions (tenant, namespace, topic, role, actions)
+SELECT tenant, namespace, $3, $4, $5 FROM namespaces WHERE tenant = $1 AND namespace = $2
+ON CONFLICT (topic, role) DO UPDATE SET actions = excluded.actions
+RETURNING role;
+
+-- name: revoke_topic
+DELETE FROM topic_permissions WHERE topic = $1 AND role = $2;
+
+-- name: delete_topic_grants
+-- A deleted topic's grants go with it, so a later topic of the same name starts bare.
+DELETE FROM topic_permissions WHERE topic = $1;
+
+-- name: subscription_grants
+SELECT subscription, roles FROM subscription_permissions
+WHERE tenant = $1 AND namespace = $2 ORDER BY subscription;
+
+-- name: grant_subscription
+INSERT INTO subscription_permissions (tenant, namespace, subscription, roles)
+SELECT tenant, namespace, $3, $4 FROM namespaces WHERE tenant = $1 AND namespace = $2
+ON CONFLICT (tenant, namespace, subscription) DO UPDATE SET roles = excluded.roles
+RETURNING subscription;
+
+-- name: revoke_subscription_role
+-- Takes one role off a subscription's list (the row goes with its last role: an empty
+-- list restricts nothing, as in Pulsar).  No row: the subscription has no list.
+WITH changed AS (
+    UPDATE subscription_permissions SET roles = array_remove(roles, $4)
+    WHERE tenant = $1 AND namespace = $2 AND subscription = $3
+    RETURNING tenant, namespace, subscription, roles
+), emptied AS (
+    DELETE FROM subscription_permissions p USING changed c
+    WHERE p.tenant = c.tenant AND p.namespace = c.namespace AND p.subscription = c.subscription
+      AND cardinality(c.roles) = 0
+)
+SELECT subscription FROM changed;

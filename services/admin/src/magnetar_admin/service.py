@@ -15,10 +15,17 @@ import logging
 
 import aiohttp
 
-from magnetar_protocol.errors import BadRequest, Conflict, SubscriptionNotFound, TopicNotFound
+from magnetar_protocol.errors import (
+    AuthorizationError,
+    BadRequest,
+    Conflict,
+    SubscriptionNotFound,
+    TenantNotFound,
+    TopicNotFound,
+)
 from magnetar_protocol.topics import TopicName
 
-from magnetar_runtime.auth import Authenticator
+from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.rpc import RpcClient
 
 from magnetar_admin import stats as shapes
@@ -45,6 +52,22 @@ class AdminService:
         if self.http is not None:
             await self.http.close()
         await self.rpc.close()
+
+    # ---------------------------------------------------------------- authorization
+
+    async def require_tenant_admin(self, tenant: str) -> None:
+        """A superuser, or one of the tenant's admin roles; else AuthorizationError (also
+        for a tenant that does not exist: a non-admin learns nothing about tenants)."""
+        role = current_role()
+        if self.auth.roles.is_superuser(role):
+            return
+        try:
+            admins = await self.store.tenant_roles(tenant)
+        except TenantNotFound:
+            admins = []
+        if role not in admins:
+            raise AuthorizationError(f"role {role!r} is neither a superuser nor an admin of tenant "
+                                     f"{tenant!r} (its adminRoles)")
 
     # ---------------------------------------------------------------- brokers
 
@@ -116,9 +139,8 @@ class AdminService:
     # ---------------------------------------------------------------- topics
 
     async def create_topic(self, name: TopicName, partitions: int) -> None:
-        if name.partition_index >= 0:
-            raise BadRequest(f"{name.full} names a partition (…-partition-N); create the "
-                             f"partitioned topic {name.base.full} instead")
+        if problem := name.creation_problem():
+            raise BadRequest(problem)
         await self.store.create_topic(name, partitions)
 
     async def units(self, name: TopicName) -> tuple[int, list[TopicName]]:

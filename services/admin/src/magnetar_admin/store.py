@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import asyncpg
 
-from magnetar_protocol.errors import Conflict, NamespaceNotFound, TenantNotFound, TopicNotFound
+from magnetar_protocol.errors import (
+    Conflict,
+    NamespaceNotFound,
+    SubscriptionNotFound,
+    TenantNotFound,
+    TopicNotFound,
+)
 from magnetar_protocol.topics import TopicName
 from magnetar_storage.queries import load_queries
 
@@ -168,6 +174,7 @@ class AdminStore:
             if not partitioned and not rows:
                 raise TopicNotFound(f"topic {name.full} does not exist")
             await self._delete_topic_rows(conn, [r["topic_id"] for r in rows])
+            await conn.execute(Q["delete_topic_grants"], name.base.full)
 
     @staticmethod
     async def _delete_topic_rows(conn: asyncpg.Connection, topic_ids: list[int]) -> None:
@@ -178,6 +185,54 @@ class AdminStore:
         await conn.execute(Q["fence_topics"], topic_ids)
         for query in _TOPIC_ROWS:
             await conn.execute(Q[query], topic_ids)
+
+    # ---------------------------------------------------------------- permissions
+
+    async def namespace_grants(self, tenant: str, namespace: str) -> dict[str, list[str]]:
+        await self.deduplication(tenant, namespace)  # 404 for a missing namespace
+        rows = await self.pool.fetch(Q["namespace_grants"], tenant, namespace)
+        return {r["role"]: list(r["actions"]) for r in rows}
+
+    async def grant_namespace(self, tenant: str, namespace: str, role: str, actions: list[str]) -> None:
+        if await self.pool.fetchval(Q["grant_namespace"], tenant, namespace, role, actions) is None:
+            raise NamespaceNotFound(f"namespace {tenant}/{namespace} does not exist")
+
+    async def revoke_namespace(self, tenant: str, namespace: str, role: str) -> None:
+        await self.deduplication(tenant, namespace)
+        await self.pool.execute(Q["revoke_namespace"], tenant, namespace, role)
+
+    async def topic_grants(self, name: TopicName) -> dict[str, list[str]]:
+        await self.deduplication(name.tenant, name.namespace)
+        rows = await self.pool.fetch(Q["topic_grants"], name.full)
+        return {r["role"]: list(r["actions"]) for r in rows}
+
+    async def grant_topic(self, name: TopicName, role: str, actions: list[str]) -> None:
+        if await self.pool.fetchval(Q["grant_topic"], name.tenant, name.namespace, name.full,
+                                    role, actions) is None:
+            raise NamespaceNotFound(f"namespace {name.namespace_name} does not exist")
+
+    async def revoke_topic(self, name: TopicName, role: str) -> None:
+        await self.deduplication(name.tenant, name.namespace)
+        await self.pool.execute(Q["revoke_topic"], name.full, role)
+
+    async def subscription_grants(self, tenant: str, namespace: str) -> dict[str, list[str]]:
+        await self.deduplication(tenant, namespace)
+        rows = await self.pool.fetch(Q["subscription_grants"], tenant, namespace)
+        return {r["subscription"]: list(r["roles"]) for r in rows}
+
+    async def grant_subscription(self, tenant: str, namespace: str, subscription: str,
+                                 roles: list[str]) -> None:
+        if await self.pool.fetchval(Q["grant_subscription"], tenant, namespace, subscription,
+                                    roles) is None:
+            raise NamespaceNotFound(f"namespace {tenant}/{namespace} does not exist")
+
+    async def revoke_subscription_role(self, tenant: str, namespace: str, subscription: str,
+                                       role: str) -> None:
+        await self.deduplication(tenant, namespace)
+        if await self.pool.fetchval(Q["revoke_subscription_role"], tenant, namespace,
+                                    subscription, role) is None:
+            raise SubscriptionNotFound(f"subscription {subscription!r} of {tenant}/{namespace} has "
+                                       "no permissions to revoke")
 
     # ---------------------------------------------------------------- stats
 

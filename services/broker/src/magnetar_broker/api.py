@@ -43,8 +43,14 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
     for path, request_type, handler in routes:
         proto_route(app, path, request_type, handler)
 
+    def internal_only() -> None:
+        # Service-to-service (the admin's calls): they name other roles' producers and
+        # consumers and move topics, so only superusers (the service token's role).
+        service.auth.require_superuser("the brokers' /internal/v1 endpoints")
+
     @app.get("/internal/v1/topic-stats", summary="Live stats of a topic this broker serves")
     async def topic_stats(topic: str) -> dict:
+        internal_only()
         name = TopicName.parse(topic)
         plog = service.ownership.logs.get(name.full)
         if plog is None or plog.closed:
@@ -53,6 +59,7 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
 
     @app.get("/internal/v1/transaction-buffer-stats", summary="Transaction buffer of a topic")
     async def transaction_buffer_stats(topic: str) -> dict:
+        internal_only()
         name = TopicName.parse(topic)
         plog = service.ownership.logs.get(name.full)
         if plog is None or plog.closed:
@@ -61,9 +68,11 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
 
     @app.post("/internal/v1/unload", summary="Give up ownership of a topic now")
     async def unload(topic: str) -> dict:
+        internal_only()
         return {"unloaded": await service.ownership.unload(TopicName.parse(topic))}
 
     @app.get("/internal/v1/owned-topics", summary="Topics this broker serves")
     async def owned_topics() -> dict:
+        internal_only()
         return {"brokerId": service.broker_id,
                 "topics": sorted(service.ownership.logs)}

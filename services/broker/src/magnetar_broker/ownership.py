@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 
 from magnetar_protocol.errors import (
+    InvalidTopicName,
     NamespaceNotFound,
     NotOwner,
     ServiceNotReady,
@@ -60,6 +61,8 @@ class Ownership:
             )
         if not (create and (is_partition or self.settings.allow_auto_topic_creation)):
             raise TopicNotFound(f"topic {name.full} does not exist (auto-creation is off)")
+        if not is_partition and (problem := name.creation_problem()):
+            raise InvalidTopicName(f"cannot auto-create: {problem}")
         exists, _ = await self.store.namespace(name.tenant, name.namespace)
         if not exists:
             raise NamespaceNotFound(

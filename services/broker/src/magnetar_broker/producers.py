@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import ProducerBusy, ProducerFenced
 from magnetar_protocol.topics import TopicName, validate_name_part
+from magnetar_runtime.auth import current_role
+from magnetar_runtime.permissions import PRODUCE
 
 from magnetar_broker.access import MODE_NAMES as ACCESS_MODES
 from magnetar_broker.access import Outcome
@@ -30,8 +32,11 @@ class ProducerHandlers:
         self.service = service
 
     async def create(self, req: pb.CreateProducerRequest) -> pb.CreateProducerResponse:
-        session = self.service.sessions.get(req.session_id, time.monotonic())
-        plog = await self.service.ownership.get_log(TopicName.parse(req.topic))
+        role = current_role()
+        session = self.service.sessions.get(req.session_id, time.monotonic(), role)
+        topic = TopicName.parse(req.topic)
+        await self.service.authz.require(topic, PRODUCE)
+        plog = await self.service.ownership.get_log(topic)
         name = req.producer_name
         if name:
             validate_name_part("producer", name)
@@ -87,7 +92,7 @@ class ProducerHandlers:
         last = await plog.last_sequence_id(name)
         plog.check_open()
         producer = Producer(new_object_id(), name, session.session_id, mode, plog,
-                            topic_epoch=decision.epoch)
+                            role=session.role, topic_epoch=decision.epoch)
         plog.producers[producer.producer_id] = producer
         plog.access.attach(producer.producer_id, mode, name, decision.epoch)
         session.waiting.discard((plog.name.full, name))

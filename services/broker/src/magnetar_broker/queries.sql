@@ -398,3 +398,15 @@ WHERE heartbeat_at > now() - make_interval(secs => $1::float8) ORDER BY coordina
 -- Discovery for keyed clients (/v1/registry/lookup).
 SELECT DISTINCT url FROM registries
 WHERE heartbeat_at > now() - make_interval(secs => $1::float8) ORDER BY url;
+
+-- name: auth_policies
+-- What authorization needs about one topic (migration 0007): the tenant's admin roles,
+-- the namespace's grants (role -> actions), the topic's grants ($3: the full name of the
+-- topic or its partitioned topic) and the namespace's subscription roles.
+SELECT (SELECT admin_roles FROM tenants WHERE tenant = $1) AS admin_roles,
+       (SELECT coalesce(jsonb_object_agg(role, actions), '{}')::text FROM namespace_permissions
+        WHERE tenant = $1 AND namespace = $2) AS namespace_grants,
+       (SELECT coalesce(jsonb_object_agg(role, actions), '{}')::text FROM topic_permissions
+        WHERE topic = $3) AS topic_grants,
+       (SELECT coalesce(jsonb_object_agg(subscription, roles), '{}')::text FROM subscription_permissions
+        WHERE tenant = $1 AND namespace = $2) AS subscription_roles;

@@ -18,11 +18,13 @@ from magnetar_protocol.errors import (
     ProducerNotFound,
 )
 from magnetar_protocol.topics import TopicName, validate_name_part
-from magnetar_runtime.auth import Authenticator
+from magnetar_runtime.auth import Authenticator, current_role
+from magnetar_runtime.permissions import CONSUME, LOOKUP
 from magnetar_runtime.loops import BackgroundLoop
 
 from magnetar_broker import metrics
 from magnetar_broker.access import MODE_NAMES as ACCESS_MODES
+from magnetar_broker.authorization import Authorizer
 from magnetar_broker.cursor import Cursor
 from magnetar_broker.ownership import Ownership
 from magnetar_broker.producers import ProducerHandlers
@@ -45,6 +47,7 @@ class BrokerService:
         self.auth = auth or Authenticator(settings)
         self.broker_id = store.broker_id
         self.ownership = Ownership(store, settings, self._topic_lost, self.auth.roles)
+        self.authz = Authorizer(store, self.auth.roles, settings.auth_policy_cache_ms / 1000)
         self.sessions = SessionRegistry(settings.session_timeout_ms / 1000)
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
@@ -141,17 +144,19 @@ class BrokerService:
 
     async def metadata(self, req: pb.PartitionMetadataRequest) -> pb.PartitionMetadataResponse:
         name = TopicName.parse(req.topic)
+        await self.authz.require(name, LOOKUP)  # before auto-creation: it obeys permissions
         return pb.PartitionMetadataResponse(topic=name.full, partitions=await self.ownership.partitions(name))
 
     async def lookup(self, req: pb.LookupRequest) -> pb.LookupResponse:
         name = TopicName.parse(req.topic)
+        await self.authz.require(name, LOOKUP)
         broker_id, url = await self.ownership.lookup(name)
         return pb.LookupResponse(topic=name.full, broker_url=url, broker_id=broker_id)
 
     # ---------------------------------------------------------------- sessions
 
     async def open_session(self, req: pb.OpenSessionRequest) -> pb.OpenSessionResponse:
-        session = self.sessions.open(req.client_name, time.monotonic())
+        session = self.sessions.open(req.client_name, time.monotonic(), current_role())
         metrics.SESSIONS.set(len(self.sessions.sessions))
         return pb.OpenSessionResponse(
             session_id=session.session_id,
@@ -160,11 +165,11 @@ class BrokerService:
         )
 
     async def keepalive(self, req: pb.KeepAliveRequest) -> pb.KeepAliveResponse:
-        self.sessions.get(req.session_id, time.monotonic())
+        self.sessions.get(req.session_id, time.monotonic(), current_role())
         return pb.KeepAliveResponse()
 
     async def close_session(self, req: pb.CloseSessionRequest) -> pb.CloseSessionResponse:
-        if session := self.sessions.close(req.session_id):
+        if session := self.sessions.close(req.session_id, current_role()):
             self._close_session_objects(session)
         return pb.CloseSessionResponse()
 
@@ -174,10 +179,13 @@ class BrokerService:
         return await self.producer_handlers.create(req)
 
     def _producer(self, producer_id: int) -> Producer:
+        """The caller's producer.  Another role's id is answered as an unknown one, so ids
+        are no oracle (and they are random 63 bits: nothing to enumerate)."""
         producer = self.producers.get(producer_id)
-        if producer is not None:
-            producer.check_not_fenced()
-        if producer is None or producer.closed:
+        if producer is None or producer.role != current_role():
+            raise ProducerNotFound(f"producer {producer_id} is not connected to this broker; create it again")
+        producer.check_not_fenced()
+        if producer.closed:
             raise ProducerNotFound(f"producer {producer_id} is not connected to this broker; create it again")
         return producer
 
@@ -203,7 +211,8 @@ class BrokerService:
         return reply
 
     async def close_producer(self, req: pb.CloseProducerRequest) -> pb.CloseProducerResponse:
-        if producer := self.producers.get(req.producer_id):
+        producer = self.producers.get(req.producer_id)
+        if producer is not None and producer.role == current_role():
             self._drop_producer(producer)
         return pb.CloseProducerResponse()
 
@@ -219,18 +228,21 @@ class BrokerService:
     # ---------------------------------------------------------------- consumers
 
     async def subscribe(self, req: pb.SubscribeRequest) -> pb.SubscribeResponse:
-        session = self.sessions.get(req.session_id, time.monotonic())
+        role = current_role()
+        session = self.sessions.get(req.session_id, time.monotonic(), role)
         if req.sub_type not in (pb.SUB_EXCLUSIVE, pb.SUB_SHARED, pb.SUB_FAILOVER, pb.SUB_KEY_SHARED):
             raise BadRequest(f"unknown subscription type {req.sub_type}")
         sub_name = req.subscription or (f"reader-{uuid.uuid4().hex[:10]}" if not req.durable else "")
         validate_name_part("subscription", sub_name)
-        plog = await self.ownership.get_log(TopicName.parse(req.topic))
+        name = TopicName.parse(req.topic)
+        await self.authz.require(name, CONSUME, sub_name)
+        plog = await self.ownership.get_log(name)
         async with plog._sub_lock:
             sub = plog.subscriptions.get(sub_name)
             if sub is None:
                 sub = await self._open_subscription(plog, sub_name, req)
             consumer = Consumer(new_object_id(), req.consumer_name or f"consumer-{uuid.uuid4().hex[:6]}",
-                                req.session_id, req.priority_level, sub)
+                                req.session_id, req.priority_level, sub, role=role)
             sub.add_consumer(consumer, req.sub_type)
         self.consumers[consumer.consumer_id] = consumer
         session.consumers.add(consumer.consumer_id)
@@ -254,8 +266,9 @@ class BrokerService:
         return sub
 
     def _consumer(self, consumer_id: int) -> Consumer:
+        """The caller's consumer; another role's id is answered as an unknown one."""
         consumer = self.consumers.get(consumer_id)
-        if consumer is None or consumer.closed:
+        if consumer is None or consumer.closed or consumer.role != current_role():
             raise ConsumerNotFound(f"consumer {consumer_id} is not connected to this broker; subscribe again")
         return consumer
 
@@ -325,9 +338,11 @@ class BrokerService:
 
     async def close_consumer(self, req: pb.CloseConsumerRequest) -> pb.CloseConsumerResponse:
         consumer = self.consumers.get(req.consumer_id)
-        if consumer is None:
+        if consumer is None or consumer.role != current_role():
             return pb.CloseConsumerResponse()
         sub = consumer.subscription
+        if req.unsubscribe:  # a revoke since it subscribed counts (after the cache delay)
+            await self.authz.require(sub.log.name, CONSUME, sub.name)
         if req.unsubscribe and len(sub.consumers) > 1:
             raise NotAllowedError(f"subscription {sub.name!r} has other consumers; close them first")
         self._drop_consumer(consumer)

@@ -1,7 +1,9 @@
 """Client sessions: the part a Pulsar connection plays.  Pure: the caller passes time.
 
 A session not kept alive for the timeout expires; its producers and consumers are
-closed with it.  A session with a request in flight (a long-poll fetch) is alive.
+closed with it.  A session with a request in flight (a long-poll fetch) is alive.  A
+session belongs to the role that opened it: another role naming it is told it does not
+exist (ids are no oracle: an unknown and a foreign session look the same).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class Session:
     session_id: str
     client_name: str
     last_seen: float
+    role: str = ""
     inflight: int = 0
     producers: set[int] = field(default_factory=set)
     consumers: set[int] = field(default_factory=set)
@@ -35,22 +38,27 @@ class SessionRegistry:
         self.timeout_s = timeout_s
         self.sessions: dict[str, Session] = {}
 
-    def open(self, client_name: str, now: float) -> Session:
-        session = Session(uuid.uuid4().hex, client_name, now)
+    def open(self, client_name: str, now: float, role: str = "") -> Session:
+        session = Session(uuid.uuid4().hex, client_name, now, role)
         self.sessions[session.session_id] = session
         return session
 
-    def get(self, session_id: str, now: float) -> Session:
+    def get(self, session_id: str, now: float, role: str | None = None) -> Session:
+        """The session; SessionNotFound if unknown, expired, or (``role`` given) another
+        role's."""
         session = self.sessions.get(session_id)
-        if session is None:
+        if session is None or (role is not None and session.role != role):
             raise SessionNotFound(
                 f"session {session_id or '(none)'} is unknown or expired; open a new session"
             )
         session.last_seen = now
         return session
 
-    def close(self, session_id: str) -> Session | None:
-        return self.sessions.pop(session_id, None)
+    def close(self, session_id: str, role: str | None = None) -> Session | None:
+        session = self.sessions.get(session_id)
+        if session is None or (role is not None and session.role != role):
+            return None
+        return self.sessions.pop(session_id)
 
     def expired(self, now: float) -> list[Session]:
         """Remove and return every session idle for longer than the timeout."""

@@ -36,6 +36,9 @@ class BrokerSettings(ServiceSettings):
     # Run the transaction coordinator in this process too (small deployments:
     # docs/architecture.md); its TCID is MAGNETAR_COORDINATOR_ID, else the hostname's -N.
     host_coordinator: bool = False
+    # How long a topic's permissions (grants, tenant admins, subscription roles) are
+    # cached: the longest a revoke takes to reach new producers and consumers.
+    auth_policy_cache_ms: int = Field(3000, ge=0)
 
     @property
     def resolved_broker_id(self) -> str:

@@ -51,6 +51,15 @@ class BrokerStore:
         self.pool = pool
         self.broker_id = broker_id
 
+    # ---------------------------------------------------------------- authorization
+
+    async def auth_policies(self, tenant: str, namespace: str, topic: str) -> tuple:
+        """(tenant admin roles, namespace grants, topic grants, subscription roles), the
+        last three as JSON objects (queries.sql ``auth_policies``)."""
+        row = await self.pool.fetchrow(Q["auth_policies"], tenant, namespace, topic)
+        return (row["admin_roles"] or [], row["namespace_grants"], row["topic_grants"],
+                row["subscription_roles"])
+
     # ---------------------------------------------------------------- brokers
 
     async def register(self, url: str) -> None:

@@ -44,6 +44,7 @@ class Consumer:
     session_id: str
     priority: int
     subscription: "Subscription"
+    role: str = ""  # the role that created it: only that role may use its id
     msg_out: int = 0
     connected_since: float = field(default_factory=time.time)
     closed: bool = False
@@ -69,7 +70,9 @@ class Subscription(TransactionalAcks):
         self._persist_lock = asyncio.Lock()
         self.txn_acks = PendingAcks()
         self.txn_outcomes: dict[tuple[int, int], bool] = {}
-        self._txn_registered: set[tuple[int, int]] = set()
+        # Transactions this subscription is registered with -> their owner's role, so every
+        # later transactional ack checks the owner with a dict lookup.
+        self._txn_registered: dict[tuple[int, int], str | None] = {}
         self._txn_acker: GroupCommit = GroupCommit(self._ack_txns, 256)
         self._txn_ender: GroupCommit = GroupCommit(self._end_txns, 256)
 

@@ -15,6 +15,8 @@ from magnetar_broker.cursor import WHOLE, full_mask
 from magnetar_broker.txnbuffer import (
     ended_error,
     ended_txn_error,
+    may_act,
+    not_owner_error,
     registration_refused,
     txn_actor,
 )
@@ -33,7 +35,24 @@ class TransactionalAcks:
         outcome = self.txn_outcomes.get(txn)
         if outcome is not None:
             raise await ended_txn_error(self.log.store, txn, outcome)
-        return txn_actor(self.log.txnbuf.roles)
+        actor = txn_actor(self.log.txnbuf.roles)
+        if txn in self._txn_registered and not may_act(actor, self._txn_registered[txn]):
+            raise not_owner_error(txn, self._ack_what(), actor)
+        return actor
+
+    def _ack_what(self) -> str:
+        return f"acknowledging on {self.log.name.full} subscription {self.name!r}"
+
+    def _ack_not_owner(self, txn: tuple[int, int], actor: tuple[str, bool],
+                       first_acks: dict) -> MagnetarError | None:
+        """Every transactional ack is checked against the owner (see TxnBuffer._not_owner)."""
+        if actor[1]:
+            return None
+        if txn in self._txn_registered:
+            ok = may_act(actor, self._txn_registered[txn])
+        else:
+            ok = txn not in first_acks or first_acks[txn][0] == actor[0]
+        return None if ok else not_owner_error(txn, self._ack_what(), actor)
 
     async def ack_txn(self, positions, cumulative: bool, txn: tuple[int, int]) -> None:
         """Acknowledge in a transaction: pending until it ends; durable before the reply.
@@ -69,6 +88,9 @@ class TransactionalAcks:
         clashed: list[int] = []
         for place in places:
             wanted, cumulative, txn, actor = items[place]
+            if refusal := self._ack_not_owner(txn, actor, first_acks):
+                results[place] = refusal
+                continue
             try:
                 if cumulative:
                     wanted = [max(wanted)]
@@ -97,7 +119,7 @@ class TransactionalAcks:
                 owned=lambda result: result[0])
             for (txn, actor), answer in zip(first_acks.items(), registered):
                 if answer[0]:
-                    self._txn_registered.add(txn)
+                    self._txn_registered[txn] = answer[-1]  # its owner
                 else:
                     self.txn_acks.take(txn)  # its first acks here: nothing else is held
                     refused[txn] = await self._refusal(txn, actor, *answer[1:])

@@ -48,6 +48,7 @@ class Producer:
     session_id: str
     access_mode: int
     log: "PartitionLog"
+    role: str = ""  # the role that created it: only that role may use its id
     topic_epoch: int | None = None
     msg_in: int = 0
     bytes_in: int = 0

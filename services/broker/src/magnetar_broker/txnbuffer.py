@@ -67,16 +67,24 @@ def txn_actor(roles: Roles) -> tuple[str, bool]:
     return role, roles.is_superuser(role)
 
 
+def may_act(actor: tuple[str, bool], owner: str | None) -> bool:
+    """May the sender act in a transaction owned by ``owner``?"""
+    return actor[1] or (owner is not None and owner == actor[0])
+
+
+def not_owner_error(txn: TxnKey, what: str, actor: tuple[str, bool]) -> AuthorizationError:
+    return AuthorizationError(f"{what} in transaction {txn_str(txn)}: role {actor[0]!r} is "
+                              "neither its owner nor a superuser")
+
+
 def registration_refused(txn: TxnKey, what: str, status: int | None, expired: bool,
                          owner: str | None, actor: tuple[str, bool]) -> MagnetarError:
     """Why the broker could not register ``what`` with the transaction (the first send
     or ack there): it does not exist, is no longer OPEN, or belongs to another role."""
     if status is None:
         return TransactionNotFound(f"transaction {txn_str(txn)} does not exist")
-    if status == pb.TXN_OPEN and not actor[1] and owner != actor[0]:
-        return AuthorizationError(
-            f"{what} in transaction {txn_str(txn)}: role {actor[0]!r} is neither its owner "
-            "nor a superuser")
+    if status == pb.TXN_OPEN and not may_act(actor, owner):
+        return not_owner_error(txn, what, actor)
     return not_open_error(txn, expired)  # ended, or began ending while we registered
 
 
@@ -88,6 +96,7 @@ class TxnBuf:
     size: int = 0
     committed: bool | None = None  # the outcome on this partition, once ended
     registered: bool = False
+    owner: str | None = None  # the transaction's role, known once registered here
 
 
 @dataclass(slots=True)
@@ -147,7 +156,10 @@ class TxnBuffer:
         buf = self.txns.get(txn)
         if buf is not None and buf.committed is not None:
             raise await ended_txn_error(self.store, txn, buf.committed)
-        return txn_actor(self.roles)
+        actor = txn_actor(self.roles)
+        if buf is not None and buf.registered and not may_act(actor, buf.owner):
+            raise not_owner_error(txn, f"sending to {self.topic}", actor)
+        return actor
 
     # ---------------------------------------------------------------- group commit
 
@@ -174,7 +186,7 @@ class TxnBuffer:
                 base = self.txns[txn]
                 staged[txn] = TxnBuf(base.batches, base.messages,
                                      None if base.payloads is None else list(base.payloads),
-                                     base.size, base.committed, base.registered)
+                                     base.size, base.committed, base.registered, base.owner)
             return staged[txn]
 
         for i, item in enumerate(items):
@@ -199,6 +211,9 @@ class TxnBuffer:
                     discards.append(item.txn)
                 continue
             registering = isinstance(item, TxnAppend) and self._registers(item.txn, staged)
+            if isinstance(item, TxnAppend) and (refusal := self._not_owner(item, registering, fresh)):
+                results[i] = refusal
+                continue
             if plog.dedup:
                 key = (item.producer_name, item.txn if registering else None)
                 sequences[key] = max(sequences.get(key, -1), item.highest)
@@ -277,6 +292,24 @@ class TxnBuffer:
         plog.next_entry_id = next_id
         return results, cached
 
+    def _not_owner(self, item: TxnAppend, registering: bool,
+                   fresh: dict[TxnKey, "_FirstSends"]) -> MagnetarError | None:
+        """Every transactional send is checked against the owner, not only the first:
+        a registered transaction's owner is known here (a dict lookup); a first send's
+        is checked by the registering write, for the first sender of the group, so a
+        different role's send in that same group is refused."""
+        if item.actor[1]:
+            return None
+        if registering:
+            first = fresh.get(item.txn)
+            if first is None or first.actor[0] == item.actor[0]:
+                return None
+        else:
+            base = self.txns.get(item.txn)
+            if base is None or not base.registered or may_act(item.actor, base.owner):
+                return None
+        return not_owner_error(item.txn, f"sending to {self.topic}", item.actor)
+
     def _registers(self, txn: TxnKey, staged: dict[TxnKey, TxnBuf]) -> bool:
         """Whether a send for ``txn`` registers this partition in the group's write: its
         first here (not yet registered, not ended, not ended earlier in this group)."""
@@ -307,7 +340,7 @@ class TxnBuffer:
                 metrics.TB_ACTIVE.inc()
             self.txns[txn] = TxnBuf(batches + buf.batches, messages + buf.messages,
                                     buf.payloads if batches == 0 else None, buf.size,
-                                    registered=True)
+                                    registered=True, owner=owner)
         return refused
 
     def stats(self) -> dict:

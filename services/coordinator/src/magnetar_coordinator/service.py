@@ -204,6 +204,8 @@ class CoordinatorService:
         record = await self.store.get(self._txn_id(req.txn))
         if record is None:
             raise TransactionNotFound(f"transaction {sm.txn_str(req.txn.most_bits, req.txn.least_bits)} does not exist")
+        # Only its owner (or a superuser) learns a transaction's status.
+        self.auth.require_owner_or_superuser(record.owner, "the status of a transaction")
         return pb.TxnStatusResponse(status=record.status)
 
     async def end(self, req: pb.EndTxnRequest) -> pb.EndTxnResponse:

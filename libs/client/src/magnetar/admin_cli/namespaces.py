@@ -1,7 +1,8 @@
-"""``namespaces ...``: namespaces and their deduplication policy."""
+"""``namespaces ...``: namespaces, their deduplication policy and permissions."""
 
 from __future__ import annotations
 
+from magnetar.admin_cli import _grants
 from magnetar.admin_cli._http import q
 from magnetar.admin_cli._names import name, namespace
 from magnetar.admin_cli._output import column
@@ -43,6 +44,36 @@ def group_namespaces(add) -> None:
         out.done(f"Namespace {a.namespace} follows the broker's deduplication default again",
                  namespace=a.namespace, deduplication=None)
 
+    def grant(api, out, a) -> None:
+        acts = _grants.actions(a.actions)
+        api.request("POST", path(a) + f"/permissions/{q(a.role)}", acts)
+        out.done(f"Granted {','.join(acts)} on {a.namespace} to role {a.role}",
+                 namespace=a.namespace, role=a.role, actions=acts)
+
+    def revoke(api, out, a) -> None:
+        api.request("DELETE", path(a) + f"/permissions/{q(a.role)}")
+        out.done(f"Revoked the permissions of role {a.role} on {a.namespace}",
+                 namespace=a.namespace, role=a.role)
+
+    def permissions(api, out, a) -> None:
+        out.emit(api.request("GET", path(a) + "/permissions"), _grants.render_grants)
+
+    def grant_sub(api, out, a) -> None:
+        roles = _grants.roles(a.roles)
+        api.request("POST", path(a) + f"/permissions/subscription/{q(name('subscription', a.subscription))}",
+                    roles)
+        out.done(f"Only {','.join(roles)} may consume through subscription {a.subscription} on "
+                 f"{a.namespace}", namespace=a.namespace, subscription=a.subscription, roles=roles)
+
+    def revoke_sub(api, out, a) -> None:
+        for role in _grants.roles(a.roles):
+            api.request("DELETE", path(a) + f"/permissions/{q(name('subscription', a.subscription))}/{q(role)}")
+        out.done(f"Took {a.roles} off subscription {a.subscription} on {a.namespace}",
+                 namespace=a.namespace, subscription=a.subscription, roles=_grants.roles(a.roles))
+
+    def sub_permissions(api, out, a) -> None:
+        out.emit(api.request("GET", path(a) + "/permissions/subscription"), _grants.render_grants)
+
     add("list", list_, "list a tenant's namespaces", ("tenant",))
     add("create", create, "create a namespace", ("namespace",))
     p = add("delete", delete, "delete a namespace (with --force: and all its topics)", ("namespace",))
@@ -54,3 +85,20 @@ def group_namespaces(add) -> None:
     switch.add_argument("--disable", "-d", dest="enable", action="store_false")
     add("get-deduplication", get_dedup, "show the deduplication policy", ("namespace",))
     add("remove-deduplication", remove_dedup, "go back to the broker default", ("namespace",))
+    p = add("grant-permission", grant, "let a role produce and/or consume on the namespace's topics",
+            ("namespace",))
+    p.add_argument("--role", required=True)
+    p.add_argument("--actions", required=True, help="produce,consume")
+    p = add("revoke-permission", revoke, "take a role's namespace grant away", ("namespace",))
+    p.add_argument("--role", required=True)
+    add("permissions", permissions, "list the namespace's grants", ("namespace",))
+    p = add("grant-subscription-permission", grant_sub,
+            "let only these roles consume through a subscription name", ("namespace",))
+    p.add_argument("--subscription", required=True)
+    p.add_argument("--roles", required=True, help="role1,role2")
+    p = add("revoke-subscription-permission", revoke_sub,
+            "take roles off a subscription's list (an empty list restricts nothing)", ("namespace",))
+    p.add_argument("--subscription", required=True)
+    p.add_argument("--role", "--roles", dest="roles", required=True, help="role1,role2")
+    add("subscription-permissions", sub_permissions, "list the namespace's subscription roles",
+        ("namespace",))

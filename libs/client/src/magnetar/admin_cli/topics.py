@@ -1,7 +1,8 @@
-"""``topics ...``: create, list, delete, stats, subscriptions."""
+"""``topics ...``: create, list, delete, stats, subscriptions, permissions."""
 
 from __future__ import annotations
 
+from magnetar.admin_cli import _grants
 from magnetar.admin_cli._http import UsageError, q
 from magnetar.admin_cli._names import name, namespace, topic, topic_path
 from magnetar.admin_cli._output import column, key_values, table
@@ -63,6 +64,20 @@ def group_topics(add) -> None:
                     query={"force": "true"} if a.force else None)
         out.done(f"Deleted subscription {sub} of {t.full}", topic=t.full, subscription=sub)
 
+    def grant(api, out, a) -> None:
+        t, acts = topic(a.topic), _grants.actions(a.actions)
+        api.request("POST", topic_path(t) + f"/permissions/{q(a.role)}", acts)
+        out.done(f"Granted {','.join(acts)} on {t.full} to role {a.role}", topic=t.full,
+                 role=a.role, actions=acts)
+
+    def revoke(api, out, a) -> None:
+        t = topic(a.topic)
+        api.request("DELETE", topic_path(t) + f"/permissions/{q(a.role)}")
+        out.done(f"Revoked the permissions of role {a.role} on {t.full}", topic=t.full, role=a.role)
+
+    def permissions(api, out, a) -> None:
+        out.emit(api.request("GET", topic_path(topic(a.topic)) + "/permissions"), _grants.render_grants)
+
     p = add("create", create, "create a topic (-p N: a partitioned topic)", ("topic",))
     p.add_argument("--partitions", "-p", type=int, help="number of partitions (omit: non-partitioned)")
     p = add("list", list_, "list a namespace's topics (partitions included)", ("namespace",))
@@ -75,6 +90,13 @@ def group_topics(add) -> None:
     p = add("unsubscribe", unsubscribe, "delete a subscription", ("topic",))
     p.add_argument("--subscription", "-s", required=True)
     p.add_argument("--force", "-f", action="store_true", help="even while consumers are connected")
+    p = add("grant-permission", grant, "let a role produce and/or consume on one topic", ("topic",))
+    p.add_argument("--role", required=True)
+    p.add_argument("--actions", required=True, help="produce,consume")
+    p = add("revoke-permission", revoke, "take a role's topic grant away", ("topic",))
+    p.add_argument("--role", required=True)
+    add("permissions", permissions, "list the topic's own grants (namespace grants: "
+        "namespaces permissions)", ("topic",))
 
 
 def render_stats(full: str, d: dict) -> None:
