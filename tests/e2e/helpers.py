@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import magnetar
 
@@ -63,3 +65,14 @@ def exclusive_producer_process(service_url: str, topic: str) -> subprocess.Popen
 def send_line(proc: subprocess.Popen, payload: str) -> str:
     proc.stdin.write(payload + "\n")
     return proc.stdout.readline().strip()
+
+
+def grant(cluster, namespace: str, role: str, superuser_token: str,
+          actions: tuple[str, ...] = ("produce", "consume")) -> None:
+    """Let ``role`` produce and consume on ``namespace`` (auth on: docs/security.md)."""
+    req = urllib.request.Request(
+        f"{cluster.admin_url}/admin/v2/namespaces/{namespace}/permissions/{role}",
+        data=json.dumps(list(actions)).encode(), method="POST",
+        headers={"Authorization": f"Bearer {superuser_token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 204

@@ -143,9 +143,10 @@ def attempt(op: str, role: str, client: magnetar.Client, victim: Victim, admin: 
             producer, pid, url = victim.producer()
             raw(client, url, "/v1/producers/close", pb.CloseProducerRequest(producer_id=pid),
                 pb.CloseProducerResponse)
-            producer.send(b"still mine")  # raises if the close went through
+            # A foreign id's close answers like an unknown one's: look whether it went.
+            publishers = _internal_stats(url, TOPIC)["publishers"]
             producer.close()
-            return False
+            return pid not in [p["producerId"] for p in publishers]
         elif op == "fetch via owner's consumer id":
             consumer, cid, _, url = victim.consumer()
             raw(client, url, "/v1/consumers/fetch",
@@ -304,4 +305,37 @@ def test_grants_take_effect_and_a_revoke_within_the_cache_delay(cluster):
         assert time.monotonic() - revoked_at < CACHE_MS / 1000 + 5, "the revoke never took effect"
         time.sleep(0.1)
     producer.send(b"still open")
+    app.close()
+    # Auto-creation never makes a name the admin API refuses, whoever asks.
+    superuser = magnetar.Client(cluster.service_url, auth_token=token("admin"))
+    for bad in ("persistent://acme/app/t-partition--1", "persistent://acme/app/-"):
+        assert admin.call("PUT", "/admin/v2/persistent/acme/app/" + bad.rsplit("/", 1)[1])[0] == 400
+        with pytest.raises(magnetar.InvalidTopicName, match="cannot auto-create"):
+            superuser.create_producer(bad)
+        assert not cluster.query("SELECT 1 FROM topics WHERE topic = $1", bad)
+    superuser.close()
+
+
+@pytest.mark.cluster(env=AUTH_ENV)
+def test_ids_are_bound_to_their_session_too(cluster):
+    """A producer or consumer id named with another session of the same role is unknown;
+    with its own session (as the client sends it) it works."""
+    admin = Admin(cluster.admin_url)
+    admin.ok("PUT", "/admin/v2/tenants/acme")
+    admin.ok("PUT", "/admin/v2/namespaces/acme/app")
+    app = magnetar.Client(cluster.service_url, auth_token=token("admin"))
+    victim = Victim(cluster, app)
+    _, pid, url = victim.producer()
+    other = _open_session(app, url)
+    send = pb.SendRequest(producer_id=pid, batch=producer_batch(), num_messages=1,
+                          sequence_id=10 ** 6, highest_sequence_id=10 ** 6, session_id=other)
+    with pytest.raises(magnetar.ProducerNotFound):
+        raw(app, url, "/v1/producers/send", send, pb.SendResponse)
+    send.session_id = ""  # naming no session: the role alone decides
+    raw(app, url, "/v1/producers/send", send, pb.SendResponse)
+    _, cid, _, url = victim.consumer()
+    with pytest.raises(magnetar.ConsumerNotFound):
+        raw(app, url, "/v1/consumers/fetch",
+            pb.FetchRequest(consumer_id=cid, max_messages=1, wait_ms=0, session_id=other),
+            pb.FetchResponse)
     app.close()

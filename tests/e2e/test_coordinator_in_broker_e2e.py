@@ -9,7 +9,7 @@ import jwt
 import pytest
 
 import magnetar
-from tests.e2e.helpers import read_all
+from tests.e2e.helpers import grant, read_all
 
 pytestmark = pytest.mark.e2e
 
@@ -66,6 +66,7 @@ def test_transactions_commit_and_abort_across_brokers_through_hosted_coordinator
 def test_a_hosted_coordinator_tells_its_broker_as_itself_not_as_the_client(cluster):
     """The in-process EndTxnOnParticipants acts as the broker's own (superuser) role: a
     commit by an ordinary role completes, though that role may not end participants."""
+    grant(cluster, "public/default", "alice", jwt.encode({"sub": "admin"}, SECRET, algorithm="HS256"))
     alice = magnetar.Client(cluster.service_url,
                             auth_token=jwt.encode({"sub": "alice"}, SECRET, algorithm="HS256"))
     try:

@@ -16,7 +16,7 @@ import magnetar
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_runtime.local.cluster import LocalCluster
 from tests.e2e.conftest import TEST_ENV
-from tests.e2e.helpers import read_all
+from tests.e2e.helpers import grant, read_all
 
 pytestmark = pytest.mark.e2e
 
@@ -78,6 +78,8 @@ def test_authentication_owner_isolation_and_superusers(cluster):
         magnetar.Client(url, auth_token=token("alice", "another-secret-of-at-least-32-bytes")
                         ).create_producer("bad-token")
 
+    for role in ("alice", "bob"):
+        grant(cluster, "public/default", role, token("admin"))
     # Two owners with the same key name never interfere.
     alice = magnetar.Client(url, transaction_key="shared", auth_token=token("alice"))
     bob = magnetar.Client(url, transaction_key="shared", auth_token=token("bob"))

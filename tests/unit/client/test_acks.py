@@ -34,12 +34,12 @@ def test_put_back_keeps_order_ahead_of_newer_acks():
 
 
 def test_requests_hold_individual_positions_once_and_the_cumulative_separately():
-    reqs = ack_requests(9, [(1, 0, 5), (1, 1, 5), (1, 0, 5)], (0, 3))
+    reqs = ack_requests(9, "s", [(1, 0, 5), (1, 1, 5), (1, 0, 5)], (0, 3))
     assert [r.ack_type for r in reqs] == [pb.ACK_INDIVIDUAL, pb.ACK_CUMULATIVE]
     assert all(r.consumer_id == 9 for r in reqs)
     assert [(p.entry_id, p.batch_index) for p in reqs[0].positions] == [(1, 0), (1, 1)]
     assert [(p.entry_id, p.batch_index) for p in reqs[1].positions] == [(0, 3)]
-    assert ack_requests(9, [], None) == []
+    assert ack_requests(9, "s", [], None) == []
 
 
 def test_an_entry_acked_whole_and_in_order_becomes_one_position():

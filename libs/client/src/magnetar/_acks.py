@@ -79,19 +79,19 @@ def compact(individual: list[Ack]) -> list[Pos]:
     return list(dict.fromkeys(out))
 
 
-def ack_requests(consumer_id: int, individual: list[Ack],
+def ack_requests(consumer_id: int, session_id: str, individual: list[Ack],
                  cumulative: Pos | None) -> list[pb.AckRequest]:
     """The requests for one taken group: individual acks in one, the cumulative in another."""
     requests = []
     if individual:
-        req = pb.AckRequest(consumer_id=consumer_id, ack_type=pb.ACK_INDIVIDUAL)
+        req = pb.AckRequest(consumer_id=consumer_id, session_id=session_id, ack_type=pb.ACK_INDIVIDUAL)
         add = req.positions.add
         for entry_id, batch_index in compact(individual):
             add(entry_id=entry_id, batch_index=batch_index)
         requests.append(req)
     if cumulative is not None:
         requests.append(pb.AckRequest(
-            consumer_id=consumer_id, ack_type=pb.ACK_CUMULATIVE,
+            consumer_id=consumer_id, session_id=session_id, ack_type=pb.ACK_CUMULATIVE,
             positions=[pb.Position(entry_id=cumulative[0], batch_index=cumulative[1])]))
     return requests
 

@@ -75,7 +75,8 @@ class PartitionConsumer:
         if not durable and self.seek_time is not None and self.returned is None:
             # A reader's cursor dies with it: repeat its seek by time on the new one.
             await self.core.call(self.url, "/v1/consumers/seek", pb.SeekRequest(
-                consumer_id=self.consumer_id, publish_time=self.seek_time), pb.SeekResponse)
+                consumer_id=self.consumer_id, session_id=self.session_id,
+                publish_time=self.seek_time), pb.SeekResponse)
 
     def _subscribe_request(self) -> pb.SubscribeRequest:
         o = self.consumer.options
@@ -112,8 +113,8 @@ class PartitionConsumer:
             try:
                 reply = await self.core.call(
                     self.url, "/v1/consumers/fetch",
-                    pb.FetchRequest(consumer_id=self.consumer_id, max_messages=room,
-                                    wait_ms=FETCH_WAIT_MS),
+                    pb.FetchRequest(consumer_id=self.consumer_id, session_id=self.session_id,
+                                    max_messages=room, wait_ms=FETCH_WAIT_MS),
                     pb.FetchResponse, timeout=FETCH_WAIT_MS / 1000 + self.core.operation_timeout_s)
             except RETRYABLE as exc:
                 await backoff.wait(f"fetch from {self.topic}", exc)
@@ -151,7 +152,7 @@ class PartitionConsumer:
         individual, cumulative = self.acks.take()
         if not individual and cumulative is None:
             return
-        for req in ack_requests(self.consumer_id, individual, cumulative):
+        for req in ack_requests(self.consumer_id, self.session_id, individual, cumulative):
             try:
                 await self.core.call(self.url, "/v1/consumers/ack", req, pb.AckResponse)
             except RETRYABLE as exc:
@@ -170,7 +171,8 @@ class PartitionConsumer:
         send = self.core.call_coalesced if coalesce else self.core.call
 
         async def attempt():
-            request.consumer_id = self.consumer_id
+            # The broker refuses ids of another session (docs/security.md).
+            request.consumer_id, request.session_id = self.consumer_id, self.session_id
             return await send(self.url, path, request, response_type)
         return await self.core.with_retries(f"{path} on {self.topic}", attempt)
 
@@ -182,5 +184,6 @@ class PartitionConsumer:
         if self.consumer_id:
             await self.core.call(self.url, "/v1/consumers/close",
                                  pb.CloseConsumerRequest(consumer_id=self.consumer_id,
+                                                         session_id=self.session_id,
                                                          unsubscribe=unsubscribe),
                                  pb.CloseConsumerResponse)

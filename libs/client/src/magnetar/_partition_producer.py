@@ -229,7 +229,8 @@ class PartitionProducer(Batcher):
         Raises when the whole request was refused."""
         if not self.producer_id:  # the last reconnect failed: nothing to send as, yet
             return pending, ConnectError(f"producer on {self.topic} is not connected")
-        request = pb.SendBatchesRequest(batches=[self._request(b) for b in pending])
+        request = pb.SendBatchesRequest(batches=[self._request(b) for b in pending],
+                                        session_id=self.session_id)
         try:
             reply = await self.core.call(
                 self.url, "/v1/producers/send-batches", request, pb.SendBatchesResponse,
@@ -263,7 +264,7 @@ class PartitionProducer(Batcher):
             self.fenced = exc  # every later send fails the same way, without a request
 
     def _request(self, batch: Batch) -> pb.SendRequest:
-        req = pb.SendRequest(producer_id=self.producer_id, batch=batch.data,
+        req = pb.SendRequest(producer_id=self.producer_id, session_id=self.session_id, batch=batch.data,
                              num_messages=len(batch.payloads), sequence_id=batch.lowest,
                              highest_sequence_id=batch.highest)
         if batch.txn is not None:
@@ -316,7 +317,8 @@ class PartitionProducer(Batcher):
         if self.producer_id:
             try:
                 await self.core.call(self.url, "/v1/producers/close",
-                                     pb.CloseProducerRequest(producer_id=self.producer_id),
+                                     pb.CloseProducerRequest(producer_id=self.producer_id,
+                                                             session_id=self.session_id),
                                      pb.CloseProducerResponse, timeout=5)
             except MagnetarError:
                 pass  # it goes with its session anyway

@@ -100,5 +100,6 @@ async def gather_last(parts, core) -> list:
     async def one(part):
         return await core.with_retries("last message id", lambda: core.call(
             part.url, "/v1/consumers/last-message-id",
-            pb.LastMessageIdRequest(consumer_id=part.consumer_id), pb.LastMessageIdResponse))
+            pb.LastMessageIdRequest(consumer_id=part.consumer_id, session_id=part.session_id),
+            pb.LastMessageIdResponse))
     return await asyncio.gather(*(one(p) for p in parts))

@@ -314,20 +314,22 @@ class CreateProducerResponse(_message.Message):
     def __init__(self, producer_id: _Optional[int] = ..., producer_name: _Optional[str] = ..., last_sequence_id: _Optional[int] = ..., topic_epoch: _Optional[int] = ..., max_message_size: _Optional[int] = ..., waiting: _Optional[bool] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("producer_id", "batch", "num_messages", "sequence_id", "highest_sequence_id", "txn")
+    __slots__ = ("producer_id", "batch", "num_messages", "sequence_id", "highest_sequence_id", "txn", "session_id")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     NUM_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     HIGHEST_SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     TXN_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     batch: bytes
     num_messages: int
     sequence_id: int
     highest_sequence_id: int
     txn: TxnId
-    def __init__(self, producer_id: _Optional[int] = ..., batch: _Optional[bytes] = ..., num_messages: _Optional[int] = ..., sequence_id: _Optional[int] = ..., highest_sequence_id: _Optional[int] = ..., txn: _Optional[_Union[TxnId, _Mapping]] = ...) -> None: ...
+    session_id: str
+    def __init__(self, producer_id: _Optional[int] = ..., batch: _Optional[bytes] = ..., num_messages: _Optional[int] = ..., sequence_id: _Optional[int] = ..., highest_sequence_id: _Optional[int] = ..., txn: _Optional[_Union[TxnId, _Mapping]] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("entry_id", "duplicate", "last_sequence_id", "partition")
@@ -342,10 +344,12 @@ class SendResponse(_message.Message):
     def __init__(self, entry_id: _Optional[int] = ..., duplicate: _Optional[bool] = ..., last_sequence_id: _Optional[int] = ..., partition: _Optional[int] = ...) -> None: ...
 
 class SendBatchesRequest(_message.Message):
-    __slots__ = ("batches",)
+    __slots__ = ("batches", "session_id")
     BATCHES_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     batches: _containers.RepeatedCompositeFieldContainer[SendRequest]
-    def __init__(self, batches: _Optional[_Iterable[_Union[SendRequest, _Mapping]]] = ...) -> None: ...
+    session_id: str
+    def __init__(self, batches: _Optional[_Iterable[_Union[SendRequest, _Mapping]]] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class SendResult(_message.Message):
     __slots__ = ("response", "error")
@@ -362,10 +366,12 @@ class SendBatchesResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
 
 class CloseProducerRequest(_message.Message):
-    __slots__ = ("producer_id",)
+    __slots__ = ("producer_id", "session_id")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
-    def __init__(self, producer_id: _Optional[int] = ...) -> None: ...
+    session_id: str
+    def __init__(self, producer_id: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class CloseProducerResponse(_message.Message):
     __slots__ = ()
@@ -420,14 +426,16 @@ class DeliveredEntry(_message.Message):
     def __init__(self, entry_id: _Optional[int] = ..., batch: _Optional[bytes] = ..., num_messages: _Optional[int] = ..., publish_time: _Optional[int] = ..., producer_name: _Optional[str] = ..., indices: _Optional[_Iterable[int]] = ..., redelivery_counts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("consumer_id", "max_messages", "wait_ms")
+    __slots__ = ("consumer_id", "max_messages", "wait_ms", "session_id")
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_id: int
     max_messages: int
     wait_ms: int
-    def __init__(self, consumer_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    session_id: str
+    def __init__(self, consumer_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., wait_ms: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
     __slots__ = ("entries", "partition")
@@ -438,52 +446,60 @@ class FetchResponse(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[DeliveredEntry, _Mapping]]] = ..., partition: _Optional[int] = ...) -> None: ...
 
 class AckRequest(_message.Message):
-    __slots__ = ("consumer_id", "ack_type", "positions", "txn")
+    __slots__ = ("consumer_id", "ack_type", "positions", "txn", "session_id")
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     ACK_TYPE_FIELD_NUMBER: _ClassVar[int]
     POSITIONS_FIELD_NUMBER: _ClassVar[int]
     TXN_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_id: int
     ack_type: AckType
     positions: _containers.RepeatedCompositeFieldContainer[Position]
     txn: TxnId
-    def __init__(self, consumer_id: _Optional[int] = ..., ack_type: _Optional[_Union[AckType, str]] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., txn: _Optional[_Union[TxnId, _Mapping]] = ...) -> None: ...
+    session_id: str
+    def __init__(self, consumer_id: _Optional[int] = ..., ack_type: _Optional[_Union[AckType, str]] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., txn: _Optional[_Union[TxnId, _Mapping]] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class AckResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class RedeliverRequest(_message.Message):
-    __slots__ = ("consumer_id", "positions")
+    __slots__ = ("consumer_id", "positions", "session_id")
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_id: int
     positions: _containers.RepeatedCompositeFieldContainer[Position]
-    def __init__(self, consumer_id: _Optional[int] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...
+    session_id: str
+    def __init__(self, consumer_id: _Optional[int] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class RedeliverResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class SeekRequest(_message.Message):
-    __slots__ = ("consumer_id", "position", "publish_time")
+    __slots__ = ("consumer_id", "position", "publish_time", "session_id")
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
     PUBLISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_id: int
     position: Position
     publish_time: int
-    def __init__(self, consumer_id: _Optional[int] = ..., position: _Optional[_Union[Position, _Mapping]] = ..., publish_time: _Optional[int] = ...) -> None: ...
+    session_id: str
+    def __init__(self, consumer_id: _Optional[int] = ..., position: _Optional[_Union[Position, _Mapping]] = ..., publish_time: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class SeekResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class LastMessageIdRequest(_message.Message):
-    __slots__ = ("consumer_id",)
+    __slots__ = ("consumer_id", "session_id")
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_id: int
-    def __init__(self, consumer_id: _Optional[int] = ...) -> None: ...
+    session_id: str
+    def __init__(self, consumer_id: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class LastMessageIdResponse(_message.Message):
     __slots__ = ("has_message", "last", "mark_delete")
@@ -496,12 +512,14 @@ class LastMessageIdResponse(_message.Message):
     def __init__(self, has_message: _Optional[bool] = ..., last: _Optional[_Union[MessageIdData, _Mapping]] = ..., mark_delete: _Optional[_Union[Position, _Mapping]] = ...) -> None: ...
 
 class CloseConsumerRequest(_message.Message):
-    __slots__ = ("consumer_id", "unsubscribe")
+    __slots__ = ("consumer_id", "unsubscribe", "session_id")
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     UNSUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_id: int
     unsubscribe: bool
-    def __init__(self, consumer_id: _Optional[int] = ..., unsubscribe: _Optional[bool] = ...) -> None: ...
+    session_id: str
+    def __init__(self, consumer_id: _Optional[int] = ..., unsubscribe: _Optional[bool] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class CloseConsumerResponse(_message.Message):
     __slots__ = ()

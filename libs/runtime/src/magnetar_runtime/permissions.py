@@ -97,8 +97,8 @@ def validate_role(role: object, what: str = "role") -> str:
 def validate_actions(actions: object) -> list[str]:
     """The body of a grant: a JSON list of actions, each one of ACTIONS (sorted, unique)."""
     if not isinstance(actions, list) or not actions:
-        raise BadRequest(f"the body must be a non-empty JSON list of actions, e.g. "
-                         f"[\"produce\", \"consume\"]; to take every action away, revoke the permission")
+        raise BadRequest('the body must be a non-empty JSON list of actions, e.g. '
+                         '["produce", "consume"]; to take every action away, revoke the permission')
     unknown = [a for a in actions if a not in ACTIONS]
     if unknown:
         raise BadRequest(f"unknown action(s) {unknown!r}: the actions are {', '.join(ACTIONS)}")

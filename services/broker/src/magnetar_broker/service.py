@@ -40,6 +40,12 @@ log = logging.getLogger("magnetar.broker")
 LATEST = (1 << 63) - 1
 
 
+def _mine(obj: Producer | Consumer, sessions) -> bool:
+    """Is the producer or consumer the caller's: created by its role, and in the session
+    the request names (if it names one)?"""
+    return obj.role == current_role() and all(s in ("", obj.session_id) for s in sessions)
+
+
 class BrokerService:
     def __init__(self, store: BrokerStore, settings: BrokerSettings, auth: Authenticator | None = None):
         self.store = store
@@ -178,11 +184,13 @@ class BrokerService:
     async def create_producer(self, req: pb.CreateProducerRequest) -> pb.CreateProducerResponse:
         return await self.producer_handlers.create(req)
 
-    def _producer(self, producer_id: int) -> Producer:
-        """The caller's producer.  Another role's id is answered as an unknown one, so ids
-        are no oracle (and they are random 63 bits: nothing to enumerate)."""
+    def _producer(self, producer_id: int, *sessions: str) -> Producer:
+        """The caller's producer.  Another role's id, or one named with another session
+        than its creator's (``sessions``: the ones the request names, "" for none), is
+        answered as an unknown one, so ids are no oracle (and they are random 63 bits:
+        nothing to enumerate)."""
         producer = self.producers.get(producer_id)
-        if producer is None or producer.role != current_role():
+        if producer is None or not _mine(producer, sessions):
             raise ProducerNotFound(f"producer {producer_id} is not connected to this broker; create it again")
         producer.check_not_fenced()
         if producer.closed:
@@ -190,7 +198,7 @@ class BrokerService:
         return producer
 
     async def send(self, req: pb.SendRequest) -> pb.SendResponse:
-        producer = self._producer(req.producer_id)
+        producer = self._producer(req.producer_id, req.session_id)
         self.sessions.get(producer.session_id, time.monotonic())
         return await producer.log.publish(producer, req)
 
@@ -200,7 +208,8 @@ class BrokerService:
         producer_ids = {b.producer_id for b in req.batches}
         if len(producer_ids) != 1:
             raise BadRequest("send-batches: every batch must belong to one producer")
-        producer = self._producer(req.batches[0].producer_id)
+        producer = self._producer(req.batches[0].producer_id, req.session_id,
+                                  *{b.session_id for b in req.batches})
         self.sessions.get(producer.session_id, time.monotonic())
         reply = pb.SendBatchesResponse()
         for result in await producer.log.publish_many(producer, req.batches):
@@ -212,7 +221,7 @@ class BrokerService:
 
     async def close_producer(self, req: pb.CloseProducerRequest) -> pb.CloseProducerResponse:
         producer = self.producers.get(req.producer_id)
-        if producer is not None and producer.role == current_role():
+        if producer is not None and _mine(producer, (req.session_id,)):
             self._drop_producer(producer)
         return pb.CloseProducerResponse()
 
@@ -265,15 +274,16 @@ class BrokerService:
         plog.subscriptions[name] = sub
         return sub
 
-    def _consumer(self, consumer_id: int) -> Consumer:
-        """The caller's consumer; another role's id is answered as an unknown one."""
+    def _consumer(self, consumer_id: int, session_id: str) -> Consumer:
+        """The caller's consumer; another role's id, or one named with another session,
+        is answered as an unknown one (see _producer)."""
         consumer = self.consumers.get(consumer_id)
-        if consumer is None or consumer.closed or consumer.role != current_role():
+        if consumer is None or consumer.closed or not _mine(consumer, (session_id,)):
             raise ConsumerNotFound(f"consumer {consumer_id} is not connected to this broker; subscribe again")
         return consumer
 
     async def fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
-        consumer = self._consumer(req.consumer_id)
+        consumer = self._consumer(req.consumer_id, req.session_id)
         session = self.sessions.get(consumer.session_id, time.monotonic())
         sub = consumer.subscription
         deadline = time.monotonic() + min(req.wait_ms, self.settings.max_fetch_wait_ms) / 1000
@@ -295,7 +305,7 @@ class BrokerService:
             session.last_seen = time.monotonic()
 
     async def ack(self, req: pb.AckRequest) -> pb.AckResponse:
-        consumer = self._consumer(req.consumer_id)
+        consumer = self._consumer(req.consumer_id, req.session_id)
         consumer.subscription.log.check_open()
         cumulative = req.ack_type == pb.ACK_CUMULATIVE
         if req.HasField("txn"):
@@ -306,12 +316,12 @@ class BrokerService:
         return pb.AckResponse()
 
     async def redeliver(self, req: pb.RedeliverRequest) -> pb.RedeliverResponse:
-        consumer = self._consumer(req.consumer_id)
+        consumer = self._consumer(req.consumer_id, req.session_id)
         consumer.subscription.redeliver(consumer, req.positions)
         return pb.RedeliverResponse()
 
     async def seek(self, req: pb.SeekRequest) -> pb.SeekResponse:
-        consumer = self._consumer(req.consumer_id)
+        consumer = self._consumer(req.consumer_id, req.session_id)
         sub = consumer.subscription
         if req.HasField("position"):
             await sub.seek(min(req.position.entry_id, sub.log.next_entry_id), req.position.batch_index)
@@ -324,7 +334,7 @@ class BrokerService:
         return pb.SeekResponse()
 
     async def last_message_id(self, req: pb.LastMessageIdRequest) -> pb.LastMessageIdResponse:
-        consumer = self._consumer(req.consumer_id)
+        consumer = self._consumer(req.consumer_id, req.session_id)
         plog = consumer.subscription.log
         last = await plog.last_entry()
         reply = pb.LastMessageIdResponse(
@@ -338,7 +348,7 @@ class BrokerService:
 
     async def close_consumer(self, req: pb.CloseConsumerRequest) -> pb.CloseConsumerResponse:
         consumer = self.consumers.get(req.consumer_id)
-        if consumer is None or consumer.role != current_role():
+        if consumer is None or not _mine(consumer, (req.session_id,)):
             return pb.CloseConsumerResponse()
         sub = consumer.subscription
         if req.unsubscribe:  # a revoke since it subscribed counts (after the cache delay)
