@@ -68,17 +68,18 @@ def allowed(policies: Policies, role: str, superuser: bool, action: str,
     raise ValueError(f"unknown action {action!r}")
 
 
-def refusal(role: str, action: str, what: str, subscription: str | None = None) -> str:
+def refusal(role: str, action: str, what: str, subscription: str | None = None,
+            namespace: str = "NS") -> str:
     """The reason given when ``allowed`` said no, with the command that would grant it."""
+    grant = f"`magnetar-admin namespaces grant-permission {namespace} --role {role} --actions"
     if action == CONSUME and subscription:
         return (f"role {role!r} may not consume from {what} through subscription "
-                f"{subscription!r}: it needs the consume permission (`magnetar-admin namespaces "
-                f"grant-permission NS --role {role} --actions consume`) and, if the subscription is "
-                "restricted to some roles, to be one of them")
-    needed = "produce or consume" if action == LOOKUP else action
-    return (f"role {role!r} may not {action} on {what}: grant it with `magnetar-admin namespaces "
-            f"grant-permission NS --role {role} --actions {needed.split(' or ')[0]}` "
-            "(a superuser or the tenant's admin can)")
+                f"{subscription!r}: it needs the consume permission ({grant} consume`) and, if "
+                "the subscription is restricted to some roles, to be one of them")
+    verb, needed = {LOOKUP: ("look up", "produce or consume"), PRODUCE: ("produce to", PRODUCE),
+                    CONSUME: ("consume from", CONSUME)}[action]
+    return (f"role {role!r} may not {verb} {what} (it needs {needed}): grant it with "
+            f"{grant} {needed.split(' or ')[0]}` (a superuser or the tenant's admin can)")
 
 
 # ---------------------------------------------------------------- input checks

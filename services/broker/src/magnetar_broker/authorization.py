@@ -55,5 +55,6 @@ class Authorizer:
         if self.roles.is_superuser(role):
             return role
         if not permissions.allowed(await self.policies(name), role, False, action, subscription):
-            raise AuthorizationError(permissions.refusal(role, action, name.full, subscription))
+            raise AuthorizationError(permissions.refusal(role, action, name.full, subscription,
+                                                         name.namespace_name))
         return role
