@@ -34,7 +34,8 @@ from magnetar_admin.settings import AdminSettings
 # Every table the admin service writes or deletes from (brokers' heartbeats move on their own).
 SNAPSHOT = {t: f"SELECT * FROM {t}" for t in (
     "tenants", "namespaces", "partitioned_topics", "topics", "topic_owners", "entries",
-    "producer_sequences", "subscriptions", "txn_entries", "txn_outcomes", "pending_acks")}
+    "producer_sequences", "subscriptions", "txn_entries", "txn_outcomes", "pending_acks",
+    "namespace_permissions", "topic_permissions", "subscription_permissions")}
 SNAPSHOT["brokers"] = "SELECT broker_id, url FROM brokers"
 
 NO_BODY = object()

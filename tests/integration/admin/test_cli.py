@@ -225,3 +225,72 @@ def test_something_that_is_not_http_exits_3(postgres):
     url = f"http://127.0.0.1:{postgres.port}"  # PostgreSQL does not speak HTTP
     p = cli("tenants", "list", url=url)
     assert p.returncode == 3 and url in p.stderr and "--admin-url" in p.stderr
+
+
+def test_permission_commands_for_superusers_and_tenant_admins(secured_admin):
+    admin = secured_admin
+
+    def as_role(role: str, *args: str) -> subprocess.CompletedProcess:
+        return cli("--auth-token", token(role), *args, url=admin.url)
+
+    assert as_role("ops", "tenants", "create", "acme", "--admin-roles", "acme-ops").returncode == 0
+    assert as_role("ops", "namespaces", "create", "acme/app").returncode == 0
+    # The tenant's admin (not a superuser) manages the tenant's permissions.
+    p = as_role("acme-ops", "namespaces", "grant-permission", "acme/app", "--role", "app",
+                "--actions", "produce,consume")
+    assert p.returncode == 0, p.stderr
+    p = as_role("acme-ops", "-o", "json", "namespaces", "permissions", "acme/app")
+    assert json.loads(p.stdout) == {"app": ["consume", "produce"]}
+    assert as_role("acme-ops", "namespaces", "permissions", "acme/app").stdout.split() == [
+        "NAME", "GRANTED", "app", "consume,produce"]
+    p = as_role("acme-ops", "namespaces", "grant-subscription-permission", "acme/app",
+                "--subscription", "billing", "--roles", "app,audit")
+    assert p.returncode == 0, p.stderr
+    p = as_role("acme-ops", "-o", "json", "namespaces", "subscription-permissions", "acme/app")
+    assert json.loads(p.stdout) == {"billing": ["app", "audit"]}
+    p = as_role("acme-ops", "namespaces", "revoke-subscription-permission", "acme/app",
+                "--subscription", "billing", "--role", "audit")
+    assert p.returncode == 0, p.stderr
+    p = as_role("acme-ops", "topics", "grant-permission", "acme/app/orders", "--role", "audit",
+                "--actions", "consume")
+    assert p.returncode == 0, p.stderr
+    p = as_role("acme-ops", "-o", "json", "topics", "permissions", "acme/app/orders")
+    assert json.loads(p.stdout) == {"audit": ["consume"]}
+    assert as_role("acme-ops", "topics", "revoke-permission", "acme/app/orders", "--role",
+                   "audit").returncode == 0
+    assert as_role("acme-ops", "namespaces", "revoke-permission", "acme/app", "--role", "app").returncode == 0
+    assert admin.sql("SELECT role FROM namespace_permissions") == []
+    assert admin.sql("SELECT roles FROM subscription_permissions") == [{"roles": ["app"]}]
+    # Others may not, and a refusal changes nothing.
+    before = admin.snapshot()
+    for role in ("app", "other-ops"):
+        p = as_role(role, "namespaces", "grant-permission", "acme/app", "--role", role,
+                    "--actions", "produce")
+        assert p.returncode == 1 and "AuthorizationError" in p.stderr and "adminRoles" in p.stderr
+        assert as_role(role, "namespaces", "permissions", "acme/app").returncode == 1
+    # Bad input: a usage error before anything is sent, or a 400 from the service.
+    p = as_role("acme-ops", "namespaces", "grant-permission", "acme/app", "--role", "x",
+                "--actions", "produce,functions")
+    assert p.returncode == 2 and "--actions" in p.stderr
+    p = as_role("acme-ops", "namespaces", "grant-permission", "acme/app", "--role", "a\x01b",
+                "--actions", "produce")
+    assert p.returncode == 1 and "control character" in p.stderr
+    assert admin.snapshot() == before
+
+
+def test_permission_endpoints_refuse_bad_input_and_change_nothing(admin):
+    admin.ok("PUT", "/admin/v2/tenants/acme")
+    admin.ok("PUT", "/admin/v2/namespaces/acme/app")
+    base = "/admin/v2/namespaces/acme/app/permissions"
+    for body in (["produce", "sinks"], [], "produce", {"actions": ["produce"]}, [None]):
+        admin.refused("POST", base + "/app", body, status=400, code="BadRequest")
+    admin.refused("POST", base + "/a%00b", ["produce"], status=400, code="BadRequest")
+    admin.refused("POST", base + "/" + "r" * 256, ["produce"], status=400, code="BadRequest")
+    admin.refused("POST", base + "/subscription/billing", [], status=400)
+    admin.refused("POST", base + "/subscription/billing", ["ok", "bad\x00"], status=400)
+    admin.refused("POST", base + "/subscription/bad..name", ["app"], status=400)
+    admin.refused("POST", "/admin/v2/namespaces/acme/nope/permissions/app", ["produce"], status=404)
+    admin.refused("DELETE", base + "/billing/app", status=404)  # billing has no list
+    admin.refused("POST", "/admin/v2/persistent/acme/app/orders/permissions/app", ["own"], status=400)
+    admin.refused("PUT", "/admin/v2/persistent/acme/app/x-partition--1", status=400)
+    admin.refused("PUT", "/admin/v2/persistent/acme/app/-", status=400)
