@@ -42,6 +42,7 @@ EXPECTED = {
     "fetch via owner's consumer id":   [0, 0, 0, 0, 0, 0],
     "unsubscribe via owner's consumer id": [0, 0, 0, 0, 0, 0],
     "keepalive owner's session":       [0, 0, 0, 0, 0, 0],
+    "close owner's session":           [0, 0, 0, 0, 0, 0],
     "send in owner's txn":             [1, 0, 0, 0, 0, 0],
     "ack in owner's txn":              [1, 0, 0, 0, 0, 0],
     "txn status of owner's txn":       [1, 0, 0, 0, 0, 0],
@@ -161,6 +162,17 @@ def attempt(op: str, role: str, client: magnetar.Client, victim: Victim, admin: 
             session = _open_session(victim.owner, broker)
             raw(client, broker, "/v1/sessions/keepalive", pb.KeepAliveRequest(session_id=session),
                 pb.KeepAliveResponse)
+        elif op == "close owner's session":
+            session = _open_session(victim.owner, broker)
+            # A foreign session's close answers like an unknown one's: look whether it went.
+            raw(client, broker, "/v1/sessions/close", pb.CloseSessionRequest(session_id=session),
+                pb.CloseSessionResponse)
+            try:
+                raw(victim.owner, broker, "/v1/sessions/keepalive",
+                    pb.KeepAliveRequest(session_id=session), pb.KeepAliveResponse)
+            except magnetar.SessionNotFound:
+                return True
+            return False
         elif op == "send in owner's txn":
             txn = victim.owner.new_transaction()
             victim.owner.create_producer(TOPIC).send(b"owner's", txn=txn)  # registers the partition
