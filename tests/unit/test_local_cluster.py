@@ -128,3 +128,13 @@ def test_free_ports_avoid_the_ephemeral_range_and_never_repeat():
     assert len(set(ports)) == 50
     if _ephemeral_low() > 12000:  # where outgoing connections take their source ports
         assert max(ports) < _ephemeral_low()
+
+
+def test_banner_never_shows_the_database_password(tmp_path):
+    url = "postgresql://magnetar:s3cret-pw@db.example:5432/magnetar"
+    cluster = LocalCluster(tmp_path, ports=fixed_ports({}), database_url=url)
+    for pid, svc in enumerate(cluster.services.values(), start=100):
+        svc.process = types.SimpleNamespace(pid=pid)
+    text = cli.banner(cluster)
+    assert "PostgreSQL             postgresql://magnetar:***@db.example:5432/magnetar" in text
+    assert "s3cret-pw" not in text

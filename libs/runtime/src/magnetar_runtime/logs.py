@@ -7,9 +7,22 @@ import logging
 import sys
 import time
 
+from magnetar_storage.dsn import redact
 
-class JsonFormatter(logging.Formatter):
+
+class RedactingFormatter(logging.Formatter):
+    """Every line with URL credentials masked (magnetar_storage.dsn): whatever a
+    library's message or traceback quotes, no database password reaches the logs."""
+
     def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+class JsonFormatter(RedactingFormatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(self._entry(record))
+
+    def _entry(self, record: logging.LogRecord) -> str:
         entry = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
@@ -31,7 +44,7 @@ def configure_logging(level: str = "INFO", fmt: str = "json", service: str = "")
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(
-            logging.Formatter(f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s")
+            RedactingFormatter(f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s")
         )
     root = logging.getLogger()
     root.handlers[:] = [handler]

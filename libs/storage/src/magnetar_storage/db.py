@@ -2,7 +2,77 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
 import asyncpg
+
+from magnetar_storage.dsn import redact, redact_text
+
+log = logging.getLogger("magnetar.db")
+
+# Failures that end once PostgreSQL is up: nothing listening yet, a name not yet in DNS,
+# "the database system is starting up", no free connection slot.  A refused password or
+# a missing database is permanent and fails at once.
+TRANSIENT_CONNECT_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.CannotConnectNowError,
+                            asyncpg.TooManyConnectionsError)
+
+
+class DatabaseUnavailable(RuntimeError):
+    """PostgreSQL could not be reached or refused us; the message names the server (the
+    password masked) and the fix."""
+
+
+def explain(exc: BaseException, database_url: str) -> str:
+    """One line on why a connection failed, without the password, with a hint."""
+    reason = redact_text(str(exc) or type(exc).__name__, database_url)
+    where = redact(database_url)
+    if isinstance(exc, asyncpg.InvalidPasswordError):
+        return (f"{where}: {reason} — the password in the database URL is not the server's "
+                f"(reinstalled over a kept volume? see docs/kubernetes.md, "
+                f"'Reinstalling over kept data')")
+    if isinstance(exc, asyncpg.InvalidCatalogNameError):
+        return f"{where}: {reason} — create the database or fix the URL's database name"
+    return f"{where}: {reason}"
+
+
+def retry_delay(attempt: int) -> float:
+    """Seconds before the next attempt: 0.5, 1, 2, 4, then every 5."""
+    return min(5.0, 0.5 * 2 ** (attempt - 1))
+
+
+async def connect_when_ready(
+    database_url: str,
+    wait_s: float,
+    *,
+    connect: Callable[..., Awaitable[asyncpg.Connection]] = asyncpg.connect,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> asyncpg.Connection:
+    """A connection, retrying transient failures for up to ``wait_s`` seconds (0: one
+    try) with one log line per failed attempt; then ``DatabaseUnavailable``."""
+    start = clock()
+    attempt = 0
+    while True:
+        attempt += 1
+        remaining = wait_s - (clock() - start)
+        try:
+            return await connect(database_url, timeout=max(1.0, min(10.0, remaining)))
+        except TRANSIENT_CONNECT_ERRORS as exc:
+            elapsed = clock() - start
+            if elapsed + retry_delay(attempt) > wait_s:
+                raise DatabaseUnavailable(
+                    f"PostgreSQL not reachable after {attempt} attempt(s) in {elapsed:.0f} s "
+                    f"(MAGNETAR_DATABASE_WAIT_S={wait_s:g}): {explain(exc, database_url)}"
+                ) from None
+            log.warning("waiting for PostgreSQL (attempt %d, %.0f s of %g s): %s",
+                        attempt, elapsed, wait_s, explain(exc, database_url))
+            await sleep(retry_delay(attempt))
+        except (asyncpg.PostgresError, ValueError) as exc:
+            raise DatabaseUnavailable(
+                f"PostgreSQL refused the connection: {explain(exc, database_url)}") from None
 
 
 # Every hot statement is a keyed lookup or write over arrays (one per group commit), so:
@@ -17,6 +87,14 @@ SESSION_SETTINGS = {"random_page_cost": "1.1", "plan_cache_mode": "force_generic
 
 
 async def create_pool(database_url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+    try:
+        return await _create_pool(database_url, min_size=min_size, max_size=max_size)
+    except (*TRANSIENT_CONNECT_ERRORS, asyncpg.PostgresError, ValueError) as exc:
+        # asyncpg's own messages may quote the URL's parts: never the password.
+        raise DatabaseUnavailable(f"cannot open a connection pool to {explain(exc, database_url)}") from None
+
+
+async def _create_pool(database_url: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
     return await asyncpg.create_pool(
         database_url,
         min_size=min_size,

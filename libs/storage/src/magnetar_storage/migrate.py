@@ -3,6 +3,10 @@
 Safe to run twice and concurrently: a session advisory lock serializes runners, and
 each file is applied in its own transaction together with its row in
 ``magnetar_migrations``, so a crash leaves every file either fully applied or not.
+
+The command waits for PostgreSQL (``MAGNETAR_DATABASE_WAIT_S``, default 120 s) with one
+log line per attempt, so an init container started before the database logs why it
+waits instead of crash-looping; nothing it prints carries the password.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import sys
 from importlib import resources
 
 import asyncpg
+
+from magnetar_storage.db import DatabaseUnavailable, connect_when_ready, explain
+from magnetar_storage.dsn import redact
 
 log = logging.getLogger("magnetar.migrate")
 
@@ -36,9 +43,13 @@ def migration_files() -> list[tuple[str, str]]:
     return [(n.removesuffix(".sql"), (folder / n).read_text()) for n in names]
 
 
-async def migrate(database_url: str) -> list[str]:
-    """Apply every pending migration; return the versions applied by this call."""
-    conn = await asyncpg.connect(database_url)
+DEFAULT_WAIT_S = 120.0
+
+
+async def migrate(database_url: str, wait_s: float = 0.0) -> list[str]:
+    """Apply every pending migration; return the versions applied by this call.
+    ``wait_s``: how long to wait for PostgreSQL to accept connections (0: one try)."""
+    conn = await connect_when_ready(database_url, wait_s)
     try:
         await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
         try:
@@ -71,6 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("MAGNETAR_DATABASE_URL"),
         help="PostgreSQL URL (default: $MAGNETAR_DATABASE_URL)",
     )
+    parser.add_argument(
+        "--wait-s",
+        type=_seconds,
+        default=os.environ.get("MAGNETAR_DATABASE_WAIT_S", DEFAULT_WAIT_S),
+        help="seconds to wait for PostgreSQL to accept connections, retrying "
+        f"(default: $MAGNETAR_DATABASE_WAIT_S, else {DEFAULT_WAIT_S:g}; 0: one try)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if not args.database_url:
@@ -80,13 +98,27 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    log.info("migrating %s (waiting up to %g s for it)", redact(args.database_url), args.wait_s)
     try:
-        applied = asyncio.run(migrate(args.database_url))
-    except (OSError, asyncpg.PostgresError) as exc:
-        print(f"magnetar-migrate: cannot migrate {args.database_url}: {exc}", file=sys.stderr)
+        applied = asyncio.run(migrate(args.database_url, args.wait_s))
+    except DatabaseUnavailable as exc:
+        print(f"magnetar-migrate: cannot migrate: {exc}", file=sys.stderr)
+        return 1
+    except (OSError, asyncpg.PostgresError) as exc:  # lost mid-way, or a migration failed
+        print(f"magnetar-migrate: cannot migrate {explain(exc, args.database_url)}", file=sys.stderr)
         return 1
     print(f"magnetar-migrate: {len(applied)} migration(s) applied, schema is current")
     return 0
+
+
+def _seconds(text: str | float) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 86400 seconds, got {text!r}")
+    return value
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from magnetar_runtime.local.cluster import (
     port_in_use,
 )
 from magnetar_runtime.local.postgres import LocalPostgres, PostgresNotFound
+from magnetar_storage.dsn import redact, redact_text
 
 # A service that dies within this long of its start counts as crash-looping: wait
 # longer before each further restart (1 s, 2 s, 4 s ... 30 s) instead of spinning.
@@ -68,7 +69,7 @@ def banner(cluster: LocalCluster) -> str:
         "",
         f"  service URL (clients)  {cluster.service_url}",
         f"  admin URL              {cluster.admin_url}" if cluster.names("admin") else None,
-        f"  PostgreSQL             {cluster.database_url}",
+        f"  PostgreSQL             {redact(cluster.database_url)}",
         f"  logs                   {cluster.log_dir}/<service>.log"
         + (f" and {pg_log}" if cluster.postgres else ""),
         "",
@@ -188,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
             # killed run: stop it rather than fail.
             if pid := LocalPostgres(data_dir / "postgres").stop_stale():
                 print(f"magnetar-local: stopped PostgreSQL pid {pid} left by an earlier run")
-        where = cluster.database_url or f"a private PostgreSQL under {data_dir / 'postgres'}"
+        where = redact(cluster.database_url) or f"a private PostgreSQL under {data_dir / 'postgres'}"
         print(f"Starting Magnetar on {where} ...", flush=True)
         cluster.start(timeout=args.timeout)
         print(banner(cluster), flush=True)
@@ -196,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     except (Stop, KeyboardInterrupt):
         pass
     except (PostgresNotFound, ServiceFailed, RuntimeError, OSError) as exc:
-        print(f"magnetar-local: {exc}", file=sys.stderr)
+        print(f"magnetar-local: {redact_text(str(exc), cluster.database_url)}", file=sys.stderr)
         return 1
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
