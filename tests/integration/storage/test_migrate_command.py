@@ -5,8 +5,10 @@ Its output must never carry the database password (it lands in `kubectl logs`)."
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from magnetar_runtime.local.postgres import LocalPostgres, free_port
@@ -41,12 +43,16 @@ def test_waits_for_postgresql_with_a_line_per_attempt_then_migrates(tmp_path):
         until(lambda: "waiting for PostgreSQL (attempt 2" in out.read_text(),
               "magnetar-migrate to retry while nothing listens", timeout=30)
         assert proc.poll() is None  # still waiting, not crashed
-        pg = LocalPostgres(tmp_path / "pg", port=port, durable=False).start()
+        # Not under tmp_path: a parallel pytest session resets /tmp/pytest-of-<user> to
+        # 0700, and the server may run as another user (as the session fixture does).
+        pg_dir = Path(tempfile.mkdtemp(prefix="magnetar-test-pg-"))
+        pg = LocalPostgres(pg_dir, port=port, durable=False).start()
         code, text = finish(proc, out)
     finally:
         proc.kill()
         if pg:
             pg.stop()
+            shutil.rmtree(pg.data_dir, ignore_errors=True)
     assert code == 0, text
     assert "schema is current" in text
     assert f"postgresql://magnetar:***@127.0.0.1:{port}/postgres" in text  # where it waits
