@@ -53,37 +53,128 @@ url
 {{ default (printf "%s-auth" (include "magnetar.fullname" .)) .Values.auth.jwt.existingSecret }}
 {{- end -}}
 
-{{/* Environment every service gets; the same variable names `magnetar-local` sets. */}}
-{{- define "magnetar.env" -}}
+{{/* The database connection.  The bundled PostgreSQL: a URL without the password and
+     PGPASSWORD (asyncpg and libpq read it) from the chart's Secret or
+     postgresql.existingSecret, so the password needs no URL escaping and never sits in a
+     URL.  An external database: the URL from its Secret. */}}
+{{- define "magnetar.databaseEnv" -}}
+{{- if .Values.components.postgresql -}}
+- name: MAGNETAR_DATABASE_URL
+  value: {{ printf "postgresql://magnetar@%s-postgresql:5432/magnetar" (include "magnetar.fullname" .) | quote }}
+- name: PGPASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "magnetar.postgresqlSecretName" . }}
+      key: {{ include "magnetar.postgresqlSecretKey" . }}
+{{- else -}}
 - name: MAGNETAR_DATABASE_URL
   valueFrom:
     secretKeyRef:
-      name: {{ include "magnetar.dbSecretName" .ctx }}
-      key: {{ include "magnetar.dbSecretKey" .ctx }}
+      name: {{ include "magnetar.dbSecretName" . }}
+      key: {{ include "magnetar.dbSecretKey" . }}
+{{- end }}
+{{- end -}}
+
+{{- define "magnetar.postgresqlSecretName" -}}
+{{ default (printf "%s-database" (include "magnetar.fullname" .)) .Values.postgresql.existingSecret }}
+{{- end -}}
+
+{{- define "magnetar.postgresqlSecretKey" -}}
+{{ if .Values.postgresql.existingSecret }}{{ .Values.postgresql.existingSecretKey }}{{ else }}password{{ end }}
+{{- end -}}
+
+{{/* magnetar-migrate's environment (init containers, the hook Job). */}}
+{{- define "magnetar.migrateEnv" -}}
+{{ include "magnetar.databaseEnv" . }}
+- name: MAGNETAR_DATABASE_WAIT_S
+  value: {{ .Values.migration.waitSeconds | quote }}
+{{- end -}}
+
+{{/* Authentication settings; the same in every service and the helm test pod. */}}
+{{- define "magnetar.authEnv" -}}
+- name: MAGNETAR_AUTH_ENABLED
+  value: {{ .Values.auth.enabled | quote }}
+- name: MAGNETAR_AUTH_SUPERUSER_ROLES
+  value: {{ join "," .Values.auth.superuserRoles | quote }}
+{{- if .Values.auth.enabled }}
+{{- if .Values.auth.jwt.publicKey }}
+- name: MAGNETAR_AUTH_JWT_PUBLIC_KEY
+  valueFrom:
+    secretKeyRef: {name: {{ include "magnetar.authSecretName" . }}, key: jwt-public-key}
+{{- else }}
+- name: MAGNETAR_AUTH_JWT_SECRET
+  valueFrom:
+    secretKeyRef: {name: {{ include "magnetar.authSecretName" . }}, key: jwt-secret}
+{{- end }}
+- name: MAGNETAR_AUTH_SERVICE_TOKEN
+  valueFrom:
+    secretKeyRef: {name: {{ include "magnetar.authSecretName" . }}, key: service-token, optional: true}
+{{- end }}
+{{- end -}}
+
+{{/* Pod annotations: Prometheus scraping, then the component's podAnnotations. */}}
+{{- define "magnetar.podAnnotations" -}}
+prometheus.io/scrape: "true"
+prometheus.io/port: "8080"
+{{- with .podAnnotations }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Where a component's pods may run: (the component's values). */}}
+{{- define "magnetar.scheduling" -}}
+{{- with .nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .topologySpreadConstraints }}
+topologySpreadConstraints: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* A PodDisruptionBudget: (dict "ctx" $ "values" .Values.broker "component" "broker"
+     "name" name "coordinators" bool).  Coordinators (and brokers hosting them) with one
+     replica get minAvailable: 1, so no voluntary eviction (drain, autoscaler) leaves zero
+     coordinators; a drain then waits until a second one runs or the budget is lifted
+     (docs/kubernetes.md, "Upgrades and rollbacks"). */}}
+{{- define "magnetar.pdb" -}}
+{{- if .values.pdb.enabled }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ .name }}
+  labels: {{- include "magnetar.labels" .ctx | nindent 4 }}
+    app.kubernetes.io/component: {{ .component }}
+spec:
+  {{- if and .coordinators (eq (int .values.replicaCount) 1) }}
+  minAvailable: 1
+  {{- else }}
+  maxUnavailable: {{ .values.pdb.maxUnavailable }}
+  {{- end }}
+  selector:
+    matchLabels: {{- include "magnetar.selector" (dict "ctx" .ctx "component" .component) | nindent 6 }}
+{{- end }}
+{{- end -}}
+
+{{/* Environment every service gets; the same variable names `magnetar-local` sets. */}}
+{{- define "magnetar.env" -}}
+{{ include "magnetar.databaseEnv" .ctx }}
 - name: MAGNETAR_HOST
   value: "0.0.0.0"
 - name: MAGNETAR_PORT
   value: "8080"
 - name: MAGNETAR_LOG_FORMAT
   value: json
-- name: MAGNETAR_AUTH_ENABLED
-  value: {{ .ctx.Values.auth.enabled | quote }}
-- name: MAGNETAR_AUTH_SUPERUSER_ROLES
-  value: {{ join "," .ctx.Values.auth.superuserRoles | quote }}
-{{- if .ctx.Values.auth.enabled }}
-{{- if .ctx.Values.auth.jwt.publicKey }}
-- name: MAGNETAR_AUTH_JWT_PUBLIC_KEY
-  valueFrom:
-    secretKeyRef: {name: {{ include "magnetar.authSecretName" .ctx }}, key: jwt-public-key}
-{{- else }}
-- name: MAGNETAR_AUTH_JWT_SECRET
-  valueFrom:
-    secretKeyRef: {name: {{ include "magnetar.authSecretName" .ctx }}, key: jwt-secret}
-{{- end }}
-- name: MAGNETAR_AUTH_SERVICE_TOKEN
-  valueFrom:
-    secretKeyRef: {name: {{ include "magnetar.authSecretName" .ctx }}, key: service-token, optional: true}
-{{- end }}
+{{ include "magnetar.authEnv" .ctx }}
 {{- range $name, $value := .values.config }}
 - name: {{ printf "MAGNETAR_%s" ($name | snakecase | upper) }}
   value: {{ $value | quote }}
@@ -95,18 +186,21 @@ url
 startupProbe:
   httpGet: {path: /healthz, port: http}
   periodSeconds: {{ .periodSeconds }}
+  timeoutSeconds: {{ .timeoutSeconds }}
   failureThreshold: {{ .failureThreshold }}
 {{- end }}{{ end }}
 {{- with .readiness }}{{ if .enabled }}
 readinessProbe:
   httpGet: {path: /readyz, port: http}
   periodSeconds: {{ .periodSeconds }}
+  timeoutSeconds: {{ .timeoutSeconds }}
   failureThreshold: {{ .failureThreshold }}
 {{- end }}{{ end }}
 {{- with .liveness }}{{ if .enabled }}
 livenessProbe:
   httpGet: {path: /healthz, port: http}
   periodSeconds: {{ .periodSeconds }}
+  timeoutSeconds: {{ .timeoutSeconds }}
   failureThreshold: {{ .failureThreshold }}
 {{- end }}{{ end }}
 {{- end -}}
@@ -115,6 +209,7 @@ livenessProbe:
 {{- define "magnetar.podSpec" -}}
 serviceAccountName: {{ include "magnetar.serviceAccountName" .ctx }}
 automountServiceAccountToken: {{ .automount | default false }}
+{{- include "magnetar.scheduling" .values }}
 terminationGracePeriodSeconds: {{ .values.terminationGracePeriodSeconds }}
 securityContext: {{- toYaml .ctx.Values.podSecurityContext | nindent 2 }}
 {{- with .ctx.Values.imagePullSecrets }}
@@ -126,14 +221,13 @@ initContainers:
     image: {{ include "magnetar.image" .ctx }}
     imagePullPolicy: {{ .ctx.Values.image.pullPolicy }}
     command: ["magnetar-migrate"]
-    env:
-      - name: MAGNETAR_DATABASE_URL
-        valueFrom:
-          secretKeyRef:
-            name: {{ include "magnetar.dbSecretName" .ctx }}
-            key: {{ include "magnetar.dbSecretKey" .ctx }}
+    env: {{- include "magnetar.migrateEnv" .ctx | nindent 6 }}
+      {{- with .values.extraEnv }}{{ toYaml . | nindent 6 }}{{ end }}
     resources: {{- toYaml .ctx.Values.migration.resources | nindent 6 }}
     securityContext: {{- toYaml .ctx.Values.securityContext | nindent 6 }}
+    {{- with .values.extraVolumeMounts }}
+    volumeMounts: {{- toYaml . | nindent 6 }}
+    {{- end }}
 {{- end }}
 containers:
   - name: {{ .component }}
@@ -145,6 +239,7 @@ containers:
     env:
       {{- with .extraEnv }}{{ toYaml . | nindent 6 }}{{ end }}
       {{- include "magnetar.env" . | nindent 6 }}
+      {{- with .values.extraEnv }}{{ toYaml . | nindent 6 }}{{ end }}
     {{- include "magnetar.probes" .values.probes | nindent 4 }}
     {{- with .values.preStopSleepSeconds }}
     lifecycle:
@@ -156,9 +251,11 @@ containers:
     securityContext: {{- toYaml .ctx.Values.securityContext | nindent 6 }}
     volumeMounts:
       - {name: tmp, mountPath: /tmp}
+      {{- with .values.extraVolumeMounts }}{{ toYaml . | nindent 6 }}{{ end }}
 volumes:
   - name: tmp
     emptyDir: {}
+  {{- with .values.extraVolumes }}{{ toYaml . | nindent 2 }}{{ end }}
 {{- end -}}
 
 {{/* A Spark job's pod: (dict "ctx" $ "spark" .Values.sparkJobs "args" list "claim" name "brokers" urls "adminUrl" url "labels" dict) */}}

@@ -27,9 +27,15 @@ def helm_binary() -> str:
                 "or set MAGNETAR_HELM")
 
 
-def render(*sets: str, expect_failure: bool = False) -> list[dict] | str:
-    """The chart rendered with ``--set`` values: every object, or helm's error text."""
+def render(*sets: str, expect_failure: bool = False, values: tuple[Path, ...] = (),
+           kube_version: str | None = None) -> list[dict] | str:
+    """The chart rendered with ``--set`` values (after the ``values`` files): every
+    object, or helm's error text."""
     args = [helm_binary(), "template", "rel", str(CHART), "--namespace", "ns"]
+    for path in values:
+        args += ["--values", str(path)]
+    if kube_version:
+        args += ["--kube-version", kube_version]
     for s in sets:
         args += ["--set", s]
     result = subprocess.run(args, capture_output=True, text=True, timeout=120)
@@ -47,3 +53,19 @@ def by_kind(objects: list[dict], kind: str) -> dict[str, dict]:
 def env_of(workload: dict) -> dict[str, dict]:
     [container] = workload["spec"]["template"]["spec"]["containers"]
     return {e["name"]: e for e in container["env"]}
+
+
+def validate(objects: list[dict], folder: Path, kubernetes: str | None = None) -> None:
+    """Every object valid for Kubernetes (kubernetes-validate --strict: no unknown
+    fields), at its newest version or ``kubernetes`` (e.g. "1.28.0")."""
+    path = folder / "rendered.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    validator = Path(sys.executable).parent / "kubernetes-validate"
+    version = ["--kubernetes-version", kubernetes] if kubernetes else []
+    result = subprocess.run([str(validator), "--strict", "--quiet", *version, str(path)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def pod_spec(workload: dict) -> dict:
+    return workload["spec"]["template"]["spec"]
