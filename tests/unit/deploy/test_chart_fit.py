@@ -188,3 +188,15 @@ def test_one_coordinator_cannot_be_evicted_to_zero():
 ])
 def test_the_schema_rejects_bad_knob_values(bad):
     assert "values don't meet the specifications" in render(bad, expect_failure=True)
+
+
+def test_every_migrate_run_waits_for_the_database_for_the_configured_time():
+    """Issue 19, item 6: init containers and the hook Job wait (a log line per attempt)
+    instead of crash-looping while PostgreSQL starts."""
+    objects = render("migration.waitSeconds=420")
+    runs = [c for o in objects if o["kind"] in ("StatefulSet", "Deployment", "Job")
+            for c in [*pod_spec(o).get("initContainers", []), *pod_spec(o)["containers"]]
+            if c.get("command") == ["magnetar-migrate"]]
+    assert len(runs) == 5  # 4 services' init containers and the hook Job
+    for container in runs:
+        assert {e["name"]: e.get("value") for e in container["env"]}["MAGNETAR_DATABASE_WAIT_S"] == "420"
