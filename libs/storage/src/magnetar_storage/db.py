@@ -30,8 +30,8 @@ def explain(exc: BaseException, database_url: str) -> str:
     reason = redact_text(str(exc) or type(exc).__name__, database_url)
     where = redact(database_url)
     if isinstance(exc, asyncpg.InvalidPasswordError):
-        return (f"{where}: {reason} — the password in the database URL is not the server's "
-                f"(reinstalled over a kept volume? see docs/kubernetes.md, "
+        return (f"{where}: {reason} — the password (in the URL or PGPASSWORD) is not the "
+                f"server's (reinstalled over a kept volume? see docs/kubernetes.md, "
                 f"'Reinstalling over kept data')")
     if isinstance(exc, asyncpg.InvalidCatalogNameError):
         return f"{where}: {reason} — create the database or fix the URL's database name"
