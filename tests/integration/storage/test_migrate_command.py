@@ -99,3 +99,19 @@ async def test_a_service_pool_that_cannot_connect_says_where_without_the_passwor
         text = str(exc)
     assert f"postgresql://magnetar:***@127.0.0.1:{port}/magnetar" in text
     assert PASSWORD not in text
+
+
+def test_services_that_cannot_reach_the_database_exit_naming_it_without_the_password(tmp_path):
+    from magnetar_runtime.local.cluster import command_path
+
+    url = f"postgresql://magnetar:{PASSWORD}@127.0.0.1:{free_port()}/magnetar"
+    for command in ("magnetar-broker", "magnetar-coordinator", "magnetar-registry",
+                    "magnetar-admin-service"):
+        env = {**os.environ, "MAGNETAR_DATABASE_URL": url, "MAGNETAR_PORT": str(free_port()),
+               "MAGNETAR_COORDINATOR_ID": "0"}
+        result = subprocess.run([command_path(command)], env=env, capture_output=True, text=True,
+                                timeout=60)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0, command
+        assert "cannot open a connection pool to postgresql://magnetar:***@127.0.0.1" in output, command
+        assert PASSWORD not in output, command
