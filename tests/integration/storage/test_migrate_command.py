@@ -11,7 +11,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from magnetar_runtime.local.postgres import LocalPostgres, free_port
+import pytest
+
+from magnetar_runtime.local.postgres import LocalPostgres, find_pg_bin, free_port
 
 from tests.integration.admin.conftest import until
 
@@ -115,3 +117,48 @@ def test_services_that_cannot_reach_the_database_exit_naming_it_without_the_pass
         assert result.returncode != 0, command
         assert "cannot open a connection pool to postgresql://magnetar:***@127.0.0.1" in output, command
         assert PASSWORD not in output, command
+
+
+@pytest.fixture(scope="module")
+def password_server():
+    """A PostgreSQL that checks passwords (scram-sha-256) for role `app`, as the chart's
+    bundled one does for every TCP client; `magnetar` stays trusted to set it up."""
+    folder = Path(tempfile.mkdtemp(prefix="magnetar-test-pg-"))
+    hba = folder / "pg_hba.conf"
+    hba.write_text("host all magnetar 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n")
+    hba.chmod(0o644)
+    pg = LocalPostgres(folder / "pg", durable=False, settings={"hba_file": str(hba)}).start()
+    admin = [str(find_pg_bin() / "psql"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "magnetar",
+             "-d", "postgres", "-c"]
+    subprocess.run([*admin, "CREATE ROLE app LOGIN PASSWORD 'Right-pw-1'"], check=True, capture_output=True)
+    subprocess.run([*admin, "CREATE DATABASE appdb OWNER app"], check=True, capture_output=True)
+    yield f"postgresql://app@127.0.0.1:{pg.port}/appdb"
+    pg.stop()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_migrate(url: str, **env) -> tuple[int, str]:
+    result = subprocess.run([MIGRATE], env={**os.environ, "MAGNETAR_DATABASE_URL": url,
+                                            "MAGNETAR_DATABASE_WAIT_S": "60", **env},
+                            capture_output=True, text=True, timeout=120)
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_the_password_in_pgpassword_as_the_chart_gives_it(password_server):
+    """The chart hands pods a URL without the password and PGPASSWORD beside it."""
+    code, text = run_migrate(password_server, PGPASSWORD="Right-pw-1")
+    assert code == 0, text
+    assert "Right-pw-1" not in text
+
+
+@pytest.mark.parametrize("how", ["PGPASSWORD", "in the URL"])
+def test_a_wrong_password_fails_at_once_with_the_fix_and_is_never_printed(password_server, how):
+    if how == "PGPASSWORD":
+        code, text = run_migrate(password_server, PGPASSWORD="Wrong-pw-2")
+    else:
+        code, text = run_migrate(password_server.replace("app@", "app:Wrong-pw-2@"))
+    assert code == 1
+    assert 'password authentication failed for user "app"' in text
+    assert "Reinstalling over kept data" in text       # the likely cause, on Kubernetes
+    assert "waiting for PostgreSQL" not in text         # permanent: not retried
+    assert "Wrong-pw-2" not in text
