@@ -112,6 +112,17 @@ url
 {{- end }}
 {{- end -}}
 
+{{/* Every broker pod's URL, comma-separated: the service URL clients inside the cluster
+     are given (a lookup redirects them to a partition's owner). */}}
+{{- define "magnetar.brokerUrls" -}}
+{{- $full := include "magnetar.fullname" . }}
+{{- $brokers := list }}
+{{- range $i := until (int .Values.broker.replicaCount) }}
+{{- $brokers = append $brokers (printf "http://%s-broker-%d.%s-broker.%s.svc:8080" $full $i $full $.Release.Namespace) }}
+{{- end }}
+{{- join "," $brokers }}
+{{- end -}}
+
 {{/* Pod annotations: Prometheus scraping, then the component's podAnnotations. */}}
 {{- define "magnetar.podAnnotations" -}}
 prometheus.io/scrape: "true"

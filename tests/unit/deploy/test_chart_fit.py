@@ -6,10 +6,12 @@ oldest the chart accepts."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import yaml
 
-from tests.unit.deploy.conftest import CHART, by_kind, env_of, pod_spec, render, validate
+from tests.unit.deploy.conftest import CHART, by_kind, env_of, helm_binary, pod_spec, render, validate
 
 SMALL = CHART / "values-small.yaml"
 PRODUCTION = CHART / "values-production.yaml"
@@ -200,3 +202,10 @@ def test_every_migrate_run_waits_for_the_database_for_the_configured_time():
     assert len(runs) == 5  # 4 services' init containers and the hook Job
     for container in runs:
         assert {e["name"]: e.get("value") for e in container["env"]}["MAGNETAR_DATABASE_WAIT_S"] == "420"
+
+
+@pytest.mark.parametrize("values", [SMALL, PRODUCTION], ids=["small", "production"])
+def test_shipped_values_files_pass_helm_lint(values):
+    result = subprocess.run([helm_binary(), "lint", "--strict", str(CHART), "--values", str(values)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
