@@ -43,3 +43,14 @@ def test_the_pod_gets_the_releases_auth_settings():
 
 def test_it_can_be_turned_off():
     assert "rel-magnetar-test" not in by_kind(render("tests.enabled=false"), "Pod")
+
+
+def test_the_pod_can_be_placed_like_the_services(tmp_path):
+    """On a cluster whose nodes are all tainted, an unplaceable test pod would only
+    time out."""
+    objects = render("tests.nodeSelector.pool=magnetar", "tests.priorityClassName=low",
+                     "tests.tolerations[0].key=dedicated", "tests.tolerations[0].operator=Exists")
+    validate(objects, tmp_path)
+    spec = helm_test_pod(objects)["spec"]
+    assert spec["nodeSelector"] == {"pool": "magnetar"} and spec["priorityClassName"] == "low"
+    assert spec["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
