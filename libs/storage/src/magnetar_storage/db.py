@@ -20,6 +20,12 @@ TRANSIENT_CONNECT_ERRORS = (OSError, asyncio.TimeoutError, asyncpg.CannotConnect
                             asyncpg.TooManyConnectionsError)
 
 
+# One attempt's limit (a server that accepts TCP but never answers); a last attempt may
+# run this far past the wait.  Not shorter: a loaded machine's first connect can take a
+# few seconds, and with no wait (one try) it is the only one.
+CONNECT_TIMEOUT_S = 10.0
+
+
 class DatabaseUnavailable(RuntimeError):
     """PostgreSQL could not be reached or refused us; the message names the server (the
     password masked) and the fix."""
@@ -52,14 +58,14 @@ async def connect_when_ready(
     clock: Callable[[], float] = time.monotonic,
 ) -> asyncpg.Connection:
     """A connection, retrying transient failures for up to ``wait_s`` seconds (0: one
-    try) with one log line per failed attempt; then ``DatabaseUnavailable``."""
+    try; the last attempt may take CONNECT_TIMEOUT_S more) with one log line per failed
+    attempt; then ``DatabaseUnavailable``."""
     start = clock()
     attempt = 0
     while True:
         attempt += 1
-        remaining = wait_s - (clock() - start)
         try:
-            return await connect(database_url, timeout=max(1.0, min(10.0, remaining)))
+            return await connect(database_url, timeout=CONNECT_TIMEOUT_S)
         except TRANSIENT_CONNECT_ERRORS as exc:
             elapsed = clock() - start
             if elapsed + retry_delay(attempt) > wait_s:
