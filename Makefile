@@ -49,10 +49,10 @@ test: $(STAMP) $(BIN)/helm  ## every test: unit, integration (real PostgreSQL), 
 test-fast: $(STAMP) $(BIN)/helm  ## unit and integration tests only (seconds)
 	$(BIN)/pytest -q -ra tests/unit tests/integration $(PYTEST_ARGS)
 
-proto: $(STAMP)  ## regenerate magnetar_pb2.py and .pyi from proto/magnetar.proto
+proto: $(STAMP)  ## regenerate magnetar_pb2.py, pulsar_api_pb2.py and their .pyi from proto/
 	$(BIN)/python -m grpc_tools.protoc -I proto \
 		--python_out=libs/protocol/src/magnetar_protocol \
-		--pyi_out=libs/protocol/src/magnetar_protocol proto/magnetar.proto
+		--pyi_out=libs/protocol/src/magnetar_protocol proto/magnetar.proto proto/pulsar_api.proto
 
 bench: $(STAMP)  ## run every benchmark in bench/ (each prints its figures)
 	@set -e; for b in bench/[!_]*.py; do \
