@@ -1,0 +1,198 @@
+"""A Pulsar entry (MessageMetadata + payload) to and from Magnetar's ``MessageBatch``.
+
+A Pulsar producer sends one entry per SEND: either a single message (the metadata holds
+its key, properties and event time; ``num_messages_in_batch`` is absent) or a batch
+(``num_messages_in_batch`` set; the payload, after decompression, is a sequence of
+``[u32 size][SingleMessageMetadata][payload]``, one per message).  Compression applies to
+the whole payload.
+
+What maps to what (Pulsar -> Magnetar ``SingleMessage``):
+
+==============================================  ===========================================
+Pulsar                                          Magnetar
+==============================================  ===========================================
+message bytes                                   ``payload``
+``properties`` (KeyValue list)                  ``properties`` (map: a repeated key keeps
+                                                its last value)
+``partition_key``                               ``partition_key``
+``event_time`` (0 = unset)                      ``event_time`` (0 = unset)
+``sequence_id`` (single; batch: per message,    ``sequence_id``
+or the entry's first id + index when absent)
+``MessageMetadata.producer_name``               the entry's producer (``DeliveredEntry``)
+``MessageMetadata.publish_time``                the entry's ``publish_time``, set by the
+                                                broker, not the producer
+==============================================  ===========================================
+
+What ``SingleMessage`` lacks, so it is dropped on the way in and absent on the way out
+(proto additions proposed in docs/pulsar-protocol.md): ``ordering_key`` (Key_Shared
+routes by it before the partition key), the producer-set ``publish_time``, ``null_value``
+and ``null_partition_key`` (a null payload or key is not an empty one),
+``partition_key_b64_encoded`` (a bytes key; the base64 text is kept as the key),
+``deliver_at_time`` (delayed delivery), ``schema_version``, ``replicate_to`` and the
+chunking and encryption fields (refused: they need the whole message's context).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from google.protobuf.message import DecodeError
+
+from magnetar_protocol import magnetar_pb2 as mpb
+from magnetar_protocol import pulsar_api_pb2 as pb
+from magnetar_protocol.pulsar.compression import CompressionError, compress, decompress
+from magnetar_protocol.pulsar.frames import DEFAULT_MAX_MESSAGE_SIZE, invalid_text_field
+
+_U32 = struct.Struct(">I")
+
+
+class BatchFormatError(CompressionError):
+    """An entry whose batch layout is not what its metadata announces."""
+
+
+def _properties(pairs) -> dict[str, str]:
+    return {kv.key: kv.value for kv in pairs}
+
+
+def _key_values(properties) -> list[pb.KeyValue]:
+    return [pb.KeyValue(key=k, value=v) for k, v in sorted(properties.items())]
+
+
+@dataclass(frozen=True, slots=True)
+class PulsarMessage:
+    """One message of a Pulsar entry with everything a Pulsar client can set on it,
+    including what ``SingleMessage`` cannot hold yet (``ordering_key``, ``null_value``)."""
+
+    payload: bytes
+    sequence_id: int
+    properties: dict[str, str] = field(default_factory=dict)
+    partition_key: str | None = None
+    ordering_key: bytes | None = None
+    event_time: int = 0
+    null_value: bool = False
+
+
+def unpack_entry(metadata: pb.MessageMetadata, payload: bytes,
+                 max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> list[PulsarMessage]:
+    """The messages of one Pulsar entry, decompressed and unbatched."""
+    if metadata.encryption_keys or metadata.HasField("encryption_algo"):
+        raise BatchFormatError("encrypted messages are not supported")
+    if metadata.HasField("chunk_id") or metadata.HasField("num_chunks_from_msg"):
+        raise BatchFormatError("chunked messages are not supported")
+    if (bad := invalid_text_field(metadata)) is not None:
+        raise BatchFormatError(f"the entry's {bad} is not UTF-8 text")
+    data = decompress(metadata.compression, payload, metadata.uncompressed_size, max_size)
+    if not metadata.HasField("num_messages_in_batch"):
+        return [PulsarMessage(
+            payload=data,
+            sequence_id=metadata.sequence_id,
+            properties=_properties(metadata.properties),
+            partition_key=metadata.partition_key if metadata.HasField("partition_key") else None,
+            ordering_key=metadata.ordering_key if metadata.HasField("ordering_key") else None,
+            event_time=metadata.event_time,
+            null_value=metadata.null_value,
+        )]
+    count = metadata.num_messages_in_batch
+    if count < 1:
+        raise BatchFormatError(f"a batch of {count} messages")
+    messages = []
+    offset = 0
+    view = memoryview(data)
+    for index in range(count):
+        if offset + 4 > len(data):
+            raise BatchFormatError(f"batch ends before message {index} of {count}")
+        (meta_size,) = _U32.unpack_from(view, offset)
+        offset += 4
+        if offset + meta_size > len(data):
+            raise BatchFormatError(f"message {index}'s metadata of {meta_size} bytes overruns the batch")
+        single = pb.SingleMessageMetadata()
+        try:
+            single.ParseFromString(view[offset:offset + meta_size].tobytes())
+        except DecodeError as exc:
+            raise BatchFormatError(f"message {index}'s metadata does not parse: {exc}") from None
+        if not single.IsInitialized():
+            raise BatchFormatError(f"message {index}'s metadata lacks its payload size")
+        if (bad := invalid_text_field(single)) is not None:
+            raise BatchFormatError(f"message {index}'s {bad} is not UTF-8 text")
+        offset += meta_size
+        size = single.payload_size
+        if size < 0 or offset + size > len(data):
+            raise BatchFormatError(f"message {index}'s payload of {size} bytes overruns the batch")
+        messages.append(PulsarMessage(
+            payload=view[offset:offset + size].tobytes(),
+            sequence_id=single.sequence_id if single.HasField("sequence_id")
+            else metadata.sequence_id + index,
+            properties=_properties(single.properties),
+            partition_key=single.partition_key if single.HasField("partition_key") else None,
+            ordering_key=single.ordering_key if single.HasField("ordering_key") else None,
+            event_time=single.event_time,
+            null_value=single.null_value,
+        ))
+        offset += size
+    if offset != len(data):
+        raise BatchFormatError(f"{len(data) - offset} bytes after the batch's {count} messages")
+    return messages
+
+
+def to_message_batch(metadata: pb.MessageMetadata, payload: bytes,
+                     max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> mpb.MessageBatch:
+    """The Magnetar batch holding the messages of one Pulsar entry (see the table above
+    for what is kept)."""
+    return mpb.MessageBatch(messages=[
+        mpb.SingleMessage(payload=m.payload, partition_key=m.partition_key,
+                          properties=m.properties, sequence_id=m.sequence_id,
+                          event_time=m.event_time)
+        for m in unpack_entry(metadata, payload, max_size)
+    ])
+
+
+def to_pulsar_entry(batch: mpb.MessageBatch, *, producer_name: str, publish_time: int,
+                    compression: int = pb.NONE,
+                    batched: bool | None = None) -> tuple[pb.MessageMetadata, bytes]:
+    """The metadata and payload of a MESSAGE frame carrying ``batch``.  One message goes
+    out unbatched unless ``batched`` says otherwise; several always as a batch."""
+    messages = batch.messages
+    if not messages:
+        raise ValueError("an entry holds at least one message")
+    if batched is None:
+        batched = len(messages) > 1
+    if not batched and len(messages) > 1:
+        raise ValueError(f"{len(messages)} messages need a batch")
+    first = messages[0]
+    metadata = pb.MessageMetadata(
+        producer_name=producer_name,
+        sequence_id=first.sequence_id,
+        publish_time=publish_time,
+        highest_sequence_id=messages[-1].sequence_id,
+    )
+    if not batched:
+        metadata.properties.extend(_key_values(first.properties))
+        if first.HasField("partition_key"):
+            metadata.partition_key = first.partition_key
+        if first.event_time:
+            metadata.event_time = first.event_time
+        data = first.payload
+    else:
+        metadata.num_messages_in_batch = len(messages)
+        parts = []
+        for message in messages:
+            single = pb.SingleMessageMetadata(
+                properties=_key_values(message.properties),
+                payload_size=len(message.payload),
+                sequence_id=message.sequence_id,
+            )
+            if message.HasField("partition_key"):
+                single.partition_key = message.partition_key
+            if message.event_time:
+                single.event_time = message.event_time
+            single_bytes = single.SerializeToString()
+            parts += (_U32.pack(len(single_bytes)), single_bytes, message.payload)
+        data = b"".join(parts)
+    if compression != pb.NONE:
+        metadata.compression = compression
+        metadata.uncompressed_size = len(data)
+        data = compress(compression, data)
+    return metadata, data
