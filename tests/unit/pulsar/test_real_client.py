@@ -10,13 +10,16 @@ every wait on the stub a deadline.
 from __future__ import annotations
 
 import logging
+import socket
+import struct
+import time
 
 import pulsar
 import pytest
 
 from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
-from magnetar_protocol.pulsar import batches
+from magnetar_protocol.pulsar import batches, frames
 
 from .stub_broker import StubBroker
 
@@ -162,3 +165,33 @@ def test_consumer_receives_entries_encoded_from_magnetar_batches(broker, client)
         f"ACK frames for entries {sorted(entry_ids)}")
     consumer.close()
     assert not broker.recorded.errors
+
+
+def test_the_wheel_connects_with_protocol_20_and_broker_entry_metadata_support(broker, client):
+    client.create_producer(TOPIC, send_timeout_millis=TIMEOUT_MS).close()
+    connect = broker.wait_for(
+        lambda r: next((f.body for f in r.frames if f.type == pb.BaseCommand.CONNECT), None),
+        "a CONNECT frame")
+    assert connect.client_version.startswith("Pulsar-CPP-")
+    assert connect.protocol_version == 20 and connect.auth_method_name == "none"
+    assert connect.feature_flags.supports_broker_entry_metadata
+
+
+def test_a_bad_frame_on_one_connection_is_answered_while_the_wheel_keeps_producing(broker, client):
+    producer = client.create_producer(TOPIC, producer_name="steady", send_timeout_millis=TIMEOUT_MS)
+    producer.send(b"before")
+    host, port = broker.url.removeprefix("pulsar://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(struct.pack(">I", 0xFFFFFF00) + b"garbage")
+        decoder = frames.FrameDecoder()
+        deadline = time.monotonic() + 10
+        while (frame := decoder.next_frame()) is None:
+            assert time.monotonic() < deadline, "no ERROR frame for the oversize frame"
+            decoder.feed(raw.recv(4096))
+        assert frame.type == pb.BaseCommand.ERROR
+        assert "exceeds the limit" in frame.body.message
+        assert raw.recv(4096) == b"", "the stub closes the connection it cannot resync"
+    producer.send(b"after")
+    sends = broker.wait_for(lambda r: len(r.sends) >= 2 and r.sends, "both SEND frames")
+    assert [f.payload for f in sends] == [b"before", b"after"]
+    assert broker.recorded.errors == ["FrameTooLarge: frame of 4294967044 bytes exceeds the limit of 5253120"]
