@@ -13,7 +13,7 @@ cost for that subscription's protocol.  The floor every path pays at least once 
 is framing the stored bytes into a MESSAGE frame (CRC32C included): each figure is also
 printed as a multiple of that floor, measured in the same run.  CPU only (no database):
 
-    .venv/bin/python bench/pulsar_codec.py [--messages 1000] [--size 100] [--repeat 30]
+    .venv/bin/python bench/pulsar_codec.py [--messages 1000] [--size 100] [--repeat 100]
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1000)
     parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--repeat", type=int, default=100)
     args = parser.parse_args()
     batch = sample_batch(args.messages, args.size)
     print(f"Pulsar entry of {args.messages} x {args.size} B messages; µs per message, "

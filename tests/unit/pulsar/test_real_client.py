@@ -195,3 +195,17 @@ def test_a_bad_frame_on_one_connection_is_answered_while_the_wheel_keeps_produci
     sends = broker.wait_for(lambda r: len(r.sends) >= 2 and r.sends, "both SEND frames")
     assert [f.payload for f in sends] == [b"before", b"after"]
     assert broker.recorded.errors == ["FrameTooLarge: frame of 4294967044 bytes exceeds the limit of 5253120"]
+
+
+def test_token_authentication_arrives_in_connect(broker):
+    token = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJl"
+    authenticated = pulsar.Client(broker.url, authentication=pulsar.AuthenticationToken(token),
+                                  operation_timeout_seconds=10, logger=logging.getLogger("pulsar-client"))
+    try:
+        authenticated.create_producer(TOPIC, send_timeout_millis=TIMEOUT_MS).close()
+    finally:
+        authenticated.close()
+    connect = broker.wait_for(
+        lambda r: next((f.body for f in r.frames if f.type == pb.BaseCommand.CONNECT), None),
+        "a CONNECT frame")
+    assert (connect.auth_method_name, connect.auth_data) == ("token", token.encode())
