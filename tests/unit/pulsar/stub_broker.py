@@ -22,7 +22,7 @@ SERVER_PROTOCOL_VERSION = 21
 
 @dataclass
 class QueuedEntry:
-    metadata: pb.MessageMetadata
+    metadata: pb.MessageMetadata | bytes     # bytes: an entry stored as it came
     payload: bytes
     entry_id: int
 
@@ -72,7 +72,7 @@ class StubBroker:
 
     # ------------------------------------------------------------ what tests use
 
-    def queue(self, subscription: str, metadata: pb.MessageMetadata, payload: bytes) -> int:
+    def queue(self, subscription: str, metadata: pb.MessageMetadata | bytes, payload: bytes) -> int:
         """Deliver this entry to the subscription's consumer once it asks for messages."""
         with self._condition:
             self._next_entry += 1

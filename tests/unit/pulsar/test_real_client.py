@@ -209,3 +209,30 @@ def test_token_authentication_arrives_in_connect(broker):
         lambda r: next((f.body for f in r.frames if f.type == pb.BaseCommand.CONNECT), None),
         "a CONNECT frame")
     assert (connect.auth_method_name, connect.auth_data) == ("token", token.encode())
+
+
+@pytest.mark.parametrize("compression", ["LZ4", "ZSTD"])
+def test_entries_stored_as_they_came_reach_a_consumer_with_every_field(broker, client, compression):
+    """The storage choice of docs/pulsar-protocol.md: a producer's entry kept as sent
+    (metadata bytes + payload) and framed into MESSAGE as is keeps what MessageBatch
+    cannot hold yet: ordering key, the producer's publish time."""
+    producer = client.create_producer(
+        TOPIC, producer_name="as-is", send_timeout_millis=TIMEOUT_MS, batching_enabled=True,
+        batching_max_messages=4, batching_max_publish_delay_ms=60_000,
+        compression_type=COMPRESSIONS[compression][0])
+    expected = [_message(i) for i in range(4)]
+    for fields in expected:
+        producer.send_async(callback=lambda result, msg_id: None, **fields)
+    producer.flush()
+    producer.close()
+    (send,) = broker.wait_for(lambda r: r.sends, "a SEND frame")
+    broker.queue("as-is", send.raw_metadata, send.payload)
+    consumer = client.subscribe(TOPIC, "as-is")
+    received = [consumer.receive(timeout_millis=TIMEOUT_MS) for _ in expected]
+    consumer.close()
+    assert [m.data() for m in received] == [e["content"] for e in expected]
+    assert [m.properties() for m in received] == [e["properties"] for e in expected]
+    assert [m.partition_key() for m in received] == [e["partition_key"] for e in expected]
+    assert [m.ordering_key() for m in received] == [e["ordering_key"] for e in expected]
+    assert [m.event_timestamp() for m in received] == [e["event_timestamp"] for e in expected]
+    assert {m.publish_timestamp() for m in received} == {send.metadata.publish_time}
