@@ -236,3 +236,18 @@ def test_entries_stored_as_they_came_reach_a_consumer_with_every_field(broker, c
     assert [m.ordering_key() for m in received] == [e["ordering_key"] for e in expected]
     assert [m.event_timestamp() for m in received] == [e["event_timestamp"] for e in expected]
     assert {m.publish_timestamp() for m in received} == {send.metadata.publish_time}
+
+
+def test_batch_index_ack_arrives_as_an_ack_set_of_the_still_unacked(broker, client):
+    entry_id = broker.queue("indexed", *batches.to_pulsar_entry(
+        _magnetar_batch(0, 4), producer_name="magnetar", publish_time=1))
+    consumer = client.subscribe(TOPIC, "indexed", batch_index_ack_enabled=True)
+    received = [consumer.receive(timeout_millis=TIMEOUT_MS) for _ in range(4)]
+    consumer.acknowledge(received[1])
+    (ack,) = broker.wait_for(lambda r: r.acks, "an ACK frame")
+    consumer.close()
+    assert ack.ack_type == pb.CommandAck.Individual
+    (message_id,) = ack.message_id
+    assert message_id.entry_id == entry_id
+    # Bit i set = message i of the batch still unacknowledged: only index 1 was acked.
+    assert list(message_id.ack_set) == [0b1101]
