@@ -4,11 +4,11 @@ names them."""
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
 
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.txnid import TxnID  # noqa: F401 (re-exported: the public type)
 
 LATEST_ENTRY = (1 << 63) - 1  # the wire's "latest" entry id (docs/protocol.md)
 _U64 = 1 << 64
@@ -62,20 +62,6 @@ class TransactionState(enum.Enum):
     ABORTING = "ABORTING"
     ABORTED = "ABORTED"
     ERROR = "ERROR"
-
-
-class TxnID(NamedTuple):
-    """A transaction id; ``str()`` is ``"(most,least)"`` as the admin API prints it."""
-
-    most_bits: int
-    least_bits: int
-
-    def __str__(self) -> str:
-        return f"({self.most_bits},{self.least_bits})"
-
-    def to_wire(self) -> pb.TxnId:
-        """As a ``magnetar.v1.TxnId``."""
-        return pb.TxnId(most_bits=self.most_bits, least_bits=self.least_bits)
 
 
 class MessageId:
