@@ -19,7 +19,7 @@ from magnetar_protocol.errors import MagnetarError, NotAllowedError, Timeout
 
 from magnetar._acks import ACK_GROUP_MAX, ACK_GROUP_S, NackTracker
 from magnetar._errors import AlreadyClosed
-from magnetar._message import Message
+from magnetar._message import Message, UndecodableEntry
 from magnetar._partition_consumer import PartitionConsumer
 from magnetar._reader import gather_last, has_more, initial_start
 from magnetar._types import ConsumerType, MessageId
@@ -53,6 +53,7 @@ class Consumer:
         self._ack_armed = False
         self._tasks: list[asyncio.Task] = []
         self._known_last: dict[int, tuple[int, int]] = {}  # partition -> last visible
+        self._undecodable = 0  # entries skipped: their batch did not decode
 
     async def start(self) -> "Consumer":
         """Subscribe every partition and start fetching."""
@@ -76,14 +77,15 @@ class Consumer:
 
     @staticmethod
     def _accept(msg: Message) -> bool:
-        """Whether a queued message is current (see PartitionConsumer), noting it returned."""
+        """Whether a queued message is current (see PartitionConsumer) and for the user,
+        noting it returned."""
         info = msg._info
         part = info.source
         if info.generation != part.generation:
             return False
-        if part.reader:  # readers resume after the last message returned
+        if part.reader:  # readers resume after the last message returned (or skipped)
             part.returned = (info.entry_id, msg._index)
-        return True
+        return type(msg) is not UndecodableEntry
 
     async def receive(self, timeout_millis: int | None = None) -> Message:
         """The next message; raises magnetar.Timeout when none arrives in time."""
@@ -286,6 +288,11 @@ class Consumer:
     async def unsubscribe(self) -> None:
         """Delete the subscription and close this consumer."""
         await self.close(unsubscribe=True)
+
+    def undecodable_entries(self) -> int:
+        """How many delivered entries this consumer skipped because their batch did not
+        decode (each also logged as an error naming its message id)."""
+        return self._undecodable
 
     def topic(self) -> str:
         """The topic's full name."""

@@ -90,10 +90,23 @@ class Message:
         return f"Message(id={self.message_id()}, {len(self._msg.payload)} bytes)"
 
 
+class UndecodableEntry:
+    """Stands in the receiver queue for a delivered entry whose batch does not decode
+    (stored before brokers checked batches, or corrupted): never returned to the user,
+    it moves a reader past the entry in order (docs/security.md)."""
+
+    __slots__ = ("_info", "_index")
+
+    def __init__(self, info: EntryInfo, last_index: int) -> None:
+        self._info = info
+        self._index = last_index
+
+
 def expand(entry: pb.DeliveredEntry, partition: int, topic: str, generation: int = 0,
            source=None) -> list[Message]:
     """The messages a delivered entry carries: all of them (first delivery), or only the
-    listed batch indices with their redelivery counts."""
+    listed batch indices with their redelivery counts.  Raises DecodeError when the
+    entry's batch does not parse."""
     messages = pb.MessageBatch.FromString(entry.batch).messages
     info = EntryInfo(partition, entry.entry_id, len(messages), topic, entry.publish_time,
                      entry.producer_name, source, generation)

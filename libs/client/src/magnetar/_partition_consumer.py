@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from google.protobuf.message import DecodeError
+
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import MagnetarError, NotOwner, SessionNotFound
 
 from magnetar._acks import AckGroup, ack_requests
-from magnetar._message import expand
+from magnetar._message import EntryInfo, UndecodableEntry, expand
 from magnetar._reader import start_position
 from magnetar._retry import RETRYABLE, SESSION_LOST, TRANSIENT, Backoff, deadline_after
 from magnetar._types import MessageId
@@ -129,8 +131,30 @@ class PartitionConsumer:
                 continue  # answered for a subscription since replaced (seek, reconnect)
             put = queue.put_nowait
             for entry in reply.entries:
-                for msg in expand(entry, self.partition, self.topic, generation, self):
+                try:
+                    messages = expand(entry, self.partition, self.topic, generation, self)
+                except (DecodeError, RuntimeWarning) as exc:
+                    put(self._skip_undecodable(entry, generation, exc))
+                    continue
+                for msg in messages:
                     put(msg)
+
+    def _skip_undecodable(self, entry: pb.DeliveredEntry, generation: int,
+                          exc: Exception) -> UndecodableEntry:
+        """An entry whose batch does not decode is skipped, counted and logged, and
+        acknowledged on a durable subscription so it is not redelivered: what Pulsar's
+        consumer does with a batch it cannot deserialize (it acks it with
+        ``ValidationError.BatchDeSerializeError``).  Later entries keep coming."""
+        self.consumer._undecodable += 1
+        size = max(entry.num_messages, 1)
+        log.error("skipped undecodable entry %s on %s (subscription %r, %d message(s) lost "
+                  "to this consumer): %s", MessageId(self.partition, entry.entry_id, -1, size),
+                  self.topic, self.consumer.options["subscription"], size, exc)
+        if not self.reader:
+            self.consumer.ack_nowait(MessageId(self.partition, entry.entry_id, -1, size))
+        info = EntryInfo(self.partition, entry.entry_id, size, self.topic, entry.publish_time,
+                         entry.producer_name, self, generation)
+        return UndecodableEntry(info, size - 1)
 
     async def _recover(self, exc: MagnetarError) -> None:
         """After a failed fetch: subscribe again where the consumer is gone."""

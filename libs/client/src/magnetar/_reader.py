@@ -76,6 +76,10 @@ class Reader:
         """Move to a message id (that message is read next) or a publish time (ms)."""
         await self._consumer.seek(message_id_or_timestamp)
 
+    def undecodable_entries(self) -> int:
+        """How many entries were skipped because their batch did not decode."""
+        return self._consumer.undecodable_entries()
+
     def topic(self) -> str:
         """The topic's full name."""
         return self._consumer.topic()

@@ -293,6 +293,11 @@ class Consumer:
         """Delete the subscription (and close this consumer)."""
         self._io.run(self._c.close(unsubscribe=True))
 
+    def undecodable_entries(self) -> int:
+        """How many entries were skipped because their batch did not decode (each
+        logged as an error naming its message id; docs/security.md)."""
+        return self._c.undecodable_entries()
+
     def topic(self) -> str:
         """The topic's full name."""
         return self._c.topic()
@@ -337,6 +342,11 @@ class Reader:
     def seek(self, message_id_or_timestamp: MessageId | int) -> None:
         """Move to a message id (read next) or a publish time in ms."""
         self._io.run(self._r.seek(message_id_or_timestamp))
+
+    def undecodable_entries(self) -> int:
+        """How many entries were skipped because their batch did not decode (each
+        logged as an error naming its message id; docs/security.md)."""
+        return self._r.undecodable_entries()
 
     def topic(self) -> str:
         """The topic's full name."""

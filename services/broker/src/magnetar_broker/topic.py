@@ -27,6 +27,7 @@ from magnetar_runtime.roles import Roles
 
 from magnetar_broker import metrics
 from magnetar_broker.access import AccessState
+from magnetar_broker.batchcheck import batch_problem
 from magnetar_broker.dedup import Verdict, drop_persisted, judge
 from magnetar_broker.store import BrokerStore, Entry
 from magnetar_broker.txnbuffer import TxnAppend, TxnBuffer, TxnEnd, ended_error
@@ -216,6 +217,8 @@ class PartitionLog:
             )
         if highest < lowest:
             raise BadRequest("send: highest_sequence_id is below sequence_id")
+        if problem := batch_problem(batch, n, lowest, highest):
+            raise BadRequest(f"send to {self.name.full}: {problem}; nothing was stored")
         txn = (req.txn.most_bits, req.txn.least_bits) if req.HasField("txn") else None
         actor = await self.txnbuf.check_send(txn) if txn is not None else None
         name = producer.name

@@ -113,6 +113,8 @@ def read_range(conn: Connection, partition: str, start: int, end: int, poll_time
             try:
                 msg = reader.read_next(timeout_millis=READ_POLL_MS)
             except magnetar.Timeout:
+                if _skipped_through(reader, end - 1):
+                    return  # the range's last entry did not decode: skipped (logged)
                 # Not "has nothing more, so done": the broker may learn of an entry the
                 # admin API already reported a moment later than the database has it.
                 stalled_since = stalled_since or time.monotonic()
@@ -133,3 +135,10 @@ def read_range(conn: Connection, partition: str, start: int, end: int, poll_time
                 return
     finally:
         c.close()
+
+
+def _skipped_through(reader: magnetar.Reader, entry_id: int) -> bool:
+    """Whether the reader went past ``entry_id`` without a message to show for it (an
+    entry whose batch did not decode is skipped by the client, docs/security.md)."""
+    returned = reader._r.parts[0].returned
+    return reader.undecodable_entries() > 0 and returned is not None and returned[0] >= entry_id

@@ -1,0 +1,33 @@
+"""What a stored batch must be.  Pure: no I/O.
+
+The broker stores a producer's batch as one entry and never re-encodes it, but every
+consumer decodes it, so a batch that does not parse (or whose count disagrees with the
+entry's ``num_messages``) would stop each of them at that entry.  The check is the C
+parser's (upb) one pass over the bytes plus a look at the first and last message:
+structure, count and sequence range; not the payloads.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.message import DecodeError
+
+from magnetar_protocol import magnetar_pb2 as pb
+
+
+def batch_problem(batch: bytes, num_messages: int, lowest: int, highest: int) -> str | None:
+    """Why ``batch`` may not be stored as an entry of ``num_messages`` messages with
+    sequence ids ``lowest``..``highest``; None when it may."""
+    try:
+        messages = pb.MessageBatch.FromString(batch).messages
+    except (DecodeError, RuntimeWarning) as exc:
+        return f"batch is not a valid magnetar.v1.MessageBatch ({exc})"
+    if len(messages) != num_messages:
+        return f"batch holds {len(messages)} messages but num_messages is {num_messages}"
+    if not messages:
+        return "batch holds no message"
+    first, last = messages[0].sequence_id, messages[-1].sequence_id
+    # The client numbers every message; dedup (including a partial resend) trusts these.
+    if first != lowest or last != highest:
+        return (f"the batch's sequence ids run {first}..{last} but the request says "
+                f"sequence_id={lowest}, highest_sequence_id={highest}")
+    return None
