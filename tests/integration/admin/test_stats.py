@@ -271,6 +271,9 @@ def test_cursor_shapes_rules():
     acks = {5: shapes.WHOLE, 6: shapes.WHOLE, 8: shapes.WHOLE, 9: 0b101, 3: shapes.WHOLE}
     assert shapes.deleted_ranges_text(acks) == "[(2:-1..3:-1], (4:-1..6:-1], (7:-1..8:-1]]"
     assert shapes.batch_deleted_indexes(acks) == {"9": [0, 2]}
+    # A 16 MB mask (an ack of batch index 2^27, stored before brokers bounded it) is
+    # listed in one scan, not bit by bit (which pinned the admin for minutes).
+    assert shapes.batch_deleted_indexes({4: 1 << (1 << 27) | 1}) == {"4": [0, 1 << 27]}
     # entry 3 is at or before the mark-delete position; entry 9 holds 2 messages only;
     # entry 8 is not in the log any more
     assert shapes.acked_beyond(acks, 4, {3: 1, 5: 2, 6: 1, 9: 2}) == 2 + 1 + 2

@@ -56,3 +56,28 @@ def test_decode_advances_over_complete_entries():
     data = c.encode()
     back = Cursor.decode(4, data)  # entry 4 was completed too
     assert back.mark_delete == 5 and back.acked == {}
+
+
+def test_batch_index_is_bounded_by_the_entry():
+    from magnetar_broker.cursor import batch_index_problem
+
+    assert batch_index_problem(4, WHOLE, 3, 10000) is None
+    assert batch_index_problem(4, 0, 3, 10000) is None
+    assert batch_index_problem(4, 2, 3, 10000) is None
+    assert "past entry 4, which holds 3" in batch_index_problem(4, 3, 3, 10000)
+    assert "past entry 4" in batch_index_problem(4, 2**27, 3, 10000)
+    assert "negative" in batch_index_problem(4, -2, 3, 10000)
+    assert "negative" in batch_index_problem(4, -(2**31), None, 10000)
+    # A trimmed entry: no entry the broker stored held more than its batch limit.
+    assert batch_index_problem(4, 9999, None, 10000) is None
+    assert "is gone" in batch_index_problem(4, 10000, None, 10000)
+
+
+def test_ack_first_sets_the_leading_indexes_in_one_step():
+    c = Cursor(-1)
+    c.ack_first(0, 2, num_messages=3)
+    assert c.is_acked(0, 1) and not c.is_acked(0, 2) and c.mark_delete == -1
+    c.ack_first(0, 3)
+    assert c.mark_delete == 0 and c.acked == {}
+    c.ack_first(1, 0)  # nothing
+    assert c.acked == {}

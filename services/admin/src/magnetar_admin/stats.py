@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.bitsets import set_bits
 
 WHOLE = -1  # an acknowledgement mask covering every message of the entry
 
@@ -47,8 +48,7 @@ def deleted_ranges_text(acks: dict[int, int]) -> str:
 
 def batch_deleted_indexes(acks: dict[int, int]) -> dict[str, list[int]]:
     """Entries acknowledged in part: {entry id: the acknowledged batch indexes}."""
-    return {str(e): [i for i in range(mask.bit_length()) if mask >> i & 1]
-            for e, mask in sorted(acks.items()) if mask != WHOLE}
+    return {str(e): set_bits(mask) for e, mask in sorted(acks.items()) if mask != WHOLE}
 
 
 def acked_beyond(acks: dict[int, int], mark_delete: int, sizes: dict[int, int]) -> int:

@@ -18,6 +18,25 @@ def full_mask(num_messages: int) -> int:
     return (1 << num_messages) - 1
 
 
+def batch_index_problem(entry_id: int, batch_index: int, num_messages: int | None,
+                        max_batch_messages: int) -> str | None:
+    """Why ``batch_index`` names no message of entry ``entry_id`` (None when it does).
+    -1 is the whole entry.  An index becomes a bit of a mask (acks, seeks, deliveries),
+    whose every later operation costs its size, so it is bounded by the entry's real
+    message count; by the broker's batch limit when the entry is gone (trimmed), as no
+    entry it stored holds more."""
+    if batch_index == WHOLE:
+        return None
+    if batch_index < 0:
+        return f"batch_index {batch_index} of entry {entry_id} is negative (-1 means the whole entry)"
+    limit = num_messages if num_messages is not None else max_batch_messages
+    if batch_index >= limit:
+        held = f"holds {num_messages} message(s)" if num_messages is not None else \
+            f"is gone and no entry holds more than {max_batch_messages} messages"
+        return f"batch_index {batch_index} is past entry {entry_id}, which {held}"
+    return None
+
+
 class Cursor:
     __slots__ = ("mark_delete", "acked", "_sizes")
 
@@ -37,6 +56,10 @@ class Cursor:
             return True
         mask = self.acked.get(entry_id, 0)
         return mask == -1 or bool(mask >> index & 1) if index >= 0 else mask == -1
+
+    def size_of(self, entry_id: int) -> int | None:
+        """The entry's number of messages when this cursor has been told it."""
+        return self._sizes.get(entry_id)
 
     def unacked_mask(self, entry_id: int, num_messages: int) -> int:
         """Bitmask of the entry's messages not yet acknowledged (0 = nothing left)."""
@@ -66,6 +89,18 @@ class Cursor:
             mask = self.acked.get(entry_id, 0)
             if mask != -1:
                 self.acked[entry_id] = mask | (1 << index)
+        self._settle(entry_id)
+        self._advance()
+
+    def ack_first(self, entry_id: int, count: int, num_messages: int | None = None) -> None:
+        """Acknowledge the entry's messages 0..count-1 (one mask operation, however many)."""
+        if entry_id <= self.mark_delete or count <= 0:
+            return
+        if num_messages is not None:
+            self._sizes[entry_id] = num_messages
+        mask = self.acked.get(entry_id, 0)
+        if mask != -1:
+            self.acked[entry_id] = mask | full_mask(count)
         self._settle(entry_id)
         self._advance()
 

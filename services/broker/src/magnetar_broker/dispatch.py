@@ -11,17 +11,13 @@ import bisect
 import hashlib
 from collections.abc import Iterable
 
+from magnetar_protocol.bitsets import set_bits
+
 WHOLE = -1
 
 
 def mask_indices(mask: int) -> list[int]:
-    out, i = [], 0
-    while mask:
-        if mask & 1:
-            out.append(i)
-        mask >>= 1
-        i += 1
-    return out
+    return set_bits(mask)
 
 
 def upto_mask(index: int) -> int:

@@ -118,6 +118,9 @@ RETURNING producer_name;
 -- name: first_entry_since
 SELECT min(entry_id) FROM entries WHERE topic_id = $1 AND publish_time >= $2;
 
+-- name: message_counts
+SELECT entry_id, num_messages FROM entries WHERE topic_id = $1 AND entry_id = ANY($2::bigint[]);
+
 -- name: create_subscription
 WITH owner AS (
     SELECT 1 FROM topic_owners

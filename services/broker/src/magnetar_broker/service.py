@@ -264,12 +264,12 @@ class BrokerService:
         cursor = Cursor(plog.next_entry_id - 1)
         if req.HasField("start_position") and req.start_position.entry_id != LATEST:
             pos = req.start_position
+            await plog.check_batch_indexes("reader start", [pos])
             cursor = Cursor(pos.entry_id - 1)
             upto = pos.batch_index if req.start_inclusive else pos.batch_index + 1
             if pos.batch_index < 0 and not req.start_inclusive:
                 cursor = Cursor(pos.entry_id)
-            for i in range(max(upto, 0)):
-                cursor.ack(pos.entry_id, i)
+            cursor.ack_first(pos.entry_id, upto)
         sub = Subscription(plog, name, cursor, durable=False)
         plog.subscriptions[name] = sub
         return sub
@@ -317,6 +317,7 @@ class BrokerService:
 
     async def redeliver(self, req: pb.RedeliverRequest) -> pb.RedeliverResponse:
         consumer = self._consumer(req.consumer_id, req.session_id)
+        await consumer.subscription.check_positions("redeliver", req.positions)
         consumer.subscription.redeliver(consumer, req.positions)
         return pb.RedeliverResponse()
 

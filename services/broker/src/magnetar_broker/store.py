@@ -231,6 +231,10 @@ class BrokerStore:
     async def first_entry_since(self, topic_id: int, publish_time: int) -> int | None:
         return await self.pool.fetchval(Q["first_entry_since"], topic_id, publish_time)
 
+    async def message_counts(self, topic_id: int, entry_ids: list[int]) -> dict[int, int]:
+        """{entry id: its number of messages} of those entries that exist."""
+        return dict(await self.pool.fetch(Q["message_counts"], topic_id, entry_ids))
+
     # ---------------------------------------------------------------- cursors
 
     async def open_subscription(

@@ -234,6 +234,10 @@ class Subscription(TransactionalAcks):
 
     # ---------------------------------------------------------------- acks
 
+    async def check_positions(self, what: str, positions) -> None:
+        """Refuse (400) a batch index that names no message of its entry."""
+        await self.log.check_batch_indexes(what, positions, self.cursor.size_of)
+
     async def ack(self, consumer: Consumer, positions, cumulative: bool) -> None:
         if cumulative and self.sub_type in (pb.SUB_SHARED, pb.SUB_KEY_SHARED):
             raise NotAllowedError(
@@ -245,6 +249,7 @@ class Subscription(TransactionalAcks):
                 raise BadRequest(
                     f"ack of entry {p.entry_id} on {self.log.name.full}: the topic ends at entry {end - 1}"
                 )
+        await self.check_positions("ack", positions)
         if self.txn_acks.by_entry or self.txn_acks.cumulative:
             # A plain ack of a message pending in a transaction is ignored, as in Pulsar.
             positions = [p for p in positions if self.txn_acks.holder(p.entry_id, p.batch_index) is None]
@@ -270,11 +275,10 @@ class Subscription(TransactionalAcks):
 
     async def seek(self, entry_id: int, batch_index: int = WHOLE) -> None:
         """Reset the cursor so the next message delivered is (entry_id, batch_index)."""
+        await self.check_positions("seek", [pb.Position(entry_id=entry_id, batch_index=batch_index)])
         async with self._lock:
             self.cursor.reset(entry_id - 1)
-            if batch_index > 0:
-                for i in range(batch_index):
-                    self.cursor.ack(entry_id, i)
+            self.cursor.ack_first(entry_id, batch_index)
             self.deliveries.clear()
             self.read_position = self.cursor.mark_delete + 1
         self.log.wake()

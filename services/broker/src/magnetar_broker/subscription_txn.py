@@ -63,6 +63,7 @@ class TransactionalAcks:
         wanted = [(p.entry_id, p.batch_index) for p in positions]
         if not wanted or any(e >= end for e, _ in wanted):
             raise BadRequest(f"transactional ack on {self.log.name.full} names no position or one past the end")
+        await self.check_positions("transactional ack", positions)
         actor = await self._check_txn(txn)
         await self._txn_acker.submit((wanted, cumulative, txn, actor))
 

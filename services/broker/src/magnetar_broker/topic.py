@@ -28,6 +28,7 @@ from magnetar_runtime.roles import Roles
 from magnetar_broker import metrics
 from magnetar_broker.access import AccessState
 from magnetar_broker.batchcheck import batch_problem
+from magnetar_broker.cursor import WHOLE, batch_index_problem
 from magnetar_broker.dedup import Verdict, drop_persisted, judge
 from magnetar_broker.store import BrokerStore, Entry
 from magnetar_broker.txnbuffer import TxnAppend, TxnBuffer, TxnEnd, ended_error
@@ -379,6 +380,40 @@ class PartitionLog:
     async def read_one(self, entry_id: int) -> Entry | None:
         got = await self.read(entry_id, 1)
         return got[0] if got and got[0].entry_id == entry_id else None
+
+    async def message_counts(self, entry_ids) -> dict[int, int]:
+        """{entry id: its number of messages} of those of ``entry_ids`` that exist
+        (from the cache when there, else one query)."""
+        out: dict[int, int] = {}
+        missing = []
+        first = self.cache[0].entry_id if self.cache else 0
+        for entry_id in set(entry_ids):
+            if self.cache and first <= entry_id < first + len(self.cache):
+                out[entry_id] = self.cache[entry_id - first].num_messages
+            elif 0 <= entry_id < self.next_entry_id:
+                missing.append(entry_id)
+        if missing:
+            out.update(await self.store.message_counts(self.topic_id, missing))
+        return out
+
+    async def check_batch_indexes(self, what: str, positions,
+                                  size_of: Callable[[int], int | None] = lambda _: None) -> None:
+        """Refuse (400) a position whose batch index names no message of its entry: an
+        index becomes a bit of a mask (acks, seeks, deliveries) whose every later
+        operation costs its size, so 2^27 once stored a 16 MB cursor (issue #20).
+        ``size_of``: entry sizes the caller already knows (no lookup for those)."""
+        indexed = [p for p in positions if p.batch_index != WHOLE]
+        if not indexed:
+            return
+        unknown = [p.entry_id for p in indexed if size_of(p.entry_id) is None]
+        counts = await self.message_counts(unknown) if unknown else {}
+        for p in indexed:
+            size = size_of(p.entry_id)
+            problem = batch_index_problem(p.entry_id, p.batch_index,
+                                          counts.get(p.entry_id) if size is None else size,
+                                          self.max_batch_messages)
+            if problem:
+                raise BadRequest(f"{what} on {self.name.full}: {problem}")
 
     async def last_entry(self) -> Entry | None:
         return await self.read_one(self.next_entry_id - 1) if self.next_entry_id else None
