@@ -163,8 +163,7 @@ class PartitionProducer(Batcher):
     async def _send_all(self) -> None:
         try:
             while self.ready:
-                count = min(len(self.ready), MAX_BATCHES_PER_REQUEST)
-                group = [self.ready[i] for i in range(count)]
+                group = self._next_group()
                 try:
                     outcomes = await self._send_group(group)
                 except Exception as exc:  # every message of the group learns why
@@ -181,6 +180,19 @@ class PartitionProducer(Batcher):
             self.sender = None
             if not self.ready:
                 self.idle.set()
+
+    def _next_group(self) -> list[Batch]:
+        """The ready batches the next request carries: up to MAX_BATCHES_PER_REQUEST and
+        the broker's max message size in bytes (always one), so a request stays under
+        the services' body limit (MAGNETAR_MAX_BODY_BYTES: that size + 1 MiB)."""
+        group = [self.ready[0]]
+        size = len(group[0].data)
+        for i in range(1, min(len(self.ready), MAX_BATCHES_PER_REQUEST)):
+            size += len(self.ready[i].data)
+            if size > self.max_message_size:
+                break
+            group.append(self.ready[i])
+        return group
 
     async def _send_group(self, group: list[Batch]) -> list:
         """Send batches in one request, in order; from the first retryable failure on,

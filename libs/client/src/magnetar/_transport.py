@@ -19,6 +19,7 @@ from magnetar_protocol.errors import (
     BadRequest,
     ConnectError,
     MagnetarError,
+    MessageTooBig,
     NotFound,
     ServiceNotReady,
     TooManyRequests,
@@ -32,6 +33,7 @@ PROTOBUF = "application/x-protobuf"
 # the HTTP status alone says what kind of failure it was.
 _BY_STATUS: dict[int, type[MagnetarError]] = {
     400: BadRequest, 401: AuthenticationError, 403: AuthorizationError, 404: NotFound,
+    413: MessageTooBig, 431: BadRequest,
     429: TooManyRequests, 502: ServiceNotReady, 503: ServiceNotReady, 504: ServiceNotReady,
 }
 

@@ -15,6 +15,7 @@ import logging
 import uvicorn
 
 from magnetar_runtime.app import FastPath
+from magnetar_runtime.httplimits import bounded_protocol
 from magnetar_runtime.logs import configure_logging
 from magnetar_runtime.settings import ServiceSettings
 
@@ -51,7 +52,9 @@ def serve(app, settings: ServiceSettings, service: str) -> None:
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        # httptools with head, body and head-time limits (httplimits.py).
+        http=bounded_protocol(settings.max_header_bytes, settings.body_limit,
+                              settings.header_read_timeout_s),
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=GRACE_S,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -26,6 +27,25 @@ class ServiceSettings(BaseSettings):
     # The token this process presents to other services.  Default: one it signs itself
     # with the HS256 secret for the first superuser role (RS256 needs it given).
     auth_service_token: str = ""
+
+    # Request limits (docs/security.md, "Limits"), checked as the bytes arrive, before a
+    # request reaches the app and its authentication.
+    # Pulsar's default maxMessageSize; a producer batch may be this big (plus framing).
+    max_message_size: int = Field(5 * 1024 * 1024, gt=0)
+    # A request's head (request line and headers): a JWT is at most auth_max_token_bytes,
+    # everything else a client sends fits in 1 KiB; nginx's default is 4 x 8 KiB.
+    max_header_bytes: int = Field(32 * 1024, gt=0)
+    # A request's body; 0: max_message_size + 1 MiB (one batch of the largest size with
+    # its framing; clients cap a send-batches request at max_message_size).
+    max_body_bytes: int = Field(0, ge=0)
+    # A request's head must arrive within this (slow loris); a whole head is one packet.
+    header_read_timeout_s: float = Field(10.0, gt=0)
+    # Tokens longer than this are refused before any decoding (an RS256 JWT is ~0.5-1 KiB).
+    auth_max_token_bytes: int = Field(8 * 1024, gt=0)
+
+    @property
+    def body_limit(self) -> int:
+        return self.max_body_bytes or self.max_message_size + 1024 * 1024
 
     @property
     def url(self) -> str:

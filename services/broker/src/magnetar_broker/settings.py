@@ -25,7 +25,6 @@ class BrokerSettings(ServiceSettings):
     # names that come and go (a Spark task's, per transaction) do not pile up forever.
     deduplication_producer_inactivity_timeout_s: int = Field(6 * 3600, gt=0)
     allow_auto_topic_creation: bool = True
-    max_message_size: int = Field(5 * 1024 * 1024, gt=0)
     max_batch_messages: int = Field(10000, gt=0)
     # Group commit: at most this many batches in one PostgreSQL transaction.
     max_batches_per_commit: int = Field(256, gt=0)
