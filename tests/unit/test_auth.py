@@ -76,3 +76,17 @@ def test_key_names():
     assert "255" in key_problem("é" * 128)
     assert "control" in key_problem("a\nb")
     assert "string" in key_problem(7)
+
+
+def test_an_oversized_token_is_refused_before_decoding():
+    auth = Authenticator(settings(auth_enabled=True, auth_jwt_secret=SECRET, auth_max_token_bytes=512))
+    fits = jwt.encode({"sub": "alice", "pad": "x" * 200}, SECRET, "HS256")
+    assert auth.role_of("Bearer " + fits) == "alice"
+    # A valid signature does not help a token over the cap: refused by its size alone.
+    big = jwt.encode({"sub": "alice", "pad": "x" * 1000}, SECRET, "HS256")
+    with pytest.raises(AuthenticationError, match=r"tokens over 512 bytes are refused"):
+        auth.role_of("Bearer " + big)
+    with pytest.raises(AuthenticationError, match=r"is 100000 bytes"):
+        auth.role_of("Bearer " + "a" * 100_000)
+    # The default cap (8 KiB) leaves room for any ordinary JWT, RS256 ones included.
+    assert Authenticator(settings(auth_enabled=True, auth_jwt_secret=SECRET)).max_token_bytes == 8192

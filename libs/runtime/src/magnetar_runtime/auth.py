@@ -51,6 +51,7 @@ class Authenticator:
         if self.enabled and not self._key:
             raise SystemExit("MAGNETAR_AUTH_ENABLED is set but neither MAGNETAR_AUTH_JWT_SECRET "
                              "nor MAGNETAR_AUTH_JWT_PUBLIC_KEY is: give one of them")
+        self.max_token_bytes = settings.auth_max_token_bytes
         # An extra check on the path for the service's own rules (admin: superusers only).
         self.path_rule = None  # (authenticator, path, role) -> None or raise
         self.service_token = settings.auth_service_token
@@ -68,8 +69,14 @@ class Authenticator:
                 "authentication is required: send 'Authorization: Bearer <JWT>' "
                 "(or 'X-Magnetar-Authorization: Bearer <JWT>' through a proxy that takes "
                 "Authorization; client: auth_token=...)")
+        token = authorization[7:].strip()
+        if len(token) > self.max_token_bytes:
+            # Refused before any decoding: base64 and signature work grow with the size.
+            raise AuthenticationError(
+                f"the bearer token is {len(token)} bytes; tokens over {self.max_token_bytes} "
+                "bytes are refused (setting MAGNETAR_AUTH_MAX_TOKEN_BYTES)")
         try:
-            claims = jwt.decode(authorization[7:].strip(), self._key, algorithms=self._algorithms,
+            claims = jwt.decode(token, self._key, algorithms=self._algorithms,
                                 options={"require": ["sub"]})
         except jwt.PyJWTError as exc:
             raise AuthenticationError(f"the bearer token was refused: {exc}") from None
