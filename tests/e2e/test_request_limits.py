@@ -9,7 +9,9 @@ import select
 import socket
 import threading
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 
 import pytest
 
@@ -153,3 +155,32 @@ def test_a_slowly_sent_head_is_cut_off(cluster):
         assert status == 408 and b"MAGNETAR_HEADER_READ_TIMEOUT_S" in body, body
     finally:
         sock.close()
+
+
+SECRET = "test-secret-of-at-least-32-bytes-long"
+
+
+@pytest.mark.cluster(brokers=1, env={"MAGNETAR_AUTH_ENABLED": "true", "MAGNETAR_AUTH_JWT_SECRET": SECRET,
+                                     "MAGNETAR_AUTH_SUPERUSER_ROLES": "admin"})
+def test_an_oversized_token_gets_a_clear_401(cluster):
+    import jwt
+
+    url = cluster.broker_urls[0] + "/v1/topics/lookup"
+    body = pb.LookupRequest(topic="t").SerializeToString()
+
+    def post(token: str) -> tuple[int, pb.Error | None]:
+        req = urllib.request.Request(url, data=body, method="POST", headers={
+            "content-type": "application/x-protobuf", "authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, None
+        except urllib.error.HTTPError as err:
+            return err.code, pb.Error.FromString(err.read())
+
+    assert post(jwt.encode({"sub": "admin"}, SECRET, "HS256"))[0] == 200
+    # Validly signed, but ~16 KiB: over MAGNETAR_AUTH_MAX_TOKEN_BYTES (8 KiB), under the
+    # head limit (32 KiB), so the token cap answers.
+    status, err = post(jwt.encode({"sub": "admin", "pad": "x" * 12000}, SECRET, "HS256"))
+    assert status == 401 and err.code == pb.AUTHENTICATION_ERROR
+    assert "MAGNETAR_AUTH_MAX_TOKEN_BYTES" in err.message
+    assert post("not-a-jwt")[0] == 401  # the existing refusals stand
