@@ -1,6 +1,7 @@
 """The HTTP transport: request shape, answers, and error mapping (against a local
 aiohttp server: real HTTP, no broker)."""
 
+import asyncio
 import socket
 
 import pytest
@@ -10,6 +11,7 @@ import magnetar
 from magnetar._transport import PROTOBUF, Transport, decode_error
 from magnetar_protocol import errors
 from magnetar_protocol import magnetar_pb2 as pb
+from tests.blackhole import blackhole
 
 
 @pytest.mark.parametrize("code,cls", [
@@ -113,3 +115,31 @@ async def test_no_listener_is_a_connect_error():
                                  pb.LookupRequest(topic="t"), pb.LookupResponse, timeout=5)
     finally:
         await transport.close()
+
+
+async def test_an_address_that_never_answers_fails_after_the_connect_timeout_not_the_total():
+    """Issue 19: a per-request timeout used to replace the connect timeout, so a connect
+    to a deleted pod's address hung for the whole operation timeout (30 s)."""
+    transport = Transport(connect_timeout_s=0.2)
+    try:
+        with blackhole() as port:
+            # A hang would end at wait_for's 10 s, far before the request's 600 s.
+            with pytest.raises(magnetar.ConnectError, match="cannot connect"):
+                await asyncio.wait_for(transport.call(
+                    f"http://127.0.0.1:{port}", "/v1/topics/lookup", pb.LookupRequest(topic="t"),
+                    pb.LookupResponse, timeout=600), 10)
+    finally:
+        await transport.close()
+
+
+async def test_service_calls_keep_a_connect_timeout_too():
+    from magnetar_runtime.rpc import RpcClient
+
+    rpc = RpcClient(timeout_s=600, connect_timeout_s=0.2)
+    try:
+        with blackhole() as port:
+            with pytest.raises(magnetar.ConnectError):
+                await asyncio.wait_for(rpc.call(f"http://127.0.0.1:{port}", "/v1/topics/lookup",
+                                                pb.LookupRequest(topic="t"), pb.LookupResponse), 10)
+    finally:
+        await rpc.close()

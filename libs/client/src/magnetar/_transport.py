@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+from yarl import URL
 from google.protobuf.message import DecodeError, Message
 
 from magnetar_protocol import magnetar_pb2 as pb
@@ -28,6 +29,11 @@ from magnetar_protocol.errors import (
 )
 
 PROTOBUF = "application/x-protobuf"
+
+# A connect that gets no SYN-ACK (the cached address of a deleted pod, a dead host)
+# fails after this instead of after the whole request's timeout (issue 19: 30.1 s
+# measured on Kubernetes with only a total timeout, 5.0 s with this one kept).
+CONNECT_TIMEOUT_S = 5.0
 
 # For answers without a protobuf Error body (a proxy, a load balancer, a crashed worker):
 # the HTTP status alone says what kind of failure it was.
@@ -58,7 +64,7 @@ class Transport:
     the event loop that uses it) and returns the parsed answer or raises its error."""
 
     def __init__(self, auth_token: str | None = None, connections: int = 64,
-                 connect_timeout_s: float = 5.0) -> None:
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         self._headers = {"Content-Type": PROTOBUF, "Accept": PROTOBUF}
         if auth_token:
             self._headers["Authorization"] = f"Bearer {auth_token}"
@@ -82,10 +88,15 @@ class Transport:
         try:
             async with self._http().post(
                     where, data=request.SerializeToString(), headers=self._headers,
-                    timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                    timeout=self._timeout(timeout)) as resp:
                 body = await resp.read()
                 status = resp.status
                 content_type = resp.headers.get("Content-Type", "")
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            # Refused, unreachable or no SYN-ACK: nothing was sent.  Forget the name's
+            # resolved address too (a replaced pod has a new IP under the old name).
+            self._forget_address(url)
+            raise ConnectError(f"{where}: cannot connect ({type(exc).__name__}: {exc})") from None
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             # No answer: the request may or may not have been applied; callers retry
             # only what is safe to repeat (sends carry sequence ids for that).
@@ -96,6 +107,20 @@ class Transport:
             except DecodeError as exc:
                 raise UnknownError(f"{where}: unreadable answer: {exc}") from None
         raise decode_error(status, body, content_type, where)
+
+    def _timeout(self, total: float | None) -> aiohttp.ClientTimeout:
+        """A request's timeout: ``total`` for the exchange, and the connect timeout kept
+        (a per-request ClientTimeout replaces the session's, connect timeout included)."""
+        connect = self._connect_timeout_s if total is None else min(self._connect_timeout_s, total)
+        return aiohttp.ClientTimeout(total=total, sock_connect=connect)
+
+    def _forget_address(self, url: str) -> None:
+        session = self._session
+        if session is None or not isinstance(session.connector, aiohttp.TCPConnector):
+            return
+        parsed = URL(url)
+        if parsed.host:
+            session.connector.clear_dns_cache(parsed.host, parsed.port)
 
     async def close(self) -> None:
         """Close the connection pool."""
