@@ -322,6 +322,20 @@ class LocalCluster:
         self.stop(name)
         self.start(name, **start_kwargs)
 
+    def move(self, name: str, port: int | None = None) -> int:
+        """Give a stopped service a new port (a free one by default) and so a new URL,
+        from its next start on: as a rescheduled pod comes back at a new IP while
+        clients may still hold the old address.  Returns the port."""
+        with self._lock:
+            svc = self.services[name]
+            if svc.alive:
+                raise ServiceFailed(f"{name} is running (pid {svc.process.pid}); stop it first")
+            taken = {s.port for s in self.services.values()}
+            while port is None or port in taken:
+                port = free_port()
+            svc.port = port
+            return port
+
     def freeze(self, name: str) -> None:
         """SIGSTOP: the process keeps its sockets but does nothing (a long GC pause)."""
         self.kill(name, signal.SIGSTOP)
