@@ -10,6 +10,7 @@ import time
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.coalesce import Coalescer
 from magnetar_protocol.errors import ConnectError, MagnetarError, ServiceNotReady
+from magnetar_protocol.listeners import listener_name_problem
 from magnetar_protocol.topics import TopicName
 
 from magnetar._retry import retry, deadline_after
@@ -19,6 +20,9 @@ from magnetar._txn_pool import TxnPool
 
 # Coordinators move rarely (a restart keeps the id); a failed call looks them up again.
 COORDINATORS_TTL_S = 30.0
+# A service URL that did not answer is asked last for this long: with a dead broker in
+# the list, lookups would otherwise wait out a connect timeout whenever they start there.
+UNANSWERED_PENALTY_S = 30.0
 
 log = logging.getLogger("magnetar.client")
 
@@ -36,14 +40,33 @@ def parse_service_url(service_url: str) -> list[str]:
     return urls
 
 
+def check_listener_name(name: str | None) -> str | None:
+    """``name`` if usable as ``listener_name`` (None: the internal listener)."""
+    if name is not None and (problem := listener_name_problem(name)):
+        raise ValueError(problem)
+    return name
+
+
+def discovery_order(urls: list[str], start: int, failed_at: dict[str, float], now: float,
+                    penalty_s: float = UNANSWERED_PENALTY_S) -> list[str]:
+    """``urls`` rotated to begin at ``start``, those that failed within ``penalty_s``
+    moved to the end (still asked: they may be back)."""
+    rotated = [urls[(start + i) % len(urls)] for i in range(len(urls))]
+    return sorted(rotated, key=lambda url: now - failed_at.get(url, float("-inf")) < penalty_s)
+
+
 class Core:
     """What producers, consumers and transactions of one client share."""
-    def __init__(self, service_url: str, transport, operation_timeout_s: float):
+    def __init__(self, service_url: str, transport, operation_timeout_s: float,
+                 listener_name: str | None = None):
         self.urls = parse_service_url(service_url)
+        # Lookups answer this advertised listener's URLs (magnetar_protocol.listeners).
+        self.listener_name = listener_name or ""
         self.transport = transport
         self.operation_timeout_s = operation_timeout_s
         self.sessions = Sessions(self.call, operation_timeout_s)
         self._rr = itertools.count()
+        self._failed_at: dict[str, float] = {}  # service URL -> when it last did not answer
         self.closed = False
         self._coordinators: dict[int, str] = {}
         self._coordinators_at = float("-inf")
@@ -67,15 +90,20 @@ class Core:
 
     async def any_broker(self, path: str, request, response_type):
         """Ask the brokers in turn, starting at a rotating one (discovery works while any
-        broker is up)."""
-        start = next(self._rr)
+        broker is up); a broker that did not answer lately is asked last, so a dead
+        one costs each lookup nothing while another answers."""
+        now = time.monotonic()
+        order = discovery_order(self.urls, next(self._rr), self._failed_at, now)
         last: MagnetarError | None = None
-        for i in range(len(self.urls)):
-            url = self.urls[(start + i) % len(self.urls)]
+        for url in order:
             try:
-                return await self.call(url, path, request, response_type)
+                reply = await self.call(url, path, request, response_type)
             except (ConnectError, ServiceNotReady) as exc:
+                self._failed_at[url] = time.monotonic()
                 last = exc
+                continue
+            self._failed_at.pop(url, None)
+            return reply
         assert last is not None
         raise last
 
@@ -95,8 +123,9 @@ class Core:
 
     async def lookup(self, topic: str) -> str:
         """The URL of the broker serving ``topic`` (a partition or non-partitioned topic)."""
-        reply = await self.any_broker("/v1/topics/lookup", pb.LookupRequest(topic=topic),
-                                      pb.LookupResponse)
+        reply = await self.any_broker(
+            "/v1/topics/lookup", pb.LookupRequest(topic=topic, listener_name=self.listener_name),
+            pb.LookupResponse)
         return reply.broker_url.rstrip("/")
 
     # ---------------------------------------------------------------- sessions
@@ -116,8 +145,10 @@ class Core:
         (COORDINATORS_TTL_S at most); ``fresh`` after a coordinator failed us."""
         now = time.monotonic()
         if fresh or not self._coordinators or now - self._coordinators_at > COORDINATORS_TTL_S:
-            reply = await self.any_broker("/v1/txn/coordinators", pb.LookupCoordinatorsRequest(),
-                                          pb.LookupCoordinatorsResponse)
+            reply = await self.any_broker(
+                "/v1/txn/coordinators",
+                pb.LookupCoordinatorsRequest(listener_name=self.listener_name),
+                pb.LookupCoordinatorsResponse)
             self._coordinators = {c.coordinator_id: c.url.rstrip("/") for c in reply.coordinators}
             self._coordinators_at = now
         return self._coordinators

@@ -44,8 +44,9 @@ class KeyConnection:
     async def _registry(self) -> str:
         if self._registry_url:
             return self._registry_url
-        reply = await self.core.any_broker("/v1/registry/lookup", pb.LookupRegistryRequest(),
-                                           pb.LookupRegistryResponse)
+        reply = await self.core.any_broker(
+            "/v1/registry/lookup", pb.LookupRegistryRequest(listener_name=self.core.listener_name),
+            pb.LookupRegistryResponse)
         if not reply.urls:
             raise ServiceNotReady("no transaction-key registry is running "
                                   "(start magnetar-registry)")

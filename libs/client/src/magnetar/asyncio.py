@@ -19,7 +19,7 @@ from __future__ import annotations
 from magnetar_protocol.topics import TopicName
 
 from magnetar._consumer import Consumer
-from magnetar._core import Core
+from magnetar._core import Core, check_listener_name
 from magnetar import _errors
 from magnetar._errors import *  # noqa: F403 (every error class; _errors.__all__)
 from magnetar._errors import AlreadyClosed, TransactionCoordinatorNotFoundError
@@ -48,16 +48,29 @@ __all__ += _errors.__all__  # the one hierarchy of magnetar_protocol.errors, plu
 
 class Client:
     """Connects to a Magnetar cluster through any of its brokers; ``service_url`` may
-    list several, comma-separated, tried in turn for discovery."""
+    list several, comma-separated, tried in turn for discovery.
+
+    ``connection_timeout_ms`` bounds each TCP connect (pulsar-client's option): an address
+    that no longer answers (a deleted pod's) is given up and looked up again after it,
+    not after the operation timeout.  ``listener_name`` picks which of the services'
+    advertised listeners lookups answer with (pulsar-client's option; e.g. "external"
+    from outside a Kubernetes cluster; docs/client.md)."""
 
     def __init__(self, service_url: str, transaction_key: str | None = None,
                  auth_token: str | None = None, operation_timeout_seconds: float = 30,
-                 connection_pool_size: int = 64, transport=None) -> None:
+                 connection_pool_size: int = 64, transport=None, *,
+                 connection_timeout_ms: int = 5000, listener_name: str | None = None) -> None:
         if operation_timeout_seconds <= 0:
             raise ValueError("operation_timeout_seconds must be > 0")
+        if isinstance(connection_timeout_ms, bool) or not isinstance(connection_timeout_ms, int) \
+                or connection_timeout_ms <= 0:
+            raise ValueError(f"connection_timeout_ms must be a positive number of milliseconds, "
+                             f"got {connection_timeout_ms!r}")
         self.transaction_key = transaction_key
-        self.core = Core(service_url, transport or Transport(auth_token, connection_pool_size),
-                         operation_timeout_seconds)
+        transport = transport or Transport(auth_token, connection_pool_size,
+                                           connection_timeout_ms / 1000)
+        self.core = Core(service_url, transport, operation_timeout_seconds,
+                         listener_name=check_listener_name(listener_name))
         # A keyed client (seed 000): its transactions fence an older holder of the key.
         self._key = KeyConnection(self.core, transaction_key) if transaction_key is not None else None
         self._open: set = set()  # producers, consumers and readers to close with the client

@@ -228,10 +228,12 @@ class PartitionMetadataResponse(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[int] = ...) -> None: ...
 
 class LookupRequest(_message.Message):
-    __slots__ = ("topic",)
+    __slots__ = ("topic", "listener_name")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LISTENER_NAME_FIELD_NUMBER: _ClassVar[int]
     topic: str
-    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+    listener_name: str
+    def __init__(self, topic: _Optional[str] = ..., listener_name: _Optional[str] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
     __slots__ = ("topic", "broker_url", "broker_id")
@@ -548,8 +550,10 @@ class CoordinatorInfo(_message.Message):
     def __init__(self, coordinator_id: _Optional[int] = ..., url: _Optional[str] = ...) -> None: ...
 
 class LookupCoordinatorsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("listener_name",)
+    LISTENER_NAME_FIELD_NUMBER: _ClassVar[int]
+    listener_name: str
+    def __init__(self, listener_name: _Optional[str] = ...) -> None: ...
 
 class LookupCoordinatorsResponse(_message.Message):
     __slots__ = ("coordinators",)
@@ -716,8 +720,10 @@ class EndTxnOnParticipantsResponse(_message.Message):
     def __init__(self, errors: _Optional[_Iterable[_Union[ParticipantError, _Mapping]]] = ...) -> None: ...
 
 class LookupRegistryRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("listener_name",)
+    LISTENER_NAME_FIELD_NUMBER: _ClassVar[int]
+    listener_name: str
+    def __init__(self, listener_name: _Optional[str] = ...) -> None: ...
 
 class LookupRegistryResponse(_message.Message):
     __slots__ = ("urls",)

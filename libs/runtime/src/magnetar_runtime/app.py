@@ -221,12 +221,15 @@ def service_app(name: str, settings, make_service, add_routes) -> FastAPI:
     routes are added once the service exists, /readyz follows ``service.ready``.
     ``make_service(pool, auth)`` gets the app's Authenticator."""
     from magnetar_storage.db import create_pool
+    from magnetar_storage.listeners import publish_listeners
 
     state: dict = {}
     auth = Authenticator(settings)
 
     async def lifespan(app: FastAPI):
         pool = await create_pool(settings.database_url, max_size=settings.db_pool_size)
+        # Before the service registers itself live, so no lookup finds it without them.
+        await publish_listeners(pool, settings.url, settings.listeners)
         service = make_service(pool, auth)
         state["service"] = service
         add_routes(app, service)

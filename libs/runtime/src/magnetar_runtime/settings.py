@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from magnetar_protocol.listeners import INTERNAL, parse_listeners, resolve_internal
 
 
 class ServiceSettings(BaseSettings):
@@ -14,6 +16,10 @@ class ServiceSettings(BaseSettings):
     port: int = 8080
     # The URL other processes use to reach this one (defaults to http://host:port).
     advertised_url: str = ""
+    # Other URLs this process is reached at, by name (Pulsar's advertisedListeners), e.g.
+    # "external:http://1.2.3.4:30080" for clients outside the cluster; lookups answer
+    # the one a client names (listener_name).  Empty: only the internal one above.
+    advertised_listeners: str = ""
     log_level: str = "INFO"
     log_format: str = "json"  # json | text
     db_pool_size: int = 10
@@ -47,6 +53,24 @@ class ServiceSettings(BaseSettings):
     def body_limit(self) -> int:
         return self.max_body_bytes or self.max_message_size + 1024 * 1024
 
+    @field_validator("advertised_listeners")
+    @classmethod
+    def _listeners_parse(cls, value: str) -> str:
+        parse_listeners(value)  # a bad entry stops the process at start, naming it
+        return value
+
+    @model_validator(mode="after")
+    def _internal_agrees(self):
+        resolve_internal(self.advertised_url, parse_listeners(self.advertised_listeners))
+        return self
+
     @property
     def url(self) -> str:
-        return self.advertised_url or f"http://{self.host}:{self.port}"
+        internal = resolve_internal(self.advertised_url, parse_listeners(self.advertised_listeners))
+        return internal or f"http://{self.host}:{self.port}"
+
+    @property
+    def listeners(self) -> dict[str, str]:
+        """The non-internal advertised listeners: name -> URL."""
+        return {name: url for name, url in parse_listeners(self.advertised_listeners).items()
+                if name != INTERNAL}

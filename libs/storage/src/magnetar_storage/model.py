@@ -308,3 +308,15 @@ subscription_permissions = Table(
     PrimaryKeyConstraint("tenant", "namespace", "subscription"),
     _namespace_fk(),
 )
+
+# ---------------------------------------------------------------- advertised listeners (0006)
+
+advertised_listeners = Table(
+    "advertised_listeners",
+    metadata,
+    Column("internal_url", Text, nullable=False),
+    Column("listener", Text, nullable=False),
+    Column("url", Text, nullable=False),
+    Column("updated_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("internal_url", "listener"),
+)

@@ -8,6 +8,9 @@ broker elsewhere is still told over HTTP (docs/architecture.md)."""
 
 from __future__ import annotations
 
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_runtime.app import proto_route
+
 from magnetar_coordinator.api import add_routes as add_coordinator_routes
 from magnetar_coordinator.service import CoordinatorService, new_instance_id
 from magnetar_coordinator.settings import CoordinatorSettings
@@ -15,6 +18,7 @@ from magnetar_coordinator.store import CoordinatorStore
 
 from magnetar_broker.api import add_routes as add_broker_routes
 from magnetar_broker.service import BrokerService
+from magnetar_broker.transactions import TxnHandlers
 
 
 class BrokerWithCoordinator:
@@ -55,7 +59,10 @@ def add_routes(app, service: BrokerWithCoordinator) -> None:
     """The broker's routes, the coordinator's, and the coordinator's calls to this
     process's own routes made in process."""
     add_broker_routes(app, service.broker)
-    # Both answer /v1/txn/coordinators from the same table; the later route serves it.
     add_coordinator_routes(app, service.coordinator)
+    # Both answer /v1/txn/coordinators from the same table; the later route serves it,
+    # and the broker's is the one that answers a client's listener_name.
+    proto_route(app, "/v1/txn/coordinators", pb.LookupCoordinatorsRequest,
+                TxnHandlers(service.broker).coordinators)
     service.coordinator.rpc.serve_locally(
         service.broker.settings.url, app.state.proto_handlers, service.coordinator.auth.own_role())

@@ -17,6 +17,7 @@ from magnetar_protocol.errors import (
     NotAllowedError,
     ProducerNotFound,
 )
+from magnetar_protocol.listeners import choose_url, listener_name_problem
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.permissions import CONSUME, LOOKUP
@@ -44,6 +45,12 @@ def _mine(obj: Producer | Consumer, sessions) -> bool:
     """Is the producer or consumer the caller's: created by its role, and in the session
     the request names (if it names one)?"""
     return obj.role == current_role() and all(s in ("", obj.session_id) for s in sessions)
+
+
+def check_listener(name: str) -> None:
+    """BadRequest for a malformed listener name, before any database work."""
+    if name and (problem := listener_name_problem(name)):
+        raise BadRequest(problem)
 
 
 class BrokerService:
@@ -155,9 +162,19 @@ class BrokerService:
 
     async def lookup(self, req: pb.LookupRequest) -> pb.LookupResponse:
         name = TopicName.parse(req.topic)
+        check_listener(req.listener_name)
         await self.authz.require(name, LOOKUP)
         broker_id, url = await self.ownership.lookup(name)
+        if req.listener_name:
+            [url] = await self.advertised(req.listener_name, [(url, f"broker {broker_id}")])
         return pb.LookupResponse(topic=name.full, broker_url=url, broker_id=broker_id)
+
+    async def advertised(self, listener: str, internal: list[tuple[str, str]]) -> list[str]:
+        """The URLs of listener ``listener`` of the processes at the ``internal`` URLs
+        ((URL, what it is) pairs; "what" names it in the error), in that order;
+        BadRequest when one of them does not advertise it."""
+        found = await self.store.listeners_of([url for url, _ in internal])
+        return [choose_url(url, found[url], listener, what) for url, what in internal]
 
     # ---------------------------------------------------------------- sessions
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from magnetar_storage.listeners import listeners_of
 from magnetar_storage.queries import load_queries
 
 Q = load_queries("magnetar_broker")
@@ -82,6 +83,10 @@ class BrokerStore:
 
     async def live_brokers(self, ttl_s: float) -> list[tuple[str, str]]:
         return [(r["broker_id"], r["url"]) for r in await self.pool.fetch(Q["live_brokers"], ttl_s)]
+
+    async def listeners_of(self, internal_urls: list[str]) -> dict[str, dict[str, str]]:
+        """internal URL -> {listener: URL} (advertised listeners, migration 0006)."""
+        return await listeners_of(self.pool, internal_urls)
 
     # ---------------------------------------------------------------- topics
 

@@ -10,7 +10,7 @@ from magnetar_protocol.errors import to_wire
 from magnetar_runtime.app import as_magnetar_error
 from magnetar_protocol.topics import TopicName, validate_name_part
 
-from magnetar_broker.service import BrokerService
+from magnetar_broker.service import BrokerService, check_listener
 from magnetar_broker.store import Q
 from magnetar_broker.subscription import Subscription
 
@@ -20,16 +20,27 @@ class TxnHandlers:
     def __init__(self, service: BrokerService):
         self.service = service
 
-    async def coordinators(self, _: pb.LookupCoordinatorsRequest) -> pb.LookupCoordinatorsResponse:
+    async def coordinators(self, req: pb.LookupCoordinatorsRequest) -> pb.LookupCoordinatorsResponse:
+        check_listener(req.listener_name)
         rows = await self.service.store.pool.fetch(
             Q["live_coordinators"], self.service.settings.lease_ttl_ms / 1000)
+        urls = [r[1] for r in rows]
+        if req.listener_name:
+            urls = await self.service.advertised(
+                req.listener_name, [(r[1], f"coordinator {r[0]}") for r in rows])
         return pb.LookupCoordinatorsResponse(
-            coordinators=[pb.CoordinatorInfo(coordinator_id=r[0], url=r[1]) for r in rows])
+            coordinators=[pb.CoordinatorInfo(coordinator_id=r[0], url=url)
+                          for r, url in zip(rows, urls)])
 
-    async def registries(self, _: pb.LookupRegistryRequest) -> pb.LookupRegistryResponse:
+    async def registries(self, req: pb.LookupRegistryRequest) -> pb.LookupRegistryResponse:
+        check_listener(req.listener_name)
         rows = await self.service.store.pool.fetch(
             Q["live_registries"], self.service.settings.lease_ttl_ms / 1000)
-        return pb.LookupRegistryResponse(urls=[r[0] for r in rows])
+        urls = [r[0] for r in rows]
+        if req.listener_name:
+            urls = await self.service.advertised(
+                req.listener_name, [(url, f"registry at {url}") for url in urls])
+        return pb.LookupRegistryResponse(urls=urls)
 
     async def end_on_partition(self, req: pb.EndTxnOnPartitionRequest) -> pb.EndTxnOnPartitionResponse:
         self.service.auth.require_superuser("EndTxnOnPartition (a coordinator's call)")

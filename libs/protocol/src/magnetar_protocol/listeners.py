@@ -1,0 +1,86 @@
+"""Advertised listeners (Apache Pulsar's ``advertisedListeners``): a process is reached at
+one URL per network it serves — ``internal`` inside a Kubernetes cluster, ``external``
+through a NodePort or a load balancer — and a client names the one it can reach
+(``listener_name``); topic, coordinator and registry lookups then answer that
+listener's URLs.  Pure: parsing and choosing, no I/O.
+
+    MAGNETAR_ADVERTISED_LISTENERS="internal:http://broker-0.svc:8080,external:http://1.2.3.4:30080"
+
+The internal listener is the process's advertised URL (``MAGNETAR_ADVERTISED_URL``):
+the one other services and in-cluster clients use, and the answer when a client names
+no listener.
+"""
+
+from __future__ import annotations
+
+import re
+
+from magnetar_protocol.errors import BadRequest
+
+INTERNAL = "internal"
+
+# As a DNS label or a Kubernetes port name: safe in an environment variable and a URL.
+_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,62})$")
+_URL = re.compile(r"^https?://[^/\s:,]+(:\d{1,5})?/?$")
+
+
+def listener_name_problem(name: object) -> str | None:
+    """Why ``name`` is not a usable listener name, or None."""
+    if not isinstance(name, str):
+        return f"a listener name is a string, not {type(name).__name__}"
+    if not _NAME.match(name):
+        return (f"listener name {name!r} must be 1-63 characters of letters, digits, '_', "
+                "'.' or '-', starting with a letter or digit (e.g. external)")
+    return None
+
+
+def parse_listeners(text: str) -> dict[str, str]:
+    """``"internal:http://a:8080, external:http://1.2.3.4:30080"`` -> {name: url}.
+    ValueError naming the bad entry and the expected form."""
+    listeners: dict[str, str] = {}
+    for entry in (e.strip() for e in (text or "").split(",")):
+        if not entry:
+            continue
+        name, sep, url = entry.partition(":")
+        name, url = name.strip(), url.strip()
+        if not sep or not url:
+            raise ValueError(f"advertised listener {entry!r} must be NAME:URL, "
+                             "e.g. external:http://1.2.3.4:30080")
+        if problem := listener_name_problem(name):
+            raise ValueError(f"advertised listener {entry!r}: {problem}")
+        if not _URL.match(url):
+            raise ValueError(f"advertised listener {name!r}: URL {url!r} must be "
+                             "http(s)://HOST[:PORT] with no path, e.g. http://1.2.3.4:30080")
+        if name in listeners:
+            raise ValueError(f"advertised listener {name!r} is named twice")
+        listeners[name] = url.rstrip("/")
+    return listeners
+
+
+def resolve_internal(advertised_url: str, listeners: dict[str, str]) -> str:
+    """The internal URL: the advertised URL, else the listener named ``internal``, else
+    "" (the caller's default, http://HOST:PORT).  Both given must agree."""
+    advertised = advertised_url.rstrip("/")
+    named = listeners.get(INTERNAL, "")
+    if advertised and named and advertised != named:
+        raise ValueError(f"MAGNETAR_ADVERTISED_URL is {advertised!r} but "
+                         f"MAGNETAR_ADVERTISED_LISTENERS names internal as {named!r}: "
+                         "set one of them, or the same URL in both")
+    return advertised or named
+
+
+def choose_url(internal_url: str, listeners: dict[str, str], name: str, what: str) -> str:
+    """The URL of ``what`` (e.g. "broker broker-0") a client naming listener ``name``
+    uses: the internal URL for no name or ``internal``; BadRequest (400) when ``what``
+    does not advertise ``name``, saying which listeners it has."""
+    if not name or name == INTERNAL:
+        return internal_url
+    if problem := listener_name_problem(name):
+        raise BadRequest(problem)
+    url = listeners.get(name)
+    if url is None:
+        known = ", ".join(sorted({INTERNAL, *listeners}))
+        raise BadRequest(f"{what} advertises no listener {name!r} (it has: {known}); set "
+                         f"MAGNETAR_ADVERTISED_LISTENERS on it, or use one of those names "
+                         "as the client's listener_name")
+    return url

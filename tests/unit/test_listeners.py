@@ -1,0 +1,104 @@
+"""Advertised listeners: parsing MAGNETAR_ADVERTISED_LISTENERS, the internal URL, and
+which URL a lookup answers for a client's listener_name (magnetar_protocol.listeners)."""
+
+import pytest
+
+import magnetar
+from magnetar._core import discovery_order
+from magnetar_protocol.errors import BadRequest
+from magnetar_protocol.listeners import (
+    choose_url,
+    listener_name_problem,
+    parse_listeners,
+    resolve_internal,
+)
+from magnetar_runtime.settings import ServiceSettings
+
+EXTERNAL = {"external": "http://1.2.3.4:30080"}
+
+
+def test_parse_names_and_urls():
+    assert parse_listeners(" internal:http://broker-0.svc:8080 , external:https://1.2.3.4:30080/,") == {
+        "internal": "http://broker-0.svc:8080", "external": "https://1.2.3.4:30080"}
+    assert parse_listeners("") == {}
+
+
+@pytest.mark.parametrize("bad,why", [
+    ("external", "NAME:URL"),
+    ("external:", "NAME:URL"),
+    (":http://a:1", "listener name"),
+    ("ex ternal:http://a:1", "listener name"),
+    ("external:1.2.3.4:30080", "http"),
+    ("external:http://a:1/path", "no path"),
+    ("external:ftp://a:1", "http"),
+    ("a:http://x:1,a:http://y:1", "twice"),
+])
+def test_bad_entries_are_refused_naming_them(bad, why):
+    with pytest.raises(ValueError, match=why):
+        parse_listeners(bad)
+
+
+def test_the_internal_url_is_the_advertised_one_or_the_listener_named_internal():
+    assert resolve_internal("http://a:1/", {}) == "http://a:1"
+    assert resolve_internal("", {"internal": "http://b:2"}) == "http://b:2"
+    assert resolve_internal("http://b:2", {"internal": "http://b:2"}) == "http://b:2"
+    with pytest.raises(ValueError, match="set one of them"):
+        resolve_internal("http://a:1", {"internal": "http://b:2"})
+
+
+@pytest.mark.parametrize("name", [None, "", "internal"])
+def test_no_listener_name_or_internal_answers_the_internal_url(name):
+    assert choose_url("http://in:8080", EXTERNAL, name, "broker broker-0") == "http://in:8080"
+
+
+def test_a_named_listener_answers_its_url():
+    assert choose_url("http://in:8080", EXTERNAL, "external", "broker broker-0") == "http://1.2.3.4:30080"
+
+
+def test_a_listener_the_process_lacks_is_a_bad_request_naming_what_it_has():
+    with pytest.raises(BadRequest, match=r"broker broker-1 advertises no listener 'public' \(it has: external, internal\)"):
+        choose_url("http://in:8080", EXTERNAL, "public", "broker broker-1")
+    assert BadRequest.http_status == 400
+
+
+@pytest.mark.parametrize("bad", ["", "-x", "a b", "x" * 64, "é", 3, "a:b"])
+def test_listener_name_rules(bad):
+    assert listener_name_problem(bad) is not None
+    assert listener_name_problem("external-1.eu_west") is None
+
+
+@pytest.mark.parametrize("bad", ["-x", "a b", "x" * 64, "é"])
+def test_a_malformed_name_in_a_lookup_is_a_bad_request(bad):
+    with pytest.raises(BadRequest, match="listener name"):
+        choose_url("http://in:8080", EXTERNAL, bad, "broker b")
+
+
+def test_settings_read_listeners_from_the_environment(monkeypatch):
+    monkeypatch.setenv("MAGNETAR_ADVERTISED_URL", "http://broker-0.svc:8080")
+    monkeypatch.setenv("MAGNETAR_ADVERTISED_LISTENERS",
+                       "internal:http://broker-0.svc:8080,external:http://1.2.3.4:30080")
+    settings = ServiceSettings()
+    assert settings.url == "http://broker-0.svc:8080"
+    assert settings.listeners == EXTERNAL
+
+
+def test_settings_refuse_a_bad_listener_at_start(monkeypatch):
+    monkeypatch.setenv("MAGNETAR_ADVERTISED_LISTENERS", "external=http://1.2.3.4:30080")
+    with pytest.raises(ValueError, match="advertised listener 'external=http"):
+        ServiceSettings()
+
+
+def test_the_client_refuses_a_malformed_listener_name_before_any_request():
+    with pytest.raises(ValueError, match="listener name"):
+        magnetar.Client("http://127.0.0.1:1", listener_name="ex ternal")
+    with pytest.raises(ValueError, match="connection_timeout_ms"):
+        magnetar.Client("http://127.0.0.1:1", connection_timeout_ms=0)
+
+
+def test_discovery_asks_brokers_that_did_not_answer_lately_last():
+    urls = ["http://a", "http://b", "http://c"]
+    assert discovery_order(urls, 1, {}, now=100.0) == ["http://b", "http://c", "http://a"]
+    # b failed 5 s ago: still asked, but after the others, in rotation order.
+    assert discovery_order(urls, 1, {"http://b": 95.0}, now=100.0) == ["http://c", "http://a", "http://b"]
+    # A failure older than the penalty counts no more.
+    assert discovery_order(urls, 1, {"http://b": 10.0}, now=100.0) == ["http://b", "http://c", "http://a"]
