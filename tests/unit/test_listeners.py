@@ -8,6 +8,7 @@ from magnetar._core import discovery_order
 from magnetar_protocol.errors import BadRequest
 from magnetar_protocol.listeners import (
     choose_url,
+    expand_pod_index,
     listener_name_problem,
     parse_listeners,
     resolve_internal,
@@ -102,3 +103,26 @@ def test_discovery_asks_brokers_that_did_not_answer_lately_last():
     assert discovery_order(urls, 1, {"http://b": 95.0}, now=100.0) == ["http://c", "http://a", "http://b"]
     # A failure older than the penalty counts no more.
     assert discovery_order(urls, 1, {"http://b": 10.0}, now=100.0) == ["http://b", "http://c", "http://a"]
+
+
+def test_the_pod_index_places_each_pod_of_a_statefulset():
+    text = "external:http://203.0.113.10:{30080+pod_index},lb:http://broker-{pod_index}.mq.example.com:8080"
+    assert parse_listeners(expand_pod_index(text, 2)) == {
+        "external": "http://203.0.113.10:30082", "lb": "http://broker-2.mq.example.com:8080"}
+    assert expand_pod_index("external:http://h:8080", None) == "external:http://h:8080"
+
+
+@pytest.mark.parametrize("text,index,why", [
+    ("external:http://h:{pod_index}", None, "MAGNETAR_POD_INDEX"),
+    ("external:http://h:{ordinal}", 1, "unknown placeholder"),
+    ("external:http://h:{pod_index-1}", 1, "unknown placeholder"),
+])
+def test_a_placeholder_that_cannot_be_filled_is_refused(text, index, why):
+    with pytest.raises(ValueError, match=why):
+        expand_pod_index(text, index)
+
+
+def test_settings_expand_the_pod_index(monkeypatch):
+    monkeypatch.setenv("MAGNETAR_POD_INDEX", "1")
+    monkeypatch.setenv("MAGNETAR_ADVERTISED_LISTENERS", "external:http://203.0.113.10:{30090+pod_index}")
+    assert ServiceSettings().listeners == {"external": "http://203.0.113.10:30091"}

@@ -6,6 +6,12 @@ listener's URLs.  Pure: parsing and choosing, no I/O.
 
     MAGNETAR_ADVERTISED_LISTENERS="internal:http://broker-0.svc:8080,external:http://1.2.3.4:30080"
 
+In a StatefulSet every pod gets the same environment, so a URL may say where this pod
+is by its ordinal (``MAGNETAR_POD_INDEX``): ``{pod_index}`` is the ordinal, and
+``{30080+pod_index}`` the ordinal plus 30080 (a NodePort per pod); e.g.
+``external:http://203.0.113.10:{30080+pod_index}`` or
+``external:http://broker-{pod_index}.mq.example.com:8080``.
+
 The internal listener is the process's advertised URL (``MAGNETAR_ADVERTISED_URL``):
 the one other services and in-cluster clients use, and the answer when a client names
 no listener.
@@ -32,6 +38,26 @@ def listener_name_problem(name: object) -> str | None:
         return (f"listener name {name!r} must be 1-63 characters of letters, digits, '_', "
                 "'.' or '-', starting with a letter or digit (e.g. external)")
     return None
+
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_POD_INDEX = re.compile(r"^(?:(\d{1,5})\+)?pod_index$")
+
+
+def expand_pod_index(text: str, pod_index: int | None) -> str:
+    """``text`` with ``{pod_index}`` and ``{N+pod_index}`` replaced; ValueError for any
+    other placeholder, or for one when the pod index is unknown."""
+    def one(match: re.Match) -> str:
+        found = _POD_INDEX.match(match.group(1).replace(" ", ""))
+        if found is None:
+            raise ValueError(f"advertised listeners: unknown placeholder {match.group(0)!r}; "
+                             "use {pod_index} or {30080+pod_index}")
+        if pod_index is None:
+            raise ValueError(f"advertised listeners use {match.group(0)} but the pod index is "
+                             "unknown: set MAGNETAR_POD_INDEX (the chart sets it from the "
+                             "apps.kubernetes.io/pod-index label)")
+        return str(int(found.group(1) or 0) + pod_index)
+    return _PLACEHOLDER.sub(one, text or "")
 
 
 def parse_listeners(text: str) -> dict[str, str]:

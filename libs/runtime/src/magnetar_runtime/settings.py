@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from magnetar_protocol.listeners import INTERNAL, parse_listeners, resolve_internal
+from magnetar_protocol.listeners import (
+    INTERNAL,
+    expand_pod_index,
+    parse_listeners,
+    resolve_internal,
+)
 
 
 class ServiceSettings(BaseSettings):
@@ -20,6 +25,9 @@ class ServiceSettings(BaseSettings):
     # "external:http://1.2.3.4:30080" for clients outside the cluster; lookups answer
     # the one a client names (listener_name).  Empty: only the internal one above.
     advertised_listeners: str = ""
+    # This pod's StatefulSet ordinal, for "{pod_index}" in the listeners' URLs (a
+    # NodePort per pod: "external:http://203.0.113.10:{30080+pod_index}").
+    pod_index: int | None = None
     log_level: str = "INFO"
     log_format: str = "json"  # json | text
     db_pool_size: int = 10
@@ -53,24 +61,21 @@ class ServiceSettings(BaseSettings):
     def body_limit(self) -> int:
         return self.max_body_bytes or self.max_message_size + 1024 * 1024
 
-    @field_validator("advertised_listeners")
-    @classmethod
-    def _listeners_parse(cls, value: str) -> str:
-        parse_listeners(value)  # a bad entry stops the process at start, naming it
-        return value
-
     @model_validator(mode="after")
-    def _internal_agrees(self):
-        resolve_internal(self.advertised_url, parse_listeners(self.advertised_listeners))
+    def _listeners_valid(self):
+        # A bad entry stops the process at start, naming it.
+        resolve_internal(self.advertised_url, self._all_listeners())
         return self
+
+    def _all_listeners(self) -> dict[str, str]:
+        return parse_listeners(expand_pod_index(self.advertised_listeners, self.pod_index))
 
     @property
     def url(self) -> str:
-        internal = resolve_internal(self.advertised_url, parse_listeners(self.advertised_listeners))
+        internal = resolve_internal(self.advertised_url, self._all_listeners())
         return internal or f"http://{self.host}:{self.port}"
 
     @property
     def listeners(self) -> dict[str, str]:
         """The non-internal advertised listeners: name -> URL."""
-        return {name: url for name, url in parse_listeners(self.advertised_listeners).items()
-                if name != INTERNAL}
+        return {name: url for name, url in self._all_listeners().items() if name != INTERNAL}
