@@ -23,14 +23,18 @@ INTERNAL_HOST, EXTERNAL_HOST = "127.0.0.1", "127.0.0.2"
 NAMES = ["broker-0", "broker-1", "coordinator-0", "registry"]
 
 
-@pytest.fixture
-def two_networks(cluster_factory):
-    ports = {name: free_port() for name in NAMES}
+def _on_two_networks(cluster_factory, names, **options):
+    ports = {name: free_port() for name in names}
     return cluster_factory(
         brokers=2, registry=True, ports=ports, env={"MAGNETAR_HOST": "0.0.0.0"},
         service_env={name: {"MAGNETAR_ADVERTISED_LISTENERS":
                             f"external:http://{EXTERNAL_HOST}:{port}"}
-                     for name, port in ports.items()})
+                     for name, port in ports.items()}, **options)
+
+
+@pytest.fixture
+def two_networks(cluster_factory):
+    return _on_two_networks(cluster_factory, NAMES)
 
 
 def _hosts(urls) -> set[str]:
@@ -96,3 +100,18 @@ def test_a_listener_nobody_advertises_is_a_clear_bad_request(two_networks):
             client.new_transaction()
     finally:
         client.close()
+
+
+def test_coordinators_hosted_in_brokers_answer_the_external_listener_too(cluster_factory):
+    """The hosting broker serves /v1/txn/coordinators with the broker's (listener-aware)
+    handler, not the coordinator's."""
+    cluster = _on_two_networks(cluster_factory, ["broker-0", "broker-1", "registry"],
+                               coordinator_in_broker=True)
+    outside = magnetar.Client(cluster.service_url.replace(INTERNAL_HOST, EXTERNAL_HOST),
+                              listener_name="external")
+    try:
+        coordinators = outside._io.run(outside._client.core.coordinators(fresh=True))
+        assert len(coordinators) == 2 and _hosts(coordinators.values()) == {EXTERNAL_HOST}
+        assert _use(outside, "hosted-listeners") == [b"in-txn", b"plain"]
+    finally:
+        outside.close()
