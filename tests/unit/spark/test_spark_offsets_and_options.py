@@ -177,3 +177,11 @@ def test_options_spark_itself_passes_are_accepted():
     opts = write_options(SERVICE | {"topic": "o", "queryName": "enrich", "checkpointLocation": "/c"},
                          streaming=True, has_topic_column=False)
     assert opts.topic.endswith("/o")
+
+
+def test_listener_name_reaches_the_connection_and_a_malformed_one_is_refused():
+    options = read_options(SERVICE | {"topic": "t", "listener.name": "external"}, streaming=False)
+    assert options.connection.listener_name == "external"
+    assert read_options(SERVICE | {"topic": "t"}, streaming=False).connection.listener_name is None
+    with pytest.raises(MagnetarOptionError, match="listener.name"):
+        read_options(SERVICE | {"topic": "t", "listener.name": "ex ternal"}, streaming=False)

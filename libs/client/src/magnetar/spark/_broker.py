@@ -22,7 +22,7 @@ class MagnetarSparkError(RuntimeError):
 
 def client(conn: Connection, transaction_key: str | None = None) -> magnetar.Client:
     return magnetar.Client(conn.service_url, transaction_key=transaction_key,
-                           auth_token=conn.auth_token)
+                           auth_token=conn.auth_token, listener_name=conn.listener_name)
 
 
 def admin(conn: Connection) -> AdminApi:

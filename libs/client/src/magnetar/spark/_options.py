@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from magnetar_protocol.errors import InvalidTopicName
 from magnetar_protocol.keys import key_problem
+from magnetar_protocol.listeners import listener_name_problem
 from magnetar_protocol.topics import TopicName
 
 from magnetar.spark._offsets import OffsetSpec, parse_offsets
@@ -24,7 +25,7 @@ DEFAULT_POLL_TIMEOUT_MS = 120_000  # how long a task waits for entries the offse
 # Spark hands the source some options of its own (a streaming query's queryName, the
 # path of .load(path)/.save(path)): accepted and ignored, not "unknown".
 SPARK_OWN = ("queryName", "path")
-COMMON = ("service.url", "auth.token") + SPARK_OWN
+COMMON = ("service.url", "auth.token", "listener.name") + SPARK_OWN
 READ = COMMON + ("admin.url", "topic", "topics", "topicsPattern", "startingOffsets",
                  "endingOffsets", "maxOffsetsPerTrigger", "failOnDataLoss", "minPartitions",
                  "maxRecordsPerPartition", "pollTimeoutMs")
@@ -98,6 +99,7 @@ class Connection:
     service_url: str
     auth_token: str | None
     admin_url: str | None
+    listener_name: str | None = None  # the client's listener_name (outside Kubernetes)
 
 
 def _urls(value: str | None, name: str) -> str | None:
@@ -112,9 +114,12 @@ def _urls(value: str | None, name: str) -> str | None:
 
 
 def _connection(opts: dict) -> Connection:
+    listener = opts.get("listener.name") or None
+    if listener is not None and (problem := listener_name_problem(listener)):
+        raise MagnetarOptionError(f"option 'listener.name': {problem}")
     return Connection(_urls(_required(opts, "service.url", "http://127.0.0.1:8080"), "service.url"),
                       opts.get("auth.token") or None,
-                      _urls(opts.get("admin.url") or None, "admin.url"))
+                      _urls(opts.get("admin.url") or None, "admin.url"), listener)
 
 
 @dataclass(frozen=True)
