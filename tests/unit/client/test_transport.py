@@ -4,6 +4,7 @@ aiohttp server: real HTTP, no broker)."""
 import asyncio
 import socket
 
+import aiohttp.abc
 import pytest
 from aiohttp import web
 
@@ -143,3 +144,34 @@ async def test_service_calls_keep_a_connect_timeout_too():
                                                 pb.LookupRequest(topic="t"), pb.LookupResponse), 10)
     finally:
         await rpc.close()
+
+
+class _Names(aiohttp.abc.AbstractResolver):
+    """Resolves every name to 127.0.0.1 and counts the lookups (a DNS server's view)."""
+
+    def __init__(self):
+        self.lookups = 0
+
+    async def resolve(self, host, port=0, family=socket.AF_INET):
+        self.lookups += 1
+        return [{"hostname": host, "host": "127.0.0.1", "port": port, "family": socket.AF_INET,
+                 "proto": 0, "flags": socket.AI_NUMERICHOST}]
+
+    async def close(self):
+        pass
+
+
+async def test_a_failed_connect_forgets_the_names_address():
+    """A replaced pod keeps its DNS name but not its IP: the IP cached for the name (10 s
+    by default in aiohttp) must not be tried again after it failed."""
+    names = _Names()
+    transport = Transport(connect_timeout_s=0.2, resolver=names)
+    try:
+        with blackhole() as port:
+            for attempt in (1, 2):
+                with pytest.raises(magnetar.ConnectError):
+                    await transport.call(f"http://broker-0.test:{port}", "/v1/topics/lookup",
+                                         pb.LookupRequest(topic="t"), pb.LookupResponse, timeout=5)
+                assert names.lookups == attempt
+    finally:
+        await transport.close()

@@ -64,18 +64,20 @@ class Transport:
     the event loop that uses it) and returns the parsed answer or raises its error."""
 
     def __init__(self, auth_token: str | None = None, connections: int = 64,
-                 connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S, resolver=None) -> None:
+        # ``resolver``: an aiohttp resolver (e.g. aiohttp.AsyncResolver); default aiohttp's.
         self._headers = {"Content-Type": PROTOBUF, "Accept": PROTOBUF}
         if auth_token:
             self._headers["Authorization"] = f"Bearer {auth_token}"
         self._connections = connections
         self._connect_timeout_s = connect_timeout_s
+        self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._connections),
+                connector=aiohttp.TCPConnector(limit=self._connections, resolver=self._resolver),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s),
                 skip_auto_headers=("User-Agent",),
             )
