@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 import magnetar
+from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import BadRequest
 from magnetar_runtime.local.postgres import free_port
 
@@ -98,6 +99,18 @@ def test_a_listener_nobody_advertises_is_a_clear_bad_request(two_networks):
             client.create_producer("no-such-listener")
         with pytest.raises(BadRequest, match="advertises no listener 'public'"):
             client.new_transaction()
+        # A buggy or hostile client: any name a lookup cannot use is a 400, for every lookup.
+        core, run = client._client.core, client._io.run
+        for name in ("x" * 100_000, "a:b", "\x00", "../internal"):
+            for path, request, reply in (
+                    ("/v1/topics/lookup", pb.LookupRequest(topic="t", listener_name=name), pb.LookupResponse),
+                    ("/v1/txn/coordinators", pb.LookupCoordinatorsRequest(listener_name=name),
+                     pb.LookupCoordinatorsResponse),
+                    ("/v1/registry/lookup", pb.LookupRegistryRequest(listener_name=name),
+                     pb.LookupRegistryResponse)):
+                with pytest.raises(BadRequest, match="listener name"):
+                    run(core.call(two_networks.service_url, path, request, reply))
+        assert all(svc.alive for svc in two_networks.services.values())
     finally:
         client.close()
 
