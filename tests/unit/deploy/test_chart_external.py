@@ -6,14 +6,13 @@ address its own Service is reached at."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from magnetar_protocol.listeners import expand_pod_index, parse_listeners
-from tests.unit.deploy.conftest import CHART, by_kind, env_of, helm_binary
+from tests.unit.deploy.conftest import CHART, by_kind, env_of, helm_binary, validate
 
 NODE_PORT = {"external": {"enabled": True, "host": "203.0.113.10"},
              "broker": {"replicaCount": 3}, "coordinator": {"replicaCount": 2}}
@@ -55,13 +54,7 @@ def advertised(workload: dict, pod_index: int | None) -> dict[str, str]:
 
 @pytest.mark.parametrize("values", [NODE_PORT, LOAD_BALANCER, HOSTED], ids=["NodePort", "LoadBalancer", "hosted coordinators"])
 def test_every_rendered_object_is_valid_kubernetes(values, tmp_path):
-    objects = render_values(values, tmp_path)
-    path = tmp_path / "rendered.yaml"
-    path.write_text(yaml.safe_dump_all(objects))
-    validate = Path(sys.executable).parent / "kubernetes-validate"
-    result = subprocess.run([str(validate), "--strict", "--quiet", str(path)], capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
+    validate(render_values(values, tmp_path), tmp_path)
 
 
 def test_off_by_default(tmp_path):
