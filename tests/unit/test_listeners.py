@@ -126,3 +126,14 @@ def test_settings_expand_the_pod_index(monkeypatch):
     monkeypatch.setenv("MAGNETAR_POD_INDEX", "1")
     monkeypatch.setenv("MAGNETAR_ADVERTISED_LISTENERS", "external:http://203.0.113.10:{30090+pod_index}")
     assert ServiceSettings().listeners == {"external": "http://203.0.113.10:30091"}
+
+
+def test_an_empty_pod_index_falls_back_to_the_hostnames_ordinal(monkeypatch):
+    """Kubernetes before 1.28 has no pod-index label: the variable is empty."""
+    monkeypatch.setenv("MAGNETAR_POD_INDEX", "")
+    monkeypatch.setenv("MAGNETAR_ADVERTISED_LISTENERS", "external:http://203.0.113.10:{30080+pod_index}")
+    monkeypatch.setattr("socket.gethostname", lambda: "magnetar-broker-3")
+    assert ServiceSettings().listeners == {"external": "http://203.0.113.10:30083"}
+    monkeypatch.setattr("socket.gethostname", lambda: "laptop")
+    with pytest.raises(ValueError, match="MAGNETAR_POD_INDEX"):
+        ServiceSettings()

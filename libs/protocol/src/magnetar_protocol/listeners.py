@@ -55,7 +55,8 @@ def expand_pod_index(text: str, pod_index: int | None) -> str:
         if pod_index is None:
             raise ValueError(f"advertised listeners use {match.group(0)} but the pod index is "
                              "unknown: set MAGNETAR_POD_INDEX (the chart sets it from the "
-                             "apps.kubernetes.io/pod-index label)")
+                             "apps.kubernetes.io/pod-index label) or run it with a hostname "
+                             "ending in -N")
         return str(int(found.group(1) or 0) + pod_index)
     return _PLACEHOLDER.sub(one, text or "")
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+import re
+import socket
+
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar_protocol.listeners import (
@@ -26,7 +29,8 @@ class ServiceSettings(BaseSettings):
     # the one a client names (listener_name).  Empty: only the internal one above.
     advertised_listeners: str = ""
     # This pod's StatefulSet ordinal, for "{pod_index}" in the listeners' URLs (a
-    # NodePort per pod: "external:http://203.0.113.10:{30080+pod_index}").
+    # NodePort per pod: "external:http://203.0.113.10:{30080+pod_index}"); unset or
+    # empty (a cluster without the pod-index label): the hostname's "-N".
     pod_index: int | None = None
     log_level: str = "INFO"
     log_format: str = "json"  # json | text
@@ -61,6 +65,11 @@ class ServiceSettings(BaseSettings):
     def body_limit(self) -> int:
         return self.max_body_bytes or self.max_message_size + 1024 * 1024
 
+    @field_validator("pod_index", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value):
+        return None if value == "" else value
+
     @model_validator(mode="after")
     def _listeners_valid(self):
         # A bad entry stops the process at start, naming it.
@@ -68,7 +77,11 @@ class ServiceSettings(BaseSettings):
         return self
 
     def _all_listeners(self) -> dict[str, str]:
-        return parse_listeners(expand_pod_index(self.advertised_listeners, self.pod_index))
+        index = self.pod_index
+        if index is None and "{" in self.advertised_listeners:
+            found = re.search(r"-(\d+)$", socket.gethostname())
+            index = int(found.group(1)) if found else None
+        return parse_listeners(expand_pod_index(self.advertised_listeners, index))
 
     @property
     def url(self) -> str:
