@@ -102,3 +102,29 @@ def test_a_commit_in_flight_gets_its_answer_from_the_coordinators_replacement(cl
         if committer is not None:  # a commit still stuck ends at its operation timeout
             committer.join(60)
         client.close()
+
+
+@pytest.mark.cluster(registry=True)
+def test_a_keyed_client_reaches_the_registrys_replacement_soon(cluster):
+    """The registry a keyed client cached is gone (its address dead); the client's
+    next key connect finds the replacement (new address) instead of waiting out its
+    operation timeout."""
+    client = magnetar.Client(cluster.service_url, transaction_key="dead-registry-key")
+    try:
+        epoch = client.connect_transaction_key()
+        cluster.kill("registry")
+        with blackhole(cluster.services["registry"].port) as port:
+            assert hangs("127.0.0.1", port)
+            cluster.move("registry")
+            cluster.start("registry")
+            ready = time.monotonic()
+            connected, held = threading.Event(), []
+            threading.Thread(target=lambda: (held.append(client.connect_transaction_key()),
+                                             connected.set()), daemon=True).start()
+            assert connected.wait(GRACE_S), (
+                f"the key connect was still waiting {GRACE_S:.0f}s after the registry's "
+                "replacement was ready")
+            print(f"key connect answered {time.monotonic() - ready:.2f}s after the replacement was ready")
+        assert held == [epoch]  # the same client reconnecting keeps its epoch
+    finally:
+        client.close()
