@@ -76,3 +76,15 @@ def grant(cluster, namespace: str, role: str, superuser_token: str,
         headers={"Authorization": f"Bearer {superuser_token}", "Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as resp:
         assert resp.status == 204
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
+    """Poll ``predicate`` until it returns something truthy (returned), or fail saying
+    ``what`` did not happen within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if result := predicate():
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f}s")
+        time.sleep(interval)

@@ -153,6 +153,11 @@ class Core:
             self._coordinators_at = now
         return self._coordinators
 
+    async def coordinator_urls(self, fresh: bool = False) -> list[str]:
+        """The distinct coordinator URLs, to spread new transactions over: a coordinator
+        that adopted a gone one's TCID answers for both, and counts once."""
+        return sorted(set((await self.coordinators(fresh)).values()))
+
     async def close(self) -> None:
         """Close the sessions and the transport."""
         self.closed = True

@@ -38,6 +38,7 @@ class KeyConnection:
         self.key = validate_key(key)
         self.epoch = -1  # -1: not connected yet (the seed's first-connection epoch)
         self.coordinator_id: int | None = None
+        self._coordinator_url = ""  # the registry's answer for coordinator_id
         self._connect_lock = asyncio.Lock()
         self._registry_url: str | None = None  # looked up once, again when it fails
 
@@ -71,6 +72,7 @@ class KeyConnection:
 
             reply = await self.core.with_retries(f"connect transaction key {self.key!r}", attempt)
             self.epoch, self.coordinator_id = reply.epoch, reply.coordinator_id
+            self._coordinator_url = reply.coordinator_url.rstrip("/")
             return self.epoch
 
     async def open_transaction(self, timeout_ms: int) -> Transaction:
@@ -86,6 +88,12 @@ class KeyConnection:
             nonlocal failed
             url = (await self.core.coordinators(fresh=failed)).get(self.coordinator_id)
             failed = True  # a retry (if any) looks the coordinators up again
+            if url is None:
+                # Nobody answers for the key's coordinator (its process is gone and no
+                # live one adopted it yet): reconnecting with our epoch re-binds the key
+                # to a live coordinator, fencing nobody.
+                await self.connect()
+                url = self._coordinator_url or None
             if url is None:
                 raise TransactionCoordinatorNotFoundError(
                     f"coordinator {self.coordinator_id}, which transaction key {self.key!r} is "

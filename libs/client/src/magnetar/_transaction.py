@@ -185,12 +185,10 @@ async def open_transaction(core: Core, timeout_ms: int) -> Transaction:
 
     async def attempt() -> Transaction:
         nonlocal failed
-        coordinators = await core.coordinators(fresh=failed)
-        if not coordinators:
+        urls = await core.coordinator_urls(fresh=failed)
+        if not urls:
             raise TransactionCoordinatorNotFoundError("no transaction coordinator is running")
-        ids = sorted(coordinators)
-        tcid = ids[next(core._rr) % len(ids)]  # spread transactions over the coordinators
-        url = coordinators[tcid]
+        url = urls[next(core._rr) % len(urls)]  # spread transactions over the coordinators
         try:
             reply = await core.call_coalesced(url, "/v1/txn/new",
                                               pb.NewTxnRequest(timeout_ms=timeout_ms), pb.NewTxnResponse)

@@ -72,9 +72,8 @@ class TxnPool:
 
     async def _lease(self, count: int, timeout_ms: int) -> None:
         try:
-            coordinators = await self.core.coordinators()
-            ids = sorted(coordinators)
-            url = coordinators[ids[next(self.core._rr) % len(ids)]]
+            urls = await self.core.coordinator_urls()
+            url = urls[next(self.core._rr) % len(urls)]
             if url in self._no_blocks:
                 return
             asked = time.monotonic()

@@ -149,6 +149,8 @@ coordinators = Table(
     Column("url", Text, nullable=False),
     Column("heartbeat_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
     Column("next_txn_id", BigInteger, nullable=False, server_default=text("0")),
+    # 0005: the adopter's own TCID while a live coordinator serves this gone one's.
+    Column("adopted_by", Integer, nullable=True),
 )
 
 transactions = Table(

@@ -12,3 +12,5 @@ EXECUTION_LATENCY = Histogram(
     "pulsar_txn_execution_latency_seconds", "EndTxn request to every participant done",
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5),
 )
+ADOPTIONS = Counter("magnetar_txn_coordinator_adoptions",
+                    "Coordinator ids of gone processes this process adopted")

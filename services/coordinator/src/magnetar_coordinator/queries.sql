@@ -2,14 +2,34 @@
 -- row in the same statement (FOR SHARE), so a process that lost its TCID writes nothing.
 
 -- name: claim
+-- The TCID's own process: takes the row when its holder's lease lapsed, when it is
+-- itself, or at once from an adopter (the owner comes back: the adopter is fenced).
 INSERT INTO coordinators (coordinator_id, instance, fence_epoch, url)
 VALUES ($1, $2, 1, $3)
 ON CONFLICT (coordinator_id) DO UPDATE
     SET instance = excluded.instance, fence_epoch = coordinators.fence_epoch + 1,
-        url = excluded.url, heartbeat_at = now()
+        url = excluded.url, heartbeat_at = now(), adopted_by = NULL
     WHERE coordinators.heartbeat_at < now() - make_interval(secs => $4::float8)
        OR coordinators.instance = excluded.instance
+       OR coordinators.adopted_by IS NOT NULL
 RETURNING fence_epoch;
+
+-- name: adopt
+-- A live coordinator ($4, its own TCID) takes a gone TCID's row: only while nobody
+-- heartbeats it (the same lapse a restart waits for), by compare-and-set on the epoch.
+UPDATE coordinators
+SET instance = $2, fence_epoch = fence_epoch + 1, url = $3, heartbeat_at = now(),
+    adopted_by = $4
+WHERE coordinator_id = $1 AND heartbeat_at < now() - make_interval(secs => $5::float8)
+RETURNING fence_epoch;
+
+-- name: orphans
+-- TCIDs nobody heartbeats (process gone, or released on SIGTERM), with how long, and
+-- the live coordinators serving their own TCID (the candidates to adopt them).
+SELECT coordinator_id, extract(epoch FROM now() - heartbeat_at)::float8 AS stale_s,
+       heartbeat_at > now() - make_interval(secs => $1::float8) AND adopted_by IS NULL AS owner_live
+FROM coordinators
+ORDER BY coordinator_id;
 
 -- name: heartbeat
 UPDATE coordinators SET heartbeat_at = now()
@@ -119,9 +139,12 @@ LIMIT 1000;
 SELECT count(*) FROM transactions WHERE coordinator_id = $1 AND status IN (0, 1, 3);
 
 -- name: purge_ended
+WITH fence AS (
+    SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $3 FOR SHARE
+)
 DELETE FROM transactions
 WHERE coordinator_id = $1 AND status IN (2, 4)
-  AND ended_at < now() - make_interval(secs => $2::float8);
+  AND ended_at < now() - make_interval(secs => $2::float8) AND EXISTS (SELECT 1 FROM fence);
 
 -- name: new_keyed_txn
 -- A keyed client's transaction (seed 000): claims the key's one active-transaction slot

@@ -22,7 +22,7 @@ from magnetar_runtime.failpoints import failpoint
 from magnetar_runtime.loops import BackgroundLoop
 from magnetar_runtime.rpc import RpcClient
 
-from magnetar_coordinator import metrics
+from magnetar_coordinator import adoption, metrics
 from magnetar_coordinator import statemachine as sm
 from magnetar_coordinator.participants import Participants
 from magnetar_coordinator.settings import CoordinatorSettings
@@ -35,15 +35,26 @@ DRAIN_S = 10
 
 
 class CoordinatorService:
+    """The coordinator of one TCID: its own (the process's), or, with ``adopter`` set,
+    one adopted from a gone process, served by the adopter's routes, RPC client and
+    participants until its owner claims it back."""
+
     def __init__(self, store: CoordinatorStore, settings: CoordinatorSettings,
-                 auth: Authenticator | None = None):
+                 auth: Authenticator | None = None,
+                 adopter: CoordinatorService | None = None):
         self.store = store
         self.settings = settings
         self.auth = auth or Authenticator(settings)
         self.tcid = store.tcid
         self.ttl_s = settings.lease_ttl_ms / 1000
-        self.rpc = RpcClient(settings.broker_request_timeout_ms / 1000, self.auth.headers())
-        self.participants = Participants(self.rpc, store.live_brokers, self.ttl_s)
+        self.adopter = adopter
+        if adopter is None:
+            self.rpc = RpcClient(settings.broker_request_timeout_ms / 1000, self.auth.headers())
+            self.participants = Participants(self.rpc, store.live_brokers, self.ttl_s)
+        else:
+            self.rpc, self.participants = adopter.rpc, adopter.participants
+        # TCIDs this process adopted: TCID -> the service acting for it.
+        self.adopted: dict[int, CoordinatorService] = {}
         self.ready = False
         self._ids: list[int] = []
         self._id_lock = asyncio.Lock()
@@ -54,6 +65,8 @@ class CoordinatorService:
         self.timeout_loop = BackgroundLoop("txn-timeouts", settings.timeout_check_interval_ms / 1000,
                                            self.abort_expired)
         self.purge_loop = BackgroundLoop("txn-purge", 60, self.purge_ended)
+        self.adopt_loop = BackgroundLoop("coordinator-adopt", settings.heartbeat_interval_ms / 1000,
+                                         self.adopt_orphans)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -62,6 +75,9 @@ class CoordinatorService:
 
     async def stop(self) -> None:
         was_ready, self.ready = self.ready, False
+        await self.adopt_loop.stop()
+        # Adopted TCIDs are released too: a live coordinator adopts them at once.
+        await asyncio.gather(*(child.stop() for child in list(self.adopted.values())))
         for loop in (self.claim_loop, self.timeout_loop, self.purge_loop):
             await loop.stop()
         # Let in-flight commits finish so their clients get an answer.
@@ -69,27 +85,70 @@ class CoordinatorService:
             await asyncio.wait(list(self._driving.values()), timeout=DRAIN_S)
         if was_ready:
             await self.store.release()
-        await self.rpc.close()
+        if self.adopter is None:
+            await self.rpc.close()
 
     async def claim_or_heartbeat(self) -> None:
         if self.ready:
             if not await self.store.heartbeat():
                 self._lost_claim()
             return
+        if self.adopter is not None:
+            return  # an adopter never claims a TCID back once it let go
         if await self.store.claim(self.settings.url, self.ttl_s):
             log.info("claimed coordinator id %d (fence epoch %d)", self.tcid, self.store.fence_epoch)
-            self._ids.clear()
-            self.ready = True
-            self.timeout_loop.start()
-            self.purge_loop.start()
-            asyncio.create_task(self.recover())
+            self._serve()
+            self.adopt_loop.start()
         else:
             log.info("coordinator id %d is held by a live process; waiting for its lease", self.tcid)
 
+    def _serve(self) -> None:
+        """Act for the TCID just claimed or adopted: its deadlines are the rows' (re-armed
+        by the timeout loop), its COMMITTING/ABORTING transactions are driven again."""
+        self._ids.clear()
+        self.ready = True
+        self.timeout_loop.start()
+        self.purge_loop.start()
+        asyncio.create_task(self.recover())
+
     def _lost_claim(self) -> None:
-        log.error("coordinator id %d was claimed by another process; no longer acting", self.tcid)
+        if not self.ready:
+            return
+        if self.adopter is None:
+            log.error("coordinator id %d was claimed by another process; no longer acting", self.tcid)
+        else:
+            log.info("adopted coordinator id %d was claimed back (its own process returned, or "
+                     "another adopter took it); letting go", self.tcid)
+            self.adopter.adopted.pop(self.tcid, None)
+            asyncio.create_task(self.claim_loop.stop())
         self.ready = False
         asyncio.create_task(self.timeout_loop.stop())
+        asyncio.create_task(self.purge_loop.stop())
+        # Stop driving endings: the new holder re-drives them (recovery), so going on
+        # here would only tell every participant twice.  Waiting requests get Fenced.
+        for task in list(self._driving.values()):
+            task.cancel()
+
+    async def adopt_orphans(self) -> None:
+        """Adopt the TCIDs whose process is gone (adoption.py decides which are ours)."""
+        if not self.ready:
+            return
+        gone, live_owners = await self.store.orphans(self.ttl_s)
+        for tcid, stale_s in gone:
+            if tcid in self.adopted or not adoption.should_adopt(
+                    self.tcid, tcid, stale_s, self.ttl_s, live_owners):
+                continue
+            store = CoordinatorStore(self.store.pool, tcid, self.store.instance)
+            if not await store.adopt(self.settings.url, self.ttl_s, self.tcid):
+                continue  # its owner came back, or another coordinator adopted it first
+            log.info("adopted coordinator id %d (no heartbeat for %.1fs; fence epoch %d): "
+                     "serving its transactions until its own process claims it back",
+                     tcid, stale_s, store.fence_epoch)
+            metrics.ADOPTIONS.inc()
+            child = CoordinatorService(store, self.settings, self.auth, adopter=self)
+            self.adopted[tcid] = child
+            child._serve()
+            child.claim_loop.start()  # heartbeats the adopted row
 
     def _check_ready(self) -> None:
         if not self.ready:
@@ -101,7 +160,17 @@ class CoordinatorService:
             action = pb.TXN_COMMIT if status == sm.COMMITTING else pb.TXN_ABORT
             log.info("recovering transaction %s (%s)", sm.txn_str(self.tcid, txn_id), sm.NAMES[status])
             self._drive(txn_id, action)
-        metrics.ACTIVE.set(await self.store.active_count())
+        active = await self.store.active_count()
+        if self.adopter is None:
+            metrics.ACTIVE.set(active)
+        else:
+            metrics.ACTIVE.inc(active)
+
+    def _for(self, txn: pb.TxnId) -> CoordinatorService:
+        """The service acting for the transaction's TCID here: this one or an adopted one."""
+        if txn.most_bits != self.tcid and (adopted := self.adopted.get(txn.most_bits)):
+            return adopted
+        return self
 
     # ---------------------------------------------------------------- operations
 
@@ -160,15 +229,15 @@ class CoordinatorService:
                              f"{self.settings.max_txn_hold_ms} ms (max_txn_hold_ms)")
 
     async def add_partitions(self, req: pb.AddPartitionToTxnRequest) -> pb.AddPartitionToTxnResponse:
-        await self._register(req.txn, req.topics, [], "add-partitions")
+        await self._for(req.txn)._register(req.txn, req.topics, [], "add-partitions")
         return pb.AddPartitionToTxnResponse()
 
     async def add_subscriptions(self, req: pb.AddSubscriptionToTxnRequest) -> pb.AddSubscriptionToTxnResponse:
-        await self._register(req.txn, [], req.subscriptions, "add-subscriptions")
+        await self._for(req.txn)._register(req.txn, [], req.subscriptions, "add-subscriptions")
         return pb.AddSubscriptionToTxnResponse()
 
     async def add_participants(self, req: pb.AddParticipantsToTxnRequest) -> pb.AddParticipantsToTxnResponse:
-        await self._register(req.txn, req.topics, req.subscriptions, "add-participants")
+        await self._for(req.txn)._register(req.txn, req.topics, req.subscriptions, "add-participants")
         return pb.AddParticipantsToTxnResponse()
 
     async def _register(self, txn: pb.TxnId, topics, subscriptions, what: str) -> None:
@@ -201,6 +270,8 @@ class CoordinatorService:
             self.auth.require_owner_or_superuser(record.owner, what)
 
     async def status(self, req: pb.TxnStatusRequest) -> pb.TxnStatusResponse:
+        if (acting := self._for(req.txn)) is not self:
+            return await acting.status(req)
         record = await self.store.get(self._txn_id(req.txn))
         if record is None:
             raise TransactionNotFound(f"transaction {sm.txn_str(req.txn.most_bits, req.txn.least_bits)} does not exist")
@@ -209,6 +280,8 @@ class CoordinatorService:
         return pb.TxnStatusResponse(status=record.status)
 
     async def end(self, req: pb.EndTxnRequest) -> pb.EndTxnResponse:
+        if (acting := self._for(req.txn)) is not self:
+            return await acting.end(req)
         self._check_ready()
         txn_id = self._txn_id(req.txn)
         if req.action not in (pb.TXN_COMMIT, pb.TXN_ABORT):
@@ -229,7 +302,7 @@ class CoordinatorService:
         # The usual case first: an OPEN transaction, ended once.  One compare-and-set
         # instead of a read and then a write; anything else is planned from the record.
         if await self._start_ending(txn_id, action, timed_out, expired):
-            await asyncio.shield(self._drive(txn_id, action))
+            await self._until_driven(txn_id, action)
             return
         while True:
             record = await self.store.get(txn_id)
@@ -241,8 +314,17 @@ class CoordinatorService:
             if step is sm.Step.START and not await self._start_ending(
                     txn_id, action, timed_out, expired):
                 continue  # someone else moved it (a timeout, a duplicate request): plan again
-            await asyncio.shield(self._drive(txn_id, action))
+            await self._until_driven(txn_id, action)
             return
+
+    async def _until_driven(self, txn_id: int, action: int) -> None:
+        task = self._drive(txn_id, action)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.cancelled() or self.ready:
+                raise  # this request itself was cancelled
+            raise self.store.fenced() from None  # the TCID's new holder finishes it
 
     async def _start_ending(self, txn_id: int, action: int, timed_out: bool, expired: bool) -> bool:
         """OPEN -> COMMITTING/ABORTING, durable; False when it was not OPEN (or not this

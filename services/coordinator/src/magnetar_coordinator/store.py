@@ -55,6 +55,23 @@ class CoordinatorStore:
         self.fence_epoch = epoch
         return True
 
+    async def adopt(self, url: str, ttl_s: float, adopter_tcid: int) -> bool:
+        """Take this (gone) TCID's row for the live coordinator ``adopter_tcid``; False
+        when someone heartbeats it (its owner came back, or another adopter won)."""
+        epoch = await self.pool.fetchval(Q["adopt"], self.tcid, self.instance, url, adopter_tcid,
+                                         ttl_s)
+        if epoch is None:
+            return False
+        self.fence_epoch = epoch
+        return True
+
+    async def orphans(self, ttl_s: float) -> tuple[list[tuple[int, float]], list[int]]:
+        """([(TCID nobody heartbeats, seconds since its last heartbeat)], [live TCIDs
+        served by their own process])."""
+        rows = await self.pool.fetch(Q["orphans"], ttl_s)
+        gone = [(r["coordinator_id"], r["stale_s"]) for r in rows if r["stale_s"] > ttl_s]
+        return gone, [r["coordinator_id"] for r in rows if r["owner_live"]]
+
     async def heartbeat(self) -> bool:
         return await self.pool.fetchval(Q["heartbeat"], self.tcid, self.fence_epoch) is not None
 
@@ -70,13 +87,13 @@ class CoordinatorStore:
             ttl_s)
         return [r[0] for r in rows]
 
-    def _fenced(self) -> Fenced:
+    def fenced(self) -> Fenced:
         return Fenced(f"coordinator {self.tcid} was claimed by another process")
 
     async def allocate_ids(self, count: int) -> int:
         first = await self.pool.fetchval(Q["allocate_ids"], self.tcid, self.fence_epoch, count)
         if first is None:
-            raise self._fenced()
+            raise self.fenced()
         return first
 
     async def new_txn(self, txn_id: int, timeout_ms: int, owner: str | None, hold_ms: int = 0) -> None:
@@ -88,7 +105,7 @@ class CoordinatorStore:
         created = await self.pool.fetch(Q["new_txns"], self.tcid, self.fence_epoch, ids, timeouts,
                                         owners, holds)
         if not created:  # not even one: this process lost its TCID
-            raise self._fenced()
+            raise self.fenced()
         return [None] * len(items)
 
     async def new_keyed_txn(self, txn_id: int, timeout_ms: int, owner: str, key: str,
@@ -98,7 +115,7 @@ class CoordinatorStore:
         row = await self.pool.fetchrow(Q["new_keyed_txn"], self.tcid, self.fence_epoch, txn_id,
                                        timeout_ms, owner, key, epoch)
         if not row["fenced_ok"]:
-            raise self._fenced()
+            raise self.fenced()
         if row["created"]:
             return
         ident = f"{owner}&{key}"
@@ -123,7 +140,7 @@ class CoordinatorStore:
         row = await self.pool.fetchrow(Q["start_ending"], self.tcid, self.fence_epoch, txn_id,
                                        target, timed_out, expired)
         if not row["fenced_ok"]:
-            raise self._fenced()
+            raise self.fenced()
         return bool(row["moved"]), bool(row["key_ok"])
 
     async def _start_endings(self, items: list[tuple[int, int, bool, bool]]) -> list[bool]:
@@ -155,7 +172,7 @@ class CoordinatorStore:
         row = await self.pool.fetchrow(Q["add_participants"], self.tcid, self.fence_epoch, ids,
                                        topics, names)
         if not row["fenced_ok"]:
-            raise self._fenced()
+            raise self.fenced()
         statuses = dict(zip(row["ids"], row["statuses"]))
         return [statuses.get(txn_id) for txn_id, *_ in items]
 
@@ -174,7 +191,7 @@ class CoordinatorStore:
             if not moved and not await conn.fetchval(
                     "SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2",
                     self.tcid, self.fence_epoch):
-                raise self._fenced()
+                raise self.fenced()
         return [txn_id in moved for txn_id in ids]
 
     async def get(self, txn_id: int) -> TxnRecord | None:
@@ -206,5 +223,5 @@ class CoordinatorStore:
         return await self.pool.fetchval(Q["active_count"], self.tcid)
 
     async def purge_ended(self, retention_s: float) -> int:
-        result = await self.pool.execute(Q["purge_ended"], self.tcid, retention_s)
+        result = await self.pool.execute(Q["purge_ended"], self.tcid, retention_s, self.fence_epoch)
         return int(result.split()[-1])

@@ -2,7 +2,10 @@
 
 A new key is bound by a stable hash of its identity over the live coordinator ids; once
 bound it stays there ("sticky": the binding is stored with the key), so scaling the
-coordinators up or down never moves an existing key.
+coordinators up never moves an existing key.  A key bound to a TCID whose own process is
+gone (scaled down, or dead: a live coordinator adopted it) is re-bound, on its next
+connect, the way a new key is bound; the binding only routes NewTxn, fencing is the
+key's epoch, so moving it never lets two holders act.
 """
 
 from __future__ import annotations

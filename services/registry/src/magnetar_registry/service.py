@@ -48,7 +48,7 @@ class RegistryService:
         self.metrics_loop = BackgroundLoop("key-metrics", settings.metrics_interval_ms / 1000,
                                            self.refresh_metrics)
         self._labelled: set[str] = set()
-        self._coordinators: dict[int, str] = {}
+        self._coordinators: tuple[dict[int, str], list[int]] = ({}, [])
         self._coordinators_at = float("-inf")
 
     async def start(self) -> None:
@@ -81,7 +81,9 @@ class RegistryService:
         existing = None if req.epoch == -1 else await self.store.get_key(owner, key)
         outcome = connect_outcome(existing[0] if existing else None,
                                   bool(existing and existing[1]), req.epoch)
-        coordinators = await self._live_coordinators()
+        coordinators, bindable = await self._live_coordinators()
+        # A key bound to a TCID whose process is gone moves to a live one (binding.py).
+        rebind_to = choose_coordinator(identity(owner, key), bindable) if bindable else None
         if outcome == "refuse":
             metrics.CONNECTS.labels("refused").inc()
             now = "never connected" if existing is None else (
@@ -90,18 +92,17 @@ class RegistryService:
                 f"transaction key {identity(owner, key)!r} is {now}; epoch {req.epoch} is not "
                 "current: a newer connection fenced this client (connect with -1 to take over)")
         if outcome == "resume":
-            binding = await self.store.connect_resume(owner, key, req.epoch)
+            binding = await self.store.connect_resume(owner, key, req.epoch, rebind_to, bindable)
             if binding is None:  # fenced between the read and the write
                 metrics.CONNECTS.labels("refused").inc()
                 raise NotAllowedError(f"transaction key {identity(owner, key)!r} moved past epoch "
                                       f"{req.epoch}: a newer connection fenced this client")
             metrics.CONNECTS.labels("resumed").inc()
         else:
-            if not coordinators:
+            if rebind_to is None:
                 raise ServiceNotReady("no transaction coordinator is live to bind the key to; "
                                       "retry once one runs")
-            binding = await self.store.connect_new(
-                owner, key, choose_coordinator(identity(owner, key), list(coordinators)))
+            binding = await self.store.connect_new(owner, key, rebind_to, bindable)
             # Fence: every transaction of an older epoch ends before we answer.
             fenced = await self._abort_older(owner, key, binding.epoch)
             metrics.CONNECTS.labels("new").inc()
@@ -113,8 +114,9 @@ class RegistryService:
         return pb.ConnectKeyResponse(epoch=binding.epoch, coordinator_id=binding.coordinator_id,
                                      coordinator_url=coordinators.get(binding.coordinator_id, ""))
 
-    async def _live_coordinators(self, fresh: bool = False) -> dict[int, str]:
-        """Live coordinators, cached for a heartbeat interval (connects are frequent)."""
+    async def _live_coordinators(self, fresh: bool = False) -> tuple[dict[int, str], list[int]]:
+        """(live TCID -> the URL answering for it, the TCIDs keys may be bound to), cached
+        for a heartbeat interval (connects are frequent)."""
         now = time.monotonic()
         if fresh or now - self._coordinators_at > self.settings.heartbeat_interval_ms / 1000:
             self._coordinators = await self.store.live_coordinators(self.ttl_s)
@@ -134,7 +136,7 @@ class RegistryService:
         delay = 0.02
         request = pb.EndTxnRequest(txn=txn, action=pb.TXN_ABORT, expired=True)
         while True:
-            url = (await self._live_coordinators(fresh=delay > 0.02)).get(txn.most_bits)
+            url = (await self._live_coordinators(fresh=delay > 0.02))[0].get(txn.most_bits)
             try:
                 if url:
                     await self.rpc.call(url, "/v1/txn/end", request, pb.EndTxnResponse)

@@ -28,15 +28,22 @@ class RegistryStore:
     async def deregister(self) -> None:
         await self.pool.execute(Q["deregister"], self.instance)
 
-    async def live_coordinators(self, ttl_s: float) -> dict[int, str]:
-        return {r[0]: r[1] for r in await self.pool.fetch(Q["live_coordinators"], ttl_s)}
+    async def live_coordinators(self, ttl_s: float) -> tuple[dict[int, str], list[int]]:
+        """(every live TCID -> the URL answering for it, the TCIDs served by their own
+        process: the ones keys are bound to)."""
+        rows = await self.pool.fetch(Q["live_coordinators"], ttl_s)
+        return {r[0]: r[1] for r in rows}, [r[0] for r in rows if r[2]]
 
-    async def connect_new(self, owner: str, key: str, coordinator_if_new: int) -> Binding:
-        row = await self.pool.fetchrow(Q["connect_new"], owner, key, coordinator_if_new)
+    async def connect_new(self, owner: str, key: str, rebind_to: int,
+                          bindable: list[int]) -> Binding:
+        """Bump the epoch; a key bound to a TCID outside ``bindable`` moves to ``rebind_to``."""
+        row = await self.pool.fetchrow(Q["connect_new"], owner, key, rebind_to, bindable)
         return Binding(row["epoch"], row["coordinator_id"])
 
-    async def connect_resume(self, owner: str, key: str, epoch: int) -> Binding | None:
-        row = await self.pool.fetchrow(Q["connect_resume"], owner, key, epoch)
+    async def connect_resume(self, owner: str, key: str, epoch: int, rebind_to: int,
+                             bindable: list[int]) -> Binding | None:
+        row = await self.pool.fetchrow(Q["connect_resume"], owner, key, epoch, rebind_to,
+                                       bindable)
         return Binding(row["epoch"], row["coordinator_id"]) if row else None
 
     async def get_key(self, owner: str, key: str) -> tuple[int, bool] | None:
