@@ -1,78 +1,51 @@
-"""POST /admin/v3/transactions/transactionCoordinator/replicas: scale the coordinator
-StatefulSet up (Pulsar's scale-up-only rule: a coordinator id, once used, owns keys and
-transactions).  It patches the StatefulSet's scale subresource with the official
-`kubernetes` client, in-cluster (the pod's service account; the chart's Role allows get
-and patch on that one StatefulSet's scale and nothing else)."""
+"""POST /admin/v3/transactions/transactionCoordinator/replicas (Pulsar's path): the
+coordinator count has one source of truth, the Helm value `coordinator.replicaCount`
+(`broker.replicaCount` when the brokers host the coordinators), so this endpoint changes
+nothing and answers 409 with the `helm upgrade` to run.  Patching the StatefulSet here, as
+it once did, was undone by the next `helm upgrade` or `helm rollback`
+(docs/kubernetes.md, "Scaling coordinators").  Scaling down is safe either way: a live
+coordinator adopts the TCID of a removed one (docs/transactions.md)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
 
-from magnetar_protocol.errors import BadRequest, NotAllowedError, ServiceNotReady, UnknownError
+from magnetar_protocol.errors import BadRequest, NotAllowedError
 
 from magnetar_admin.api import Body, Service, body_doc
 
 
-def _apps_api(settings):
-    """An AppsV1Api: in-cluster config, or MAGNETAR_KUBERNETES_API_URL (tests, or a
-    kubectl proxy) when set."""
-    import kubernetes  # noqa: PLC0415 (only this endpoint needs it)
-
-    if settings.kubernetes_api_url:
-        config = kubernetes.client.Configuration(host=settings.kubernetes_api_url)
-    else:
-        try:
-            kubernetes.config.load_incluster_config()
-        except kubernetes.config.ConfigException as exc:
-            raise ServiceNotReady(
-                f"not running in Kubernetes ({exc}); scale the coordinators with "
-                "`kubectl scale statefulset/<release>-magnetar-coordinator --replicas=N`") from None
-        config = kubernetes.client.Configuration.get_default_copy()
-    return kubernetes.client.AppsV1Api(kubernetes.client.ApiClient(config))
-
-
-def _scale(settings, replicas: int) -> dict:
-    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-    api = _apps_api(settings)
-    name, namespace = settings.coordinator_statefulset, settings.kubernetes_namespace
-    try:
-        current = api.read_namespaced_stateful_set_scale(name, namespace).spec.replicas
-        if replicas < current:
-            raise BadRequest(f"coordinators only scale up (Pulsar's rule: a coordinator id owns "
-                             f"its transactions and keys): {current} now, {replicas} asked")
-        if replicas > current:
-            api.patch_namespaced_stateful_set_scale(name, namespace, {"spec": {"replicas": replicas}})
-        return {"statefulSet": name, "namespace": namespace, "previous": current, "replicas": replicas}
-    except ApiException as exc:
-        raise UnknownError(f"Kubernetes API refused {exc.status} {exc.reason} for "
-                           f"statefulsets/{name}/scale in {namespace}: {exc.body}") from None
-    finally:
-        api.api_client.close()
+def helm_answer(settings, replicas: int) -> str:
+    """Why nothing is scaled here, and the command that does it."""
+    value, what = (("broker.replicaCount", "the brokers host the coordinators here "
+                    "(broker.hostCoordinator), one each")
+                   if settings.coordinators_in_brokers else
+                   ("coordinator.replicaCount", f"the coordinators are statefulset/"
+                    f"{settings.coordinator_statefulset} in namespace {settings.kubernetes_namespace}"))
+    return (f"the coordinator count is the Helm value {value}, its one source of truth "
+            f"({what}; a count set here would be undone by the next helm upgrade or "
+            f"rollback): run `helm upgrade <release> <chart> -n {settings.kubernetes_namespace} "
+            f"--reuse-values --set {value}={replicas}`. Scaling down is safe: live "
+            "coordinators adopt the ids of removed ones")
 
 
 def kubernetes_routes() -> APIRouter:
     router = APIRouter(prefix="/admin/v3/transactions", tags=["transactions"])
 
     @router.post("/transactionCoordinator/replicas",
-                 summary="Scale the transaction coordinators up (StatefulSet replicas)",
+                 summary="Scale the transaction coordinators: answers 409 with the helm "
+                         "upgrade that does it (Helm values are the one source of truth)",
                  openapi_extra=body_doc({"oneOf": [{"type": "integer"}, {
                      "type": "object", "properties": {"replicas": {"type": "integer"}}}]},
                      example={"replicas": 3}))
     async def scale_coordinators(service: Service, body: Body) -> Any:
         value = body.get("replicas") if isinstance(body, dict) else body
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise BadRequest("body: the number of coordinator replicas, e.g. 3 or {\"replicas\": 3}")
-        if service.settings.coordinators_in_brokers:
-            raise NotAllowedError(
-                "the brokers host the coordinators here (broker.hostCoordinator), one each: "
-                "scale the broker StatefulSet instead (`kubectl scale "
-                "statefulset/<release>-magnetar-broker --replicas=N`), up only")
-        result = await asyncio.to_thread(_scale, service.settings, value)
-        return result
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
+            raise BadRequest("body: the number of coordinator replicas (1-10000), e.g. 3 or "
+                             "{\"replicas\": 3}")
+        raise NotAllowedError(helm_answer(service.settings, value))
 
     return router
 

@@ -17,11 +17,9 @@ class AdminSettings(ServiceSettings):
     # Upper bound of a partitioned topic's partition count (Pulsar's
     # maxNumPartitionsPerPartitionedTopic; every partition is a row and a lease).
     max_partitions: int = Field(4096, gt=0)
-    # The coordinator StatefulSet the scale endpoint patches (the chart sets both).
+    # Named in the scale endpoint's answer (the chart sets both): the count is Helm's.
     kubernetes_namespace: str = "default"
     coordinator_statefulset: str = "magnetar-coordinator"
-    # The brokers host the coordinators (the chart's broker.hostCoordinator): no
-    # coordinator StatefulSet to scale.
+    # The brokers host the coordinators (the chart's broker.hostCoordinator): their
+    # count is the brokers'.
     coordinators_in_brokers: bool = False
-    # Kubernetes API base URL; empty: in-cluster configuration (tests point it at a stand-in).
-    kubernetes_api_url: str = ""
