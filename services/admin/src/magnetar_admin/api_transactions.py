@@ -62,7 +62,7 @@ def transaction_routes() -> APIRouter:
     async def coordinators(service: Service) -> list[dict]:
         rows = await service.store.pool.fetch(Q["coordinators"], service.store.ttl_s)
         return [{"coordinatorId": r["coordinator_id"], "url": r["url"], "alive": r["alive"],
-                 "fenceEpoch": r["fence_epoch"]} for r in rows]
+                 "fenceEpoch": r["fence_epoch"], "adoptedBy": r["adopted_by"]} for r in rows]
 
     @router.get("/coordinatorStats", summary="Per-coordinator stats, keyed by coordinator id")
     async def coordinator_stats(service: Service, coordinatorId: int | None = None) -> dict:  # noqa: N803
@@ -78,6 +78,7 @@ def transaction_routes() -> APIRouter:
                 "leastSigBits": r["next_txn_id"], "lowWaterMark": c["low_water_mark"] if c else None,
                 "ongoingTxnSize": c["ongoing"] if c else 0, "committedTxnCount": c["committed"] if c else 0,
                 "abortedTxnCount": c["aborted"] if c else 0, "url": r["url"],
+                "adoptedBy": r["adopted_by"],
             }
         if coordinatorId is not None and not out:
             raise TransactionCoordinatorNotFoundError(f"coordinator {coordinatorId} does not exist")

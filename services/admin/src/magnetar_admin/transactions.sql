@@ -2,7 +2,8 @@
 -- goes through the coordinator's normal path.
 
 -- name: coordinators
-SELECT coordinator_id, url, fence_epoch, next_txn_id, heartbeat_at,
+-- adopted_by: the live coordinator answering for a TCID whose own process is gone.
+SELECT coordinator_id, url, fence_epoch, next_txn_id, heartbeat_at, adopted_by,
        heartbeat_at > now() - make_interval(secs => $1::float8) AS alive
 FROM coordinators ORDER BY coordinator_id;
 
