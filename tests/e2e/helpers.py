@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 
 import magnetar
@@ -88,3 +89,12 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout:.0f}s")
         time.sleep(interval)
+
+
+def key_binding(cluster, key: str) -> tuple[int, int]:
+    """(coordinator id, epoch) of one of anonymous's transaction keys, from the admin API."""
+    url = (f"{cluster.admin_url}/admin/v2/transactions/transaction-keys/"
+           f"{urllib.parse.quote(key, safe='')}?owner=anonymous")
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        answer = json.loads(resp.read())
+    return answer["coordinatorId"], answer["epoch"]

@@ -6,26 +6,15 @@ cluster starts at one live coordinator, then coordinator 1 starts as a new pod w
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.parse
-import urllib.request
 import zlib
 
 import pytest
 
 import magnetar
+from tests.e2e.helpers import key_binding
 
 pytestmark = pytest.mark.e2e
-
-
-def binding(cluster, key: str) -> tuple[int, int]:
-    """(coordinator id, epoch) of one of anonymous's keys, from the admin API."""
-    url = (f"{cluster.admin_url}/admin/v2/transactions/transaction-keys/"
-           f"{urllib.parse.quote(key, safe='')}?owner=anonymous")
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        answer = json.loads(resp.read())
-    return answer["coordinatorId"], answer["epoch"]
 
 
 def commit_one(cluster, key: str, topic: str, payload: bytes) -> None:
@@ -54,7 +43,7 @@ def test_scaling_coordinators_up_keeps_existing_keys_bound(cluster):
     keys = [k for k in (f"job-{i}" for i in range(40)) if hashes_to(k, 1, 2)][:4]
     for key in keys:
         commit_one(cluster, key, topic, f"{key}:before".encode())
-    before = {key: binding(cluster, key) for key in keys}
+    before = {key: key_binding(cluster, key) for key in keys}
     assert {c for c, _ in before.values()} == {0}
 
     cluster.start("coordinator-1")  # scaled to 2: the next ordinal joins
@@ -64,12 +53,12 @@ def test_scaling_coordinators_up_keeps_existing_keys_bound(cluster):
     while True:
         key = next(fresh)
         commit_one(cluster, key, topic, f"{key}:new".encode())
-        if binding(cluster, key)[0] == 1:
+        if key_binding(cluster, key)[0] == 1:
             break
         assert time.monotonic() < deadline, "no new key was bound to the added coordinator"
 
     for key in keys:  # reconnect (a new epoch) and use each existing key again
         commit_one(cluster, key, topic, f"{key}:after".encode())
-        coordinator, epoch = binding(cluster, key)
+        coordinator, epoch = key_binding(cluster, key)
         assert coordinator == 0, f"{key} moved to coordinator {coordinator}"
         assert epoch == before[key][1] + 1
