@@ -219,7 +219,7 @@ livenessProbe:
 {{/* The pod spec shared by every service: (dict "ctx" $ "values" .Values.broker "component" "broker" "command" "magnetar-broker" "extraEnv" list) */}}
 {{- define "magnetar.podSpec" -}}
 serviceAccountName: {{ include "magnetar.serviceAccountName" .ctx }}
-automountServiceAccountToken: {{ .automount | default false }}
+automountServiceAccountToken: false
 {{- include "magnetar.scheduling" .values }}
 terminationGracePeriodSeconds: {{ .values.terminationGracePeriodSeconds }}
 securityContext: {{- toYaml .ctx.Values.podSecurityContext | nindent 2 }}

@@ -78,7 +78,7 @@ def test_probes_security_and_graceful_shutdown_on_every_service():
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
         assert pod["terminationGracePeriodSeconds"] >= 15
         # Only the admin (scale endpoint) talks to the Kubernetes API.
-        assert pod["automountServiceAccountToken"] is (workload["metadata"]["name"] == "rel-magnetar-admin")
+        assert pod["automountServiceAccountToken"] is False  # no pod calls the Kubernetes API
         assert pod["initContainers"][0]["command"] == ["magnetar-migrate"]
         assert container["resources"]["requests"]
 
@@ -125,17 +125,14 @@ def test_secrets_auth_and_no_kubernetes_api_rights():
     env = env_of(by_kind(objects, "StatefulSet")["rel-magnetar-broker"])
     assert env["MAGNETAR_AUTH_ENABLED"]["value"] == "true"  # on by default in the chart
     assert env["MAGNETAR_AUTH_JWT_SECRET"]["valueFrom"]["secretKeyRef"]["name"] == "rel-magnetar-auth"
-    # The one Kubernetes API call: the admin's coordinator scale endpoint.
-    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
-    [role] = by_kind(objects, "Role").values()
-    assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["statefulsets/scale"],
-                              "resourceNames": ["rel-magnetar-coordinator"],
-                              "verbs": ["get", "patch"]}]
-    [binding] = by_kind(objects, "RoleBinding").values()
-    assert binding["subjects"][0]["name"] == "rel-magnetar"
+    # No Magnetar code calls the Kubernetes API (the coordinator count is Helm's alone), so
+    # no pod gets API rights or a mounted service-account token.
+    assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding", "ClusterRole",
+                                                    "ClusterRoleBinding")]
     deployments = by_kind(objects, "Deployment")
-    admin_pod = deployments["rel-magnetar-admin"]["spec"]["template"]["spec"]
-    assert admin_pod["automountServiceAccountToken"] is True  # it calls the API
+    pods = [o["spec"]["template"]["spec"] for o in objects
+            if o["kind"] in ("Deployment", "StatefulSet", "Job")]
+    assert pods and all(p["automountServiceAccountToken"] is False for p in pods)
     admin_env = env_of(deployments["rel-magnetar-admin"])
     assert admin_env["MAGNETAR_COORDINATOR_STATEFULSET"]["value"] == "rel-magnetar-coordinator"
     assert admin_env["MAGNETAR_KUBERNETES_NAMESPACE"]["value"] == "ns"
