@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.validate import check_message
 from magnetar_runtime.auth import Authenticator, AuthMiddleware
 from magnetar_protocol.errors import (
     BadRequest,
@@ -55,9 +56,30 @@ def error_response(exc: MagnetarError, request: Request) -> Response:
 def as_magnetar_error(exc: BaseException) -> MagnetarError:
     if isinstance(exc, MagnetarError):
         return exc
+    if isinstance(exc, asyncpg.DataError):
+        return refused_data(exc)
     if isinstance(exc, (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)):
         return PersistenceError(f"database unavailable: {exc}")
     return UnknownError(f"internal error: {type(exc).__name__}: {exc}")
+
+
+def refused_data(exc: asyncpg.DataError) -> BadRequest:
+    """A value PostgreSQL refused (out of range, NUL, not a number): the client's fault,
+    and permanent, so 400 and not a retryable 503.  The last line behind the edge checks
+    (magnetar_protocol.validate): the reason names the error class, never the SQL."""
+    log.warning("the database refused a value the edge checks let through: %s: %s",
+                type(exc).__name__, exc)
+    return BadRequest(f"a value in the request is out of range or not storable "
+                      f"({type(exc).__name__}); check ids (< 2^63), counts (< 2^31) and "
+                      "strings (no NUL)")
+
+
+def write_failure(exc: Exception, what: str) -> MagnetarError:
+    """The error for a failed database write: 400 when PostgreSQL refused a value in it
+    (permanent; retrying cannot help), else a retryable PersistenceError naming ``what``."""
+    if isinstance(exc, asyncpg.DataError):
+        return refused_data(exc)
+    return PersistenceError(f"{what}: {exc}")
 
 
 def create_app(
@@ -79,6 +101,7 @@ def create_app(
                 yield
 
     app = FastAPI(title=f"Magnetar {name}", lifespan=_lifespan)
+    app.add_middleware(RejectNulInUrl)
     if auth is not None:
         app.state.auth = auth
         app.add_middleware(AuthMiddleware, authenticator=auth)
@@ -101,6 +124,34 @@ def create_app(
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+class RejectNulInUrl:
+    """400 for a path or query string holding a NUL character (``%00``): no name, owner
+    or page token may hold one, and PostgreSQL text cannot store one.  Checked once
+    here, before any route (protobuf routes check their bodies' strings themselves)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and (
+                "\x00" in scope["path"] or b"%00" in scope["query_string"]
+                or b"\x00" in scope["query_string"]):
+            exc = BadRequest(f"{scope['method']} {scope['path']!r}: the path or query string "
+                             "contains a NUL character (%00), which no name, role or token may hold")
+            headers = dict(scope.get("headers") or ())
+            response = error_response(exc, _HeadersOnly(headers))
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class _HeadersOnly:
+    """Enough of a Request for error_response: its content type."""
+
+    def __init__(self, headers: dict[bytes, bytes]) -> None:
+        self.headers = {"content-type": headers.get(b"content-type", b"").decode("latin-1")}
 
 
 BATCH_PATH = "/v1/batch"
@@ -129,6 +180,7 @@ def proto_route(
                 msg = request_type.FromString(body)
             except (DecodeError, RuntimeWarning) as exc:
                 raise BadRequest(f"{path}: body is not a valid {type_name}: {exc}") from None
+            check_message(msg)  # out-of-range ids, NULs, unknown enums: 400 here, not deep inside
             reply = await handler(msg)
             return 200, reply.SerializeToString()
         except Exception as exc:  # every failure becomes a wire error, never a 500 page

@@ -83,6 +83,11 @@ class Authenticator:
         role = claims["sub"]
         if not isinstance(role, str) or not role:
             raise AuthenticationError("the bearer token's 'sub' (the role) is empty")
+        if "\x00" in role or not role.isascii() and not _utf8(role):
+            # A role is stored as text (owners, grants): PostgreSQL refuses NUL, and a
+            # lone surrogate ("\\ud800" in the JSON) is not UTF-8.
+            raise AuthenticationError("the bearer token's 'sub' (the role) contains a NUL "
+                                      "character or is not valid Unicode text")
         return role
 
     def require_superuser(self, what: str) -> None:
@@ -104,6 +109,14 @@ class Authenticator:
     def headers(self) -> dict[str, str]:
         """Headers for this service's own calls to other services."""
         return {"authorization": f"Bearer {self.service_token}"} if self.service_token else {}
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class AuthMiddleware:

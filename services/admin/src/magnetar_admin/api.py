@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
 
 from magnetar_protocol.errors import BadRequest, ServiceNotReady
+from magnetar_protocol.validate import INT32_MAX, INT64_MAX
 
 from magnetar_admin import bodies
 from magnetar_admin.service import AdminService
@@ -37,6 +38,14 @@ async def json_body(request: Request) -> Any:
 
 
 Body = Annotated[Any, Depends(json_body)]
+
+# Integers in paths and queries, bounded as their columns are (a 400 from FastAPI's
+# validation, and the bounds show in the OpenAPI document).
+TxnBits = Annotated[int, Path(ge=0, le=INT64_MAX, description="a half of a transaction id")]
+CoordinatorIdQuery = Annotated[int | None, Query(ge=0, le=INT32_MAX)]
+# now() minus this must stay a timestamp PostgreSQL can hold: at most 1,000 years.
+MAX_AGE_MS = 1000 * 365 * 24 * 3600 * 1000
+AgeMs = Annotated[int, Path(ge=0, le=MAX_AGE_MS, description="milliseconds")]
 
 
 def body_doc(schema: dict, required: bool = True, example: Any = None) -> dict:

@@ -14,6 +14,7 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import AuthorizationError, BadRequest, ServiceNotReady, TransactionKeyNotFound
 from magnetar_protocol.keys import identity, key_problem
+from magnetar_protocol.validate import check_text
 from magnetar_runtime.auth import current_role
 from magnetar_storage.queries import load_queries
 
@@ -42,7 +43,7 @@ def _untoken(token: str) -> tuple[str, str]:
     try:
         owner, key = json.loads(base64.urlsafe_b64decode(token.encode()))
         assert isinstance(owner, str) and isinstance(key, str)
-        return owner, key
+        return check_text("pageToken", owner), check_text("pageToken", key)
     except Exception:
         raise BadRequest("pageToken is not one this API returned (use nextPageToken as given)") from None
 

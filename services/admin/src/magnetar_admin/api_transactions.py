@@ -14,7 +14,7 @@ from magnetar_protocol.errors import TopicNotFound, TransactionCoordinatorNotFou
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_storage.queries import load_queries
 
-from magnetar_admin.api import Service
+from magnetar_admin.api import AgeMs, CoordinatorIdQuery, Service, TxnBits
 
 Q = load_queries("magnetar_admin", "transactions.sql")
 STATUS = {0: "OPEN", 1: "COMMITTING", 2: "COMMITTED", 3: "ABORTING", 4: "ABORTED"}
@@ -65,7 +65,7 @@ def transaction_routes() -> APIRouter:
                  "fenceEpoch": r["fence_epoch"], "adoptedBy": r["adopted_by"]} for r in rows]
 
     @router.get("/coordinatorStats", summary="Per-coordinator stats, keyed by coordinator id")
-    async def coordinator_stats(service: Service, coordinatorId: int | None = None) -> dict:  # noqa: N803
+    async def coordinator_stats(service: Service, coordinatorId: CoordinatorIdQuery = None) -> dict:  # noqa: N803
         pool = service.store.pool
         counts = {r["coordinator_id"]: r for r in await pool.fetch(Q["coordinator_counts"])}
         out = {}
@@ -85,11 +85,11 @@ def transaction_routes() -> APIRouter:
         return out
 
     @router.get("/transactionMetadata/{most}/{least}", summary="One transaction's status and participants")
-    async def transaction_metadata(most: int, least: int, service: Service) -> dict:
+    async def transaction_metadata(most: TxnBits, least: TxnBits, service: Service) -> dict:
         return await _metadata(service, most, least)
 
     @router.get("/slowTransactions/{timeout_ms}", summary="Transactions open longer than timeout_ms")
-    async def slow_transactions(timeout_ms: int, service: Service, coordinatorId: int | None = None) -> dict:  # noqa: N803
+    async def slow_transactions(timeout_ms: AgeMs, service: Service, coordinatorId: CoordinatorIdQuery = None) -> dict:  # noqa: N803
         rows = await service.store.pool.fetch(Q["slow_transactions"], timeout_ms / 1000, coordinatorId)
         return {f"({r[0]},{r[1]})": await _metadata(service, r[0], r[1]) for r in rows}
 
@@ -106,7 +106,8 @@ def transaction_routes() -> APIRouter:
 
     @router.get("/transactionInBufferStats/{tenant}/{namespace}/{topic}/{most}/{least}",
                 summary="One transaction in a topic's buffer")
-    async def in_buffer(tenant: str, namespace: str, topic: str, most: int, least: int, service: Service) -> dict:
+    async def in_buffer(tenant: str, namespace: str, topic: str, most: TxnBits, least: TxnBits,
+                       service: Service) -> dict:
         topic_id = await _topic_id(service, tenant, namespace, topic)
         row = await service.store.pool.fetchrow(Q["txn_in_buffer"], topic_id, most, least)
         state = "OPEN" if row["committed"] is None else ("COMMITTED" if row["committed"] else "ABORTED")
@@ -127,8 +128,8 @@ def transaction_routes() -> APIRouter:
 
     @router.get("/transactionInPendingAckStats/{tenant}/{namespace}/{topic}/{subscription}/{most}/{least}",
                 summary="One transaction's pending acks on a subscription")
-    async def in_pending_ack(tenant: str, namespace: str, topic: str, subscription: str, most: int,
-                             least: int, service: Service) -> dict:
+    async def in_pending_ack(tenant: str, namespace: str, topic: str, subscription: str, most: TxnBits,
+                             least: TxnBits, service: Service) -> dict:
         validate_name_part("subscription", subscription)
         topic_id = await _topic_id(service, tenant, namespace, topic)
         pool = service.store.pool
@@ -140,7 +141,7 @@ def transaction_routes() -> APIRouter:
 
     @router.post("/abortTransaction/{most}/{least}", status_code=204,
                  summary="Abort a transaction now (its owner or a superuser)")
-    async def abort_transaction(most: int, least: int, service: Service) -> None:
+    async def abort_transaction(most: TxnBits, least: TxnBits, service: Service) -> None:
         owner = await service.store.pool.fetchval(Q["transaction_owner"], most, least)
         service.auth.require_owner_or_superuser(owner, f"aborting transaction ({most},{least})")
         rows = await service.store.pool.fetch(Q["coordinators"], service.store.ttl_s)

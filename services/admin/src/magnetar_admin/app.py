@@ -23,7 +23,7 @@ from magnetar_protocol.errors import (
     PersistenceError,
     UnknownError,
 )
-from magnetar_runtime.app import create_app, error_response
+from magnetar_runtime.app import create_app, error_response, refused_data
 from magnetar_runtime.auth import Authenticator
 from magnetar_runtime.serve import serve
 from magnetar_storage.db import create_pool
@@ -106,6 +106,8 @@ def add_error_handlers(app: FastAPI) -> None:
     async def _database(request: Request, exc: asyncpg.PostgresError) -> Response:
         if isinstance(exc, (asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError)):
             return error_response(PersistenceError(f"database unavailable: {exc}"), request)
+        if isinstance(exc, asyncpg.DataError):  # a value the edge checks let through
+            return error_response(refused_data(exc), request)
         log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
         return error_response(UnknownError(f"database error: {exc.__class__.__name__}: {exc}"), request)
 

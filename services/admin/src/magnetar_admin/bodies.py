@@ -11,6 +11,7 @@ from typing import Any
 
 from magnetar_protocol.errors import BadRequest
 from magnetar_protocol.topics import TopicName, validate_name_part
+from magnetar_protocol.validate import check_json
 
 MISSING = object()  # an empty body
 
@@ -20,9 +21,10 @@ def parse_json(raw: bytes) -> Any:
     if not raw.strip():
         return MISSING
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise BadRequest(f"the body is not valid JSON: {exc}") from None
+    return check_json(body)  # NULs, lone surrogates, integers past 64 bits: 400 here
 
 
 def partition_count(body: Any, limit: int) -> int:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import enum
 
+from google.protobuf.message import DecodeError
+
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import BadRequest
 
 
 class Verdict(enum.Enum):
@@ -36,7 +39,15 @@ def drop_persisted(batch: bytes, last_persisted: int) -> tuple[bytes, int, int, 
     Returns (new batch bytes, message count, lowest id, highest id).  Rare path: a
     producer whose retry straddles what the broker already stored.
     """
-    parsed = pb.MessageBatch.FromString(batch)
+    try:
+        parsed = pb.MessageBatch.FromString(batch)
+    except DecodeError:
+        raise BadRequest("send: the batch is not a valid MessageBatch") from None
     kept = [m for m in parsed.messages if m.sequence_id > last_persisted]
+    if not kept:
+        # The header promised ids above what is stored (highest_sequence_id), the
+        # messages themselves do not carry any: the client's batch contradicts itself.
+        raise BadRequest(f"send: highest_sequence_id is above the last stored sequence id "
+                         f"{last_persisted}, but no message in the batch is")
     out = pb.MessageBatch(messages=kept)
     return out.SerializeToString(), len(kept), kept[0].sequence_id, kept[-1].sequence_id

@@ -18,10 +18,10 @@ from magnetar_protocol.errors import (
     MagnetarError,
     MessageTooBig,
     NotOwner,
-    PersistenceError,
     ProducerFenced,
 )
 from magnetar_protocol.topics import TopicName
+from magnetar_runtime.app import write_failure
 from magnetar_runtime.groupcommit import GroupCommit
 from magnetar_runtime.roles import Roles
 
@@ -298,7 +298,7 @@ class PartitionLog:
             # The commit's outcome is unknown: drop every in-memory assumption and let
             # the next request reload the partition from the database.
             self.lose(f"write failed: {exc}")
-            raise PersistenceError(f"could not store batch on {self.name.full}: {exc}") from exc
+            raise write_failure(exc, f"could not store batch on {self.name.full}") from exc
         if not owned:
             self.lose("fenced: another broker took the topic over")
             raise NotOwner(f"{self.name.full} moved to another broker; look it up again")
@@ -329,7 +329,7 @@ class PartitionLog:
             raise
         except Exception as exc:
             self.lose(f"write failed: {exc}")
-            raise PersistenceError(f"could not write to {self.name.full}: {exc}") from exc
+            raise write_failure(exc, f"could not write to {self.name.full}") from exc
         if outcome is None:
             self.lose("fenced: another broker took the topic over")
             raise NotOwner(f"{self.name.full} moved to another broker; look it up again")
