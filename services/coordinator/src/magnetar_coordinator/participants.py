@@ -9,7 +9,13 @@ import logging
 import random
 
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import InvalidTxnStatusError, MagnetarError, TopicNotFound
+from magnetar_protocol.errors import (
+    InvalidTxnStatusError,
+    MagnetarError,
+    NamespaceNotFound,
+    TenantNotFound,
+    TopicNotFound,
+)
 from magnetar_runtime.rpc import RpcClient
 
 log = logging.getLogger("magnetar.coordinator.participants")
@@ -43,8 +49,11 @@ class Participants:
                 url = await self._owner(topic)
                 await self.rpc.call(url, path, request, response_type)
                 return
-            except TopicNotFound:
-                log.warning("%s: topic %s is gone; nothing to end there", what, topic)
+            except (TopicNotFound, NamespaceNotFound, TenantNotFound):
+                # Gone, or never existed (a client may register any well-formed name):
+                # no send or ack can have reached it, so there is nothing to end, and
+                # retrying would keep the transaction's end call waiting for ever.
+                log.warning("%s: topic %s is gone or never existed; nothing to end there", what, topic)
                 return
             except InvalidTxnStatusError as exc:
                 # The participant ended it the other way: a bug or a manual intervention.
