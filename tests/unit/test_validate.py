@@ -33,6 +33,7 @@ from magnetar_protocol.validate import INT32_MAX, INT64_MAX, check_json, check_m
     (pb.DeleteKeyRequest(owner="a\x00"), "DeleteKeyRequest.owner"),
     (pb.BatchRequest(calls=[pb.BatchCall(path="/v1/\x00")]), "BatchRequest.calls[0].path"),
     (pb.SubscribeRequest(priority_level=-1), "SubscribeRequest.priority_level"),
+    (pb.EndTxnRequest(txn=pb.TxnId(most_bits=INT32_MAX + 1)), "EndTxnRequest.txn.most_bits"),
 ])
 def test_refused_values_name_the_field(msg, where):
     with pytest.raises(BadRequest) as raised:
@@ -42,7 +43,7 @@ def test_refused_values_name_the_field(msg, where):
 
 @pytest.mark.parametrize("msg", [
     pb.SendRequest(producer_id=INT64_MAX, sequence_id=0, highest_sequence_id=INT64_MAX,
-                   num_messages=INT32_MAX, batch=b"\x00\xff" * 10, txn=pb.TxnId(most_bits=INT64_MAX)),
+                   num_messages=INT32_MAX, batch=b"\x00\xff" * 10, txn=pb.TxnId(most_bits=INT32_MAX, least_bits=INT64_MAX)),
     pb.AckRequest(consumer_id=1, ack_type=pb.ACK_CUMULATIVE,
                   positions=[pb.Position(entry_id=i, batch_index=i - 1) for i in range(100)]),
     pb.SeekRequest(position=pb.Position(batch_index=-1)),

@@ -41,6 +41,8 @@ FIELD_BOUNDS: dict[str, tuple[int, int]] = {
     "magnetar.v1.MessageIdData.batch_index": (-1, INT32_MAX),
     "magnetar.v1.MessageIdData.partition": (-1, INT32_MAX),
     "magnetar.v1.SubscribeRequest.priority_level": (0, INT32_MAX),
+    # A transaction id's most significant bits are its coordinator's id (int4 columns).
+    "magnetar.v1.TxnId.most_bits": (0, INT32_MAX),
 }
 
 # What each kind of field may hold, and why: said in the 400's reason.

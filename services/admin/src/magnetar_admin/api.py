@@ -41,7 +41,9 @@ Body = Annotated[Any, Depends(json_body)]
 
 # Integers in paths and queries, bounded as their columns are (a 400 from FastAPI's
 # validation, and the bounds show in the OpenAPI document).
-TxnBits = Annotated[int, Path(ge=0, le=INT64_MAX, description="a half of a transaction id")]
+TxnMost = Annotated[int, Path(ge=0, le=INT32_MAX,
+                              description="a transaction id's most significant bits: its coordinator id")]
+TxnLeast = Annotated[int, Path(ge=0, le=INT64_MAX, description="a transaction id's least significant bits")]
 CoordinatorIdQuery = Annotated[int | None, Query(ge=0, le=INT32_MAX)]
 # now() minus this must stay a timestamp PostgreSQL can hold: at most 1,000 years.
 MAX_AGE_MS = 1000 * 365 * 24 * 3600 * 1000

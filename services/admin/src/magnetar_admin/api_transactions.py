@@ -14,7 +14,7 @@ from magnetar_protocol.errors import TopicNotFound, TransactionCoordinatorNotFou
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_storage.queries import load_queries
 
-from magnetar_admin.api import AgeMs, CoordinatorIdQuery, Service, TxnBits
+from magnetar_admin.api import AgeMs, CoordinatorIdQuery, Service, TxnLeast, TxnMost
 
 Q = load_queries("magnetar_admin", "transactions.sql")
 STATUS = {0: "OPEN", 1: "COMMITTING", 2: "COMMITTED", 3: "ABORTING", 4: "ABORTED"}
@@ -85,7 +85,7 @@ def transaction_routes() -> APIRouter:
         return out
 
     @router.get("/transactionMetadata/{most}/{least}", summary="One transaction's status and participants")
-    async def transaction_metadata(most: TxnBits, least: TxnBits, service: Service) -> dict:
+    async def transaction_metadata(most: TxnMost, least: TxnLeast, service: Service) -> dict:
         return await _metadata(service, most, least)
 
     @router.get("/slowTransactions/{timeout_ms}", summary="Transactions open longer than timeout_ms")
@@ -106,7 +106,7 @@ def transaction_routes() -> APIRouter:
 
     @router.get("/transactionInBufferStats/{tenant}/{namespace}/{topic}/{most}/{least}",
                 summary="One transaction in a topic's buffer")
-    async def in_buffer(tenant: str, namespace: str, topic: str, most: TxnBits, least: TxnBits,
+    async def in_buffer(tenant: str, namespace: str, topic: str, most: TxnMost, least: TxnLeast,
                        service: Service) -> dict:
         topic_id = await _topic_id(service, tenant, namespace, topic)
         row = await service.store.pool.fetchrow(Q["txn_in_buffer"], topic_id, most, least)
@@ -128,8 +128,8 @@ def transaction_routes() -> APIRouter:
 
     @router.get("/transactionInPendingAckStats/{tenant}/{namespace}/{topic}/{subscription}/{most}/{least}",
                 summary="One transaction's pending acks on a subscription")
-    async def in_pending_ack(tenant: str, namespace: str, topic: str, subscription: str, most: TxnBits,
-                             least: TxnBits, service: Service) -> dict:
+    async def in_pending_ack(tenant: str, namespace: str, topic: str, subscription: str, most: TxnMost,
+                             least: TxnLeast, service: Service) -> dict:
         validate_name_part("subscription", subscription)
         topic_id = await _topic_id(service, tenant, namespace, topic)
         pool = service.store.pool
@@ -141,7 +141,7 @@ def transaction_routes() -> APIRouter:
 
     @router.post("/abortTransaction/{most}/{least}", status_code=204,
                  summary="Abort a transaction now (its owner or a superuser)")
-    async def abort_transaction(most: TxnBits, least: TxnBits, service: Service) -> None:
+    async def abort_transaction(most: TxnMost, least: TxnLeast, service: Service) -> None:
         owner = await service.store.pool.fetchval(Q["transaction_owner"], most, least)
         service.auth.require_owner_or_superuser(owner, f"aborting transaction ({most},{least})")
         rows = await service.store.pool.fetch(Q["coordinators"], service.store.ttl_s)
