@@ -57,7 +57,7 @@ def schemathesis(admin_url: str, schema: Path, who: str, auth: str | None,
     ]
     if auth:
         command += ["--header", f"Authorization: Bearer {auth}"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600,
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=out,
                           env=os.environ | {"NO_COLOR": "1"})
     return done.returncode, done.stdout + done.stderr, har
 
