@@ -230,7 +230,7 @@ def templates(h: Harvest, rng: random.Random) -> dict[type[Message], Message]:
     entry = h.entries[0] if h.entries else 0
     position = pb.Position(entry_id=entry, batch_index=-1)
     sub = pb.TxnSubscription(topic=topic, subscription="fuzz-sub")
-    send = pb.SendRequest(producer_id=producer, batch=valid_batch(rng, 10**6, 2), num_messages=2,
+    send = pb.SendRequest(session_id=session, producer_id=producer, batch=valid_batch(rng, 10**6, 2), num_messages=2,
                           sequence_id=10**6, highest_sequence_id=10**6 + 1)
     out = [
         pb.PartitionMetadataRequest(topic=topic), pb.LookupRequest(topic=topic),
@@ -258,6 +258,9 @@ def templates(h: Harvest, rng: random.Random) -> dict[type[Message], Message]:
         pb.ConnectKeyRequest(transaction_key="fuzz-key", epoch=-1),
         pb.DeleteKeyRequest(transaction_key="fuzz-key"),
     ]
+    for m in out:  # per-object requests name the session their ids are bound to
+        if "session_id" in m.DESCRIPTOR.fields_by_name and not m.session_id:
+            m.session_id = session
     return {type(m): m for m in out}
 
 
@@ -411,7 +414,7 @@ async def harvest(urls: dict[str, list[str]], token: str | None, name: str) -> H
         if made is not None:
             h.producers.append(made.producer_id)
             sent = await _call(s, owner, "/v1/producers/send", pb.SendRequest(
-                producer_id=made.producer_id, batch=valid_batch(random.Random(0), 0, 3), num_messages=3,
+                session_id=opened.session_id, producer_id=made.producer_id, batch=valid_batch(random.Random(0), 0, 3), num_messages=3,
                 sequence_id=0, highest_sequence_id=2), pb.SendResponse, token)
             if sent is not None:
                 h.entries.append(sent.entry_id)

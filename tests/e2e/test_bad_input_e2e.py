@@ -52,7 +52,7 @@ def test_protobuf_bad_values_are_400s_naming_the_field(cluster):
         producer, consumer = h.producers[0], h.consumers[0]
         batch = fuzzing.valid_batch(random.Random(1), 2**63, 1)
         cases = [
-            (owner, "/v1/producers/send", pb.SendRequest(
+            (owner, "/v1/producers/send", pb.SendRequest(session_id=h.sessions[0],
                 producer_id=producer, batch=batch, num_messages=1, sequence_id=2**63,
                 highest_sequence_id=2**63), "SendRequest.sequence_id"),
             (owner, "/v1/producers/send-batches", pb.SendBatchesRequest(batches=[pb.SendRequest(
@@ -74,7 +74,7 @@ def test_protobuf_bad_values_are_400s_naming_the_field(cluster):
         results = [(path, want, await call(url, path, msg)) for url, path, msg, want in cases]
         # A partial resend whose messages stop below what is stored (was an IndexError):
         # stored up to 2 by the harvest; header says 0..9, the messages say 1 and 2.
-        partial = pb.SendRequest(producer_id=producer, num_messages=2, sequence_id=0, highest_sequence_id=9,
+        partial = pb.SendRequest(session_id=h.sessions[0], producer_id=producer, num_messages=2, sequence_id=0, highest_sequence_id=9,
                                  batch=fuzzing.valid_batch(random.Random(2), 1, 2))
         results.append(("partial resend", "no message in the batch",
                         await call(owner, "/v1/producers/send", partial)))
