@@ -125,6 +125,8 @@ def main() -> None:
                "fuzz requests/s": round(outcome.sent / fuzz["elapsed"]),
                "fuzz by status": dict(sorted(((str(k), v) for k, v in outcome.by_status.items()))),
                "fuzz 5xx or unanswered": len(outcome.failures)})
+    for failure in outcome.failures[:10]:  # a 5xx or hang the fuzz met: replay it alone
+        print("  fuzz failure: " + failure[:600])
     report("p99 ratio, with fuzz / without (1.0 = unaffected)", {
         "send p99 ratio": round(under["send p99 ms"] / base["send p99 ms"], 2),
         "e2e p99 ratio": round(under["e2e p99 ms"] / base["e2e p99 ms"], 2)})

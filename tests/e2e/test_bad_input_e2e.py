@@ -108,3 +108,21 @@ def test_admin_bad_values_are_400s(cluster):
 @pytest.fixture
 def cluster(cluster_factory):
     return cluster_factory(env={"MAGNETAR_SESSION_TIMEOUT_MS": "60000"})
+
+
+def test_a_transaction_that_registered_an_uncreatable_topic_still_ends(cluster):
+    # add-partitions takes any well-formed name; ending the transaction then asked the
+    # owner of "-" (a name auto-creation refuses) for ever, and the end call never answered.
+    coordinator = cluster.coordinator_urls[0]
+
+    async def scenario():
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as s:
+            new = await fuzzing._call(s, coordinator, "/v1/txn/new", pb.NewTxnRequest(timeout_ms=60_000),
+                                      pb.NewTxnResponse, None)
+            added = await fuzzing._call(s, coordinator, "/v1/txn/add-partitions", pb.AddPartitionToTxnRequest(
+                txn=new.txn, topics=["persistent://public/default/-"]), pb.AddPartitionToTxnResponse, None)
+            ended = await call(coordinator, "/v1/txn/end", pb.EndTxnRequest(txn=new.txn, action=pb.TXN_ABORT))
+            return added, ended
+
+    added, (status, reason) = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert status in (200, 400), (status, reason)  # refused at registration, or ended

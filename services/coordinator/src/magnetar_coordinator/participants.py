@@ -10,6 +10,7 @@ import random
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
+    BadRequest,
     InvalidTxnStatusError,
     MagnetarError,
     NamespaceNotFound,
@@ -54,6 +55,11 @@ class Participants:
                 # no send or ack can have reached it, so there is nothing to end, and
                 # retrying would keep the transaction's end call waiting for ever.
                 log.warning("%s: topic %s is gone or never existed; nothing to end there", what, topic)
+                return
+            except BadRequest as exc:
+                # A name no topic can have (auto-creation refuses "-", "t-partition--1"):
+                # nothing was ever stored there either; retrying would hang the end call.
+                log.warning("%s on %s refused for good (%s); nothing to end there", what, topic, exc)
                 return
             except InvalidTxnStatusError as exc:
                 # The participant ended it the other way: a bug or a manual intervention.
