@@ -137,7 +137,7 @@ def attempt(op: str, role: str, client: magnetar.Client, victim: Victim, admin: 
         elif op == "send via owner's producer id":
             _, pid, url = victim.producer()
             raw(client, url, "/v1/producers/send",
-                pb.SendRequest(producer_id=pid, batch=producer_batch(), num_messages=1, sequence_id=10 ** 9,
+                pb.SendRequest(producer_id=pid, batch=producer_batch(10 ** 9), num_messages=1, sequence_id=10 ** 9,
                                highest_sequence_id=10 ** 9), pb.SendResponse)
             return True  # (it went through: the owner's dedup state would have moved)
         elif op == "close owner's producer id":
@@ -251,7 +251,7 @@ def test_role_by_operation_table(cluster):
     # The owner may do what the others may not with its own things (the positive control).
     producer, pid, purl = victim.producer()
     raw(owner, purl, "/v1/producers/send",
-        pb.SendRequest(producer_id=pid, batch=producer_batch(), num_messages=1, sequence_id=10 ** 6,
+        pb.SendRequest(producer_id=pid, batch=producer_batch(10 ** 6), num_messages=1, sequence_id=10 ** 6,
                        highest_sequence_id=10 ** 6), pb.SendResponse)
     assert attempt("subscribe restricted sub", "owner", owner, victim, admin, subscriptions)
 
@@ -271,8 +271,10 @@ def test_role_by_operation_table(cluster):
     owner.close()
 
 
-def producer_batch() -> bytes:
-    return pb.MessageBatch(messages=[pb.SingleMessage(payload=b"raw")]).SerializeToString()
+def producer_batch(sequence_id: int) -> bytes:
+    """One message whose sequence id agrees with the request's (the broker checks it)."""
+    return pb.MessageBatch(messages=[pb.SingleMessage(payload=b"raw", sequence_id=sequence_id)]
+                           ).SerializeToString()
 
 
 @pytest.mark.cluster(env=AUTH_ENV)
@@ -339,7 +341,7 @@ def test_ids_are_bound_to_their_session_too(cluster):
     victim = Victim(cluster, app)
     _, pid, url = victim.producer()
     other = _open_session(app, url)
-    send = pb.SendRequest(producer_id=pid, batch=producer_batch(), num_messages=1,
+    send = pb.SendRequest(producer_id=pid, batch=producer_batch(10 ** 6), num_messages=1,
                           sequence_id=10 ** 6, highest_sequence_id=10 ** 6, session_id=other)
     with pytest.raises(magnetar.ProducerNotFound):
         raw(app, url, "/v1/producers/send", send, pb.SendResponse)
