@@ -56,14 +56,15 @@ def test_batch_indexes_past_the_entry_are_refused_everywhere(cluster, client):
 
     _refused(ack(2**27), "batch_index 134217728", "holds 3 message(s)")
     _refused(ack(3), "holds 3")
-    _refused(ack(-2), "negative")
+    # Negatives below -1 are refused by the edge check of every request's fields first.
+    _refused(ack(-2), "batch_index = -2 is out of range [-1")
     _refused(ack(HUGE, ack_type=pb.ACK_CUMULATIVE), "holds 3")
     _refused(_call(url, "/v1/consumers/redeliver", pb.RedeliverRequest(
         consumer_id=cid, positions=[pb.Position(entry_id=entry, batch_index=2**20)])), "holds 3")
     _refused(_call(url, "/v1/consumers/seek", pb.SeekRequest(
         consumer_id=cid, position=pb.Position(entry_id=entry, batch_index=HUGE))), "seek", "holds 3")
     _refused(_call(url, "/v1/consumers/seek", pb.SeekRequest(
-        consumer_id=cid, position=pb.Position(entry_id=entry, batch_index=-5))), "negative")
+        consumer_id=cid, position=pb.Position(entry_id=entry, batch_index=-5))), "batch_index = -5 is out of range [-1")
     txn = client.new_transaction()
     txn_id = pb.TxnId(most_bits=txn.txn_id.most_bits, least_bits=txn.txn_id.least_bits)
     _refused(ack(1000, txn=txn_id), "transactional ack", "holds 3")
@@ -73,11 +74,12 @@ def test_batch_indexes_past_the_entry_are_refused_everywhere(cluster, client):
     status, session = _call(url, "/v1/sessions/open", pb.OpenSessionRequest(client_name="t"),
                             pb.OpenSessionResponse)
     assert status == 200
-    for index in (HUGE, 3, -7):
+    for index, reason in ((HUGE, "reader start"), (3, "reader start"),
+                          (-7, "batch_index = -7 is out of range [-1")):
         _refused(_call(url, "/v1/consumers/subscribe", pb.SubscribeRequest(
             session_id=session.session_id, topic=topic, durable=False,
             start_position=pb.Position(entry_id=entry, batch_index=index), start_inclusive=True)),
-            "reader start")
+            reason)
 
     # Nothing half-done: valid indexes still work and the stored cursor stays small.
     assert ack(1)[0] == 200
