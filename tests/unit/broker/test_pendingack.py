@@ -62,3 +62,22 @@ def test_load_keeps_the_furthest_cumulative_row():
     p.load([(3, -1, 0, 1, True), (7, -1, 0, 1, True), (2, 1, 0, 2, False)])
     assert p.cumulative == ((0, 1), 7, -1)
     assert p.holder(2, 1) == (0, 2)
+
+
+def test_cumulative_at_or_below_the_same_txns_position_conflicts():
+    """Pulsar's PendingAckHandleImpl: a cumulative ack at or below the position the same
+    transaction already holds, or at or below the mark-delete position, is a conflict."""
+    p, c = PendingAcks(), Cursor(2)
+    p.check_cumulative(T1, 5, 3, c)
+    p.add(T1, [(5, 3)], True)
+    for entry_id, index in [(5, 3), (5, 1), (4, WHOLE), (3, 0)]:
+        with pytest.raises(TransactionConflict):
+            p.check_cumulative(T1, entry_id, index, c)
+    p.check_cumulative(T1, 5, 4, c)       # forward inside the entry
+    p.check_cumulative(T1, 5, WHOLE, c)   # the whole entry is past its every index
+    p.add(T1, [(5, WHOLE)], True)
+    with pytest.raises(TransactionConflict):
+        p.check_cumulative(T1, 5, 7, c)
+    for entry_id in (2, 1):  # at or below mark-delete
+        with pytest.raises(TransactionConflict):
+            PendingAcks().check_cumulative(T1, entry_id, WHOLE, c)

@@ -19,6 +19,11 @@ def _s(txn: TxnKey) -> str:
     return f"({txn[0]},{txn[1]})"
 
 
+def _order(entry_id: int, index: int) -> tuple[int, float]:
+    """A position's place in the log: a whole entry (WHOLE) comes after its every index."""
+    return entry_id, (float("inf") if index == WHOLE else index)
+
+
 class PendingAcks:
     def __init__(self) -> None:
         self.by_entry: dict[int, dict[int, TxnKey]] = {}   # entry -> index (or WHOLE) -> txn
@@ -72,8 +77,11 @@ class PendingAcks:
                 f"transaction {_s(self.cumulative[0])} already holds a cumulative ack on this subscription")
         if entry_id <= cursor.mark_delete or cursor.is_acked(entry_id, index):
             raise TransactionConflict(f"cumulative ack to {entry_id}:{index} is behind the acknowledged position")
-        if self.cumulative and (entry_id, index) < (self.cumulative[1], self.cumulative[2]):
-            raise TransactionConflict("a transaction's cumulative ack can only move forward")
+        if self.cumulative and _order(entry_id, index) <= _order(*self.cumulative[1:]):
+            # Pulsar's PendingAckHandleImpl rule: at or below the held position conflicts.
+            raise TransactionConflict(
+                f"cumulative ack to {entry_id}:{index} is at or below the position {self.cumulative[1]}:"
+                f"{self.cumulative[2]} transaction {_s(txn)} already holds; it can only move forward")
         for e, held in self.by_entry.items():
             if e <= entry_id and any(t != txn for t in held.values()):
                 raise TransactionConflict(
