@@ -246,3 +246,40 @@ def test_an_idle_disconnected_producer_name_loses_its_dedup_state(cluster, clien
     again.send(b"g0-again", sequence_id=0)  # a new producer of that name: stored, not a duplicate
     assert read_all(client, topic) == [b"k0", b"g0", b"g1", b"g2", b"g0-again"]
     assert kept.last_sequence_id() == 0
+
+
+def test_same_producer_name_from_one_client_is_busy(client):
+    """Pulsar refuses a second producer with a connected one's name, even from the same
+    client (issue 15); the first keeps working."""
+    first = client.create_producer("busy-name", producer_name="p")
+    with pytest.raises(magnetar.ProducerBusy):
+        client.create_producer("busy-name", producer_name="p")
+    first.send(b"a")
+    assert read_all(client, "busy-name") == [b"a"]
+
+
+def _post(url: str, path: str, message, reply_type):
+    req = urllib.request.Request(url + path, data=message.SerializeToString(), method="POST",
+                                 headers={"content-type": "application/x-protobuf"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return 200, reply_type.FromString(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, pb.Error.FromString(err.read())
+
+
+def test_retried_create_is_idempotent_another_client_id_is_busy(cluster):
+    """A retried create (same session, same client-side producer id) answers the same
+    producer; another client-side id with that name in that session is ProducerBusy."""
+    _raw(cluster, "/v1/topics/lookup", pb.LookupRequest(topic="retried-create"))
+    url = cluster.url(cluster.owner_of("persistent://public/default/retried-create"))
+    _, opened = _post(url, "/v1/sessions/open", pb.OpenSessionRequest(), pb.OpenSessionResponse)
+    create = pb.CreateProducerRequest(session_id=opened.session_id, topic="retried-create",
+                                      producer_name="p", client_producer_id=7)
+    status, first = _post(url, "/v1/producers/create", create, pb.CreateProducerResponse)
+    assert status == 200
+    status, again = _post(url, "/v1/producers/create", create, pb.CreateProducerResponse)
+    assert status == 200 and again.producer_id == first.producer_id
+    create.client_producer_id = 8
+    status, err = _post(url, "/v1/producers/create", create, pb.CreateProducerResponse)
+    assert status == 409 and err.code == pb.PRODUCER_BUSY and "'p'" in err.message

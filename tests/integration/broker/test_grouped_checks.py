@@ -44,7 +44,7 @@ async def _buffer(broker, topic_id, epoch=0):
 
 
 def _send(txn_id, actor, producer="p", seq=0, payload=b"x"):
-    from magnetar_broker.txnbuffer import TxnAppend
+    from magnetar_broker.partition.planner import TxnAppend
 
     return TxnAppend(None, producer, seq, seq, 1, payload, (0, txn_id), actor)
 
@@ -175,7 +175,7 @@ async def test_an_ending_in_the_same_group_refuses_the_first_sends_before_it(dat
     sends queued before it in one group cannot register: they fail, and the end is
     recorded."""
     from magnetar_protocol.errors import InvalidTxnStatusError
-    from magnetar_broker.txnbuffer import TxnEnd
+    from magnetar_broker.partition.planner import TxnEnd
 
     pool, coordinator, _, broker, topic_id = await _stores(database_url)
     await coordinator.new_txn(4, 60000, None)

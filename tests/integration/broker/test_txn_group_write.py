@@ -7,7 +7,9 @@ from types import SimpleNamespace
 from magnetar_runtime.roles import Roles
 from magnetar_storage.db import create_pool
 from magnetar_broker.store import BrokerStore
-from magnetar_broker.txnbuffer import TxnAppend, TxnBuf, TxnBuffer, TxnEnd
+from magnetar_broker.partition.planner import TxnAppend, TxnEnd
+from magnetar_broker.partition.txnrules import TxnBuf
+from magnetar_broker.txnbuffer import TxnBuffer
 
 TOPIC = "persistent://public/default/t"
 ANYONE = ("anonymous", True)  # the sender: authentication off

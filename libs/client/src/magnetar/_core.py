@@ -67,6 +67,8 @@ class Core:
         self.sessions = Sessions(self.call, operation_timeout_s)
         self._rr = itertools.count()
         self._failed_at: dict[str, float] = {}  # service URL -> when it last did not answer
+        # Client-side producer ids (CreateProducerRequest.client_producer_id): from 1.
+        self.producer_ids = itertools.count(1)
         self.closed = False
         self._coordinators: dict[int, str] = {}
         self._coordinators_at = float("-inf")

@@ -51,6 +51,9 @@ class PartitionProducer(Batcher):
         self.url = ""
         self.session_id = ""
         self.producer_id = 0
+        # Ours across retries and reconnects: tells the broker a retried create of this
+        # producer from another producer that takes the same name.
+        self.client_producer_id = next(self.core.producer_ids)
         self.name: str = options["producer_name"] or ""
         self.topic_epoch: int | None = None
         self.last_seq = -1
@@ -113,7 +116,8 @@ class PartitionProducer(Batcher):
         req = pb.CreateProducerRequest(
             session_id=self.session_id, topic=self.topic, producer_name=self.name,
             access_mode=int(mode), user_provided_name=bool(self.options["producer_name"]),
-            wait_ms=WAIT_FOR_EXCLUSIVE_POLL_MS if waits else 0)
+            wait_ms=WAIT_FOR_EXCLUSIVE_POLL_MS if waits else 0,
+            client_producer_id=self.client_producer_id)
         if self.topic_epoch is not None:  # keeps exclusivity across reconnects
             req.topic_epoch = self.topic_epoch
         timeout = self.core.operation_timeout_s

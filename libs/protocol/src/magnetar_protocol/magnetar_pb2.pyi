@@ -282,7 +282,7 @@ class CloseSessionResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class CreateProducerRequest(_message.Message):
-    __slots__ = ("session_id", "topic", "producer_name", "access_mode", "topic_epoch", "user_provided_name", "wait_ms")
+    __slots__ = ("session_id", "topic", "producer_name", "access_mode", "topic_epoch", "user_provided_name", "wait_ms", "client_producer_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -290,6 +290,7 @@ class CreateProducerRequest(_message.Message):
     TOPIC_EPOCH_FIELD_NUMBER: _ClassVar[int]
     USER_PROVIDED_NAME_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     topic: str
     producer_name: str
@@ -297,7 +298,8 @@ class CreateProducerRequest(_message.Message):
     topic_epoch: int
     user_provided_name: bool
     wait_ms: int
-    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., access_mode: _Optional[_Union[ProducerAccessMode, str]] = ..., topic_epoch: _Optional[int] = ..., user_provided_name: _Optional[bool] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    client_producer_id: int
+    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., access_mode: _Optional[_Union[ProducerAccessMode, str]] = ..., topic_epoch: _Optional[int] = ..., user_provided_name: _Optional[bool] = ..., wait_ms: _Optional[int] = ..., client_producer_id: _Optional[int] = ...) -> None: ...
 
 class CreateProducerResponse(_message.Message):
     __slots__ = ("producer_id", "producer_name", "last_sequence_id", "topic_epoch", "max_message_size", "waiting")

@@ -13,6 +13,11 @@ from magnetar_broker.service import BrokerService
 from magnetar_broker.transactions import TxnHandlers
 
 
+def txn_handlers(service: BrokerService) -> TxnHandlers:
+    return TxnHandlers(service.auth, service.ownership, service.store, service.settings,
+                       service.advertised)
+
+
 def add_routes(app: FastAPI, service: BrokerService) -> None:
     routes = [
         ("/v1/topics/metadata", pb.PartitionMetadataRequest, service.metadata),
@@ -32,7 +37,7 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
         ("/v1/consumers/last-message-id", pb.LastMessageIdRequest, service.last_message_id),
         ("/v1/consumers/close", pb.CloseConsumerRequest, service.close_consumer),
     ]
-    txn = TxnHandlers(service)
+    txn = txn_handlers(service)
     routes += [
         ("/v1/txn/coordinators", pb.LookupCoordinatorsRequest, txn.coordinators),
         ("/v1/registry/lookup", pb.LookupRegistryRequest, txn.registries),

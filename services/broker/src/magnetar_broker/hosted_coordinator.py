@@ -17,8 +17,8 @@ from magnetar_coordinator.settings import CoordinatorSettings
 from magnetar_coordinator.store import CoordinatorStore
 
 from magnetar_broker.api import add_routes as add_broker_routes
+from magnetar_broker.api import txn_handlers
 from magnetar_broker.service import BrokerService
-from magnetar_broker.transactions import TxnHandlers
 
 
 class BrokerWithCoordinator:
@@ -63,6 +63,6 @@ def add_routes(app, service: BrokerWithCoordinator) -> None:
     # Both answer /v1/txn/coordinators from the same table; the later route serves it,
     # and the broker's is the one that answers a client's listener_name.
     proto_route(app, "/v1/txn/coordinators", pb.LookupCoordinatorsRequest,
-                TxnHandlers(service.broker).coordinators)
+                txn_handlers(service.broker).coordinators)
     service.coordinator.rpc.serve_locally(
         service.broker.settings.url, app.state.proto_handlers, service.coordinator.auth.own_role())

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import asyncio
+import itertools
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import ProducerBusy, ProducerFenced
@@ -17,59 +16,66 @@ from magnetar_runtime.permissions import PRODUCE
 
 from magnetar_broker.access import MODE_NAMES as ACCESS_MODES
 from magnetar_broker.access import Outcome
-from magnetar_broker.sessions import new_object_id
+from magnetar_broker.authorization import Authorizer
+from magnetar_broker.ownership import Ownership
+from magnetar_broker.sessions import SessionRegistry, new_object_id
+from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.topic import PartitionLog, Producer
-
-if TYPE_CHECKING:
-    from magnetar_broker.service import BrokerService
 
 
 log = logging.getLogger("magnetar.broker.producers")
 
 
 class ProducerHandlers:
-    def __init__(self, service: "BrokerService"):
-        self.service = service
+    """CreateProducer: given the parts it uses, not the whole service."""
+
+    def __init__(self, sessions: SessionRegistry, authz: Authorizer, ownership: Ownership,
+                 producers: dict[int, Producer], broker_id: str, settings: BrokerSettings):
+        self.sessions = sessions
+        self.authz = authz
+        self.ownership = ownership
+        self.producers = producers  # every producer of this broker, by id
+        self.broker_id = broker_id
+        self.settings = settings
+        self._names = itertools.count(1)  # broker-chosen producer names
 
     async def create(self, req: pb.CreateProducerRequest) -> pb.CreateProducerResponse:
         role = current_role()
-        session = self.service.sessions.get(req.session_id, time.monotonic(), role)
+        session = self.sessions.get(req.session_id, time.monotonic(), role)
         topic = TopicName.parse(req.topic)
-        await self.service.authz.require(topic, PRODUCE)
-        plog = await self.service.ownership.get_log(topic)
+        await self.authz.require(topic, PRODUCE)
+        plog = await self.ownership.get_log(topic)
         name = req.producer_name
         if name:
             validate_name_part("producer", name)
         else:
-            name = f"{self.service.broker_id}-{next(self.service._names)}-{uuid.uuid4().hex[:8]}"
+            name = f"{self.broker_id}-{next(self._names)}-{uuid.uuid4().hex[:8]}"
         requested = req.topic_epoch if req.HasField("topic_epoch") else None
-        deadline = time.monotonic() + min(req.wait_ms, self.service.settings.max_fetch_wait_ms) / 1000
+        wait_s = min(req.wait_ms, self.settings.max_fetch_wait_ms) / 1000
+
+        async def attempt() -> pb.CreateProducerResponse | None:
+            async with plog.producer_lock:
+                return await self._try_create(plog, session, name, req.access_mode, requested,
+                                              req.client_producer_id)
+
         session.inflight += 1
         try:
-            while True:
-                plog.check_open()
-                changed = plog.changed()
-                async with plog.producer_lock:
-                    reply = await self._try_create(plog, session, name, req.access_mode, requested)
-                if reply is not None:
-                    return reply
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return pb.CreateProducerResponse(producer_name=name, waiting=True)
-                try:
-                    await asyncio.wait_for(asyncio.shield(changed), left)
-                except TimeoutError:
-                    pass
+            reply = await plog.long_poll(wait_s, attempt)
         finally:
             session.inflight -= 1
             session.last_seen = time.monotonic()
+        return reply or pb.CreateProducerResponse(producer_name=name, waiting=True)
 
     async def _try_create(self, plog: PartitionLog, session, name: str, mode: int,
-                          requested: int | None) -> pb.CreateProducerResponse | None:
+                          requested: int | None, client_id: int) -> pb.CreateProducerResponse | None:
         """Create the producer now, or None when a WaitForExclusive one must keep waiting."""
         for other in plog.producers.values():
             if other.name == name:
-                if other.session_id == session.session_id:
+                # A retried create of the same producer (its session, its client-side id)
+                # is answered again; any other producer with that name is refused, even
+                # one of the same client (Pulsar's rule).
+                if other.session_id == session.session_id and client_id and \
+                        other.client_producer_id == client_id:
                     return self._producer_reply(other, await plog.last_sequence_id(name))
                 raise ProducerBusy(f"producer {name!r} is already connected to {plog.name.full}")
         if name in plog.fenced_waiters:
@@ -82,7 +88,7 @@ class ProducerHandlers:
             session.waiting.add((plog.name.full, name))
             return None
         for producer_id in decision.fence:
-            if producer := self.service.producers.get(producer_id):
+            if producer := self.producers.get(producer_id):
                 self._fence_producer(producer)
         if decision.fence_waiters:
             plog.fenced_waiters.update(w for w in plog.access.waiters if w != name)
@@ -92,11 +98,12 @@ class ProducerHandlers:
         last = await plog.last_sequence_id(name)
         plog.check_open()
         producer = Producer(new_object_id(), name, session.session_id, mode, plog,
-                            role=session.role, topic_epoch=decision.epoch)
+                            role=session.role, topic_epoch=decision.epoch,
+                            client_producer_id=client_id)
         plog.producers[producer.producer_id] = producer
         plog.access.attach(producer.producer_id, mode, name, decision.epoch)
         session.waiting.discard((plog.name.full, name))
-        self.service.producers[producer.producer_id] = producer
+        self.producers[producer.producer_id] = producer
         session.producers.add(producer.producer_id)
         if decision.fence or decision.epoch is not None:
             log.info("%s: producer %r is exclusive (%s) at topic epoch %s", plog.name.full, name,
@@ -114,7 +121,7 @@ class ProducerHandlers:
     def _producer_reply(self, producer: Producer, last: int) -> pb.CreateProducerResponse:
         reply = pb.CreateProducerResponse(
             producer_id=producer.producer_id, producer_name=producer.name,
-            last_sequence_id=last, max_message_size=self.service.settings.max_message_size,
+            last_sequence_id=last, max_message_size=self.settings.max_message_size,
         )
         if producer.topic_epoch is not None:
             reply.topic_epoch = producer.topic_epoch

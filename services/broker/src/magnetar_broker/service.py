@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
 import time
 import uuid
@@ -19,6 +17,7 @@ from magnetar_protocol.errors import (
 )
 from magnetar_protocol.listeners import choose_url, listener_name_problem
 from magnetar_protocol.topics import TopicName, validate_name_part
+from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.permissions import CONSUME, LOOKUP
 from magnetar_runtime.loops import BackgroundLoop
@@ -64,7 +63,6 @@ class BrokerService:
         self.sessions = SessionRegistry(settings.session_timeout_ms / 1000)
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
-        self._names = itertools.count(1)
         self.heartbeat_loop = BackgroundLoop(
             "broker-heartbeat", settings.heartbeat_interval_ms / 1000, self.ownership.heartbeat_once)
         self.session_loop = BackgroundLoop("session-expiry", 0.5, self.expire_sessions)
@@ -73,7 +71,8 @@ class BrokerService:
                                                 self.expire_idle_producers)
         self.ready = False
         self._released = False
-        self.producer_handlers = ProducerHandlers(self)
+        self.producer_handlers = ProducerHandlers(self.sessions, self.authz, self.ownership,
+                                                  self.producers, self.broker_id, settings)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -263,7 +262,7 @@ class BrokerService:
         name = TopicName.parse(req.topic)
         await self.authz.require(name, CONSUME, sub_name)
         plog = await self.ownership.get_log(name)
-        async with plog._sub_lock:
+        async with plog.subscriptions_lock:
             sub = plog.subscriptions.get(sub_name)
             if sub is None:
                 sub = await self._open_subscription(plog, sub_name, req)
@@ -303,23 +302,19 @@ class BrokerService:
         consumer = self._consumer(req.consumer_id, req.session_id)
         session = self.sessions.get(consumer.session_id, time.monotonic())
         sub = consumer.subscription
-        deadline = time.monotonic() + min(req.wait_ms, self.settings.max_fetch_wait_ms) / 1000
+        wait_s = min(req.wait_ms, self.settings.max_fetch_wait_ms) / 1000
+
+        async def attempt() -> list | None:
+            entries = await sub.fetch(consumer, req.max_messages)
+            return entries if entries or consumer.closed else None
+
         session.inflight += 1
         try:
-            while True:
-                sub.log.check_open()
-                changed = sub.log.changed()
-                entries = await sub.fetch(consumer, req.max_messages)
-                left = deadline - time.monotonic()
-                if entries or left <= 0 or consumer.closed:
-                    return pb.FetchResponse(entries=entries, partition=sub.log.partition_index)
-                try:
-                    await asyncio.wait_for(asyncio.shield(changed), left)
-                except TimeoutError:
-                    pass
+            entries = await sub.log.long_poll(wait_s, attempt)
         finally:
             session.inflight -= 1
             session.last_seen = time.monotonic()
+        return pb.FetchResponse(entries=entries or [], partition=sub.log.partition_index)
 
     async def ack(self, req: pb.AckRequest) -> pb.AckResponse:
         consumer = self._consumer(req.consumer_id, req.session_id)
@@ -327,7 +322,7 @@ class BrokerService:
         cumulative = req.ack_type == pb.ACK_CUMULATIVE
         if req.HasField("txn"):
             await consumer.subscription.ack_txn(
-                req.positions, cumulative, (req.txn.most_bits, req.txn.least_bits))
+                req.positions, cumulative, TxnID.from_wire(req.txn))
         else:
             await consumer.subscription.ack(consumer, req.positions, cumulative)
         return pb.AckResponse()

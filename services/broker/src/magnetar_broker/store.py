@@ -6,32 +6,13 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from magnetar_protocol.txnid import TxnID
 from magnetar_storage.listeners import listeners_of
 from magnetar_storage.queries import load_queries
 
+from magnetar_broker.entry import Entry
+
 Q = load_queries("magnetar_broker")
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One stored batch, or a commit marker whose payload is its transaction's batches
-    joined (serialized MessageBatch values concatenate into one)."""
-
-    entry_id: int
-    producer_name: str
-    num_messages: int
-    publish_time: int
-    payload: bytes | None  # None: a marker not expanded yet
-    txn: tuple[int, int] | None = None
-    # A marker committed by this broker: its batches, still in memory, joined on first
-    # read rather than at commit (a commit's cost stays independent of its size).
-    parts: tuple[bytes, ...] | None = None
-
-    def size(self) -> int:
-        """Bytes held in memory."""
-        if self.payload is not None:
-            return len(self.payload)
-        return sum(map(len, self.parts)) if self.parts else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +62,12 @@ class BrokerStore:
         rows = await self.pool.fetch(Q["owned_topics"], self.broker_id)
         return {r["topic_id"]: r["epoch"] for r in rows}
 
+    async def live_coordinators(self, ttl_s: float) -> list[tuple[int, str]]:
+        return [(r[0], r[1]) for r in await self.pool.fetch(Q["live_coordinators"], ttl_s)]
+
+    async def live_registries(self, ttl_s: float) -> list[str]:
+        return [r[0] for r in await self.pool.fetch(Q["live_registries"], ttl_s)]
+
     async def live_brokers(self, ttl_s: float) -> list[tuple[str, str]]:
         return [(r["broker_id"], r["url"]) for r in await self.pool.fetch(Q["live_brokers"], ttl_s)]
 
@@ -106,7 +93,7 @@ class BrokerStore:
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(Q["insert_topic"], topic, tenant, namespace, partition)
             await conn.execute(Q["insert_topic_owner"], topic)
-            return await conn.fetchval("SELECT topic_id FROM topics WHERE topic = $1", topic)
+            return (await conn.fetchrow(Q["get_topic"], topic))["topic_id"]
 
     async def lookup_owner(self, topic_id: int, ttl_s: float) -> Owner | None:
         row = await self.pool.fetchrow(Q["lookup_owner"], topic_id, ttl_s)
@@ -167,39 +154,37 @@ class BrokerStore:
                 out.append(Entry(r[0], r[1], r[2], r[3], await self.txn_payload(topic_id, txn), txn))
         return out
 
-    async def txn_payload(self, topic_id: int, txn: tuple[int, int]) -> bytes:
+    async def txn_payload(self, topic_id: int, txn: TxnID) -> bytes:
         rows = await self.pool.fetch(Q["txn_payloads"], topic_id, *txn)
         return b"".join(r[0] for r in rows)
 
     # ---------------------------------------------------------------- transactions
 
-    async def txn_state(self, topic_id: int, txn: tuple[int, int], subscription: str = ""):
+    async def txn_state(self, topic_id: int, txn: TxnID, subscription: str = ""):
         """(batches, messages, committed-or-None) of a transaction on this partition."""
         row = await self.pool.fetchrow(Q["txn_state"], topic_id, *txn, subscription)
         return row["batches"], row["messages"], row["committed"]
 
-    async def txn_expired(self, txn: tuple[int, int]) -> bool:
+    async def txn_expired(self, txn: TxnID) -> bool:
         return bool(await self.pool.fetchval(Q["txn_expired"], *txn))
 
-    async def outcome(self, topic_id: int, subscription: str, txn: tuple[int, int]) -> bool | None:
+    async def outcome(self, topic_id: int, subscription: str, txn: TxnID) -> bool | None:
         return await self.pool.fetchval(Q["get_outcome"], topic_id, subscription, *txn)
 
     async def write_txn_group(self, topic_id: int, epoch: int, exclusive_epoch: int | None,
-                              entries: list[tuple], txn_entries: list[tuple],
-                              sequences: list[tuple], outcomes: list[tuple],
-                              discards: list[tuple], registrations: list[tuple] = (),
-                              topic: str = "") -> tuple[bool, bool, list[tuple]]:
-        """One statement for a transactional group (queries.sql ``write_txn_group``):
+                              rows, topic: str = "") -> tuple[bool, bool, list[tuple]]:
+        """One statement for a transactional group (queries.sql ``write_txn_group``)
+        writing ``rows`` (the planner's GroupRows):
         (this broker still owns the lease, the exclusive producer's epoch held, one row
         per registration: (registered, batches and messages buffered here before,
         coordinator status or None, expired, owner)); nothing is written unless both
-        hold, and nothing of a refused registration's transaction.  ``sequences`` are
-        (producer, highest, txn most, txn least), the txn None unless it registers here;
-        ``registrations`` (most, least, role, may act for any owner) for ``topic``."""
+        hold, and nothing of a refused registration's transaction.  The registrations
+        are for ``topic``."""
         row = await self.pool.fetchrow(
             Q["write_txn_group"], topic_id, self.broker_id, epoch, exclusive_epoch,
-            *columns(entries, 9), *columns(txn_entries, 8), *columns(sequences, 4),
-            *columns(outcomes, 3), *columns(discards, 2), *columns(registrations, 4), topic)
+            *columns(rows.entries, 9), *columns(rows.txn_entries, 8), *columns(rows.sequences, 4),
+            *columns(rows.outcomes, 3), *columns(rows.discards, 2), *columns(rows.registrations, 4),
+            topic)
         registered = list(zip(row["reg_ok"], row["reg_batches"], row["reg_messages"],
                               row["reg_status"], row["reg_expired"], row["reg_owner"]))
         return bool(row["owned"]), bool(row["allowed"]), registered

@@ -21,16 +21,16 @@ from magnetar_protocol.errors import (
     NotAllowedError,
     NotOwner,
 )
+from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.groupcommit import GroupCommit
 
 from magnetar_broker import metrics
 from magnetar_broker.cursor import WHOLE, Cursor, full_mask
 from magnetar_broker.dispatch import Deliveries, HashRing, failover_active, key_hash, mask_indices
 from magnetar_broker.pendingack import PendingAcks
-from magnetar_broker.store import Entry
+from magnetar_broker.entry import Entry
 from magnetar_broker.subscription_txn import SUB_NAMES, TransactionalAcks
 from magnetar_broker.topic import PartitionLog
-from magnetar_broker.txnbuffer import txn_str
 
 MAX_UNACKED_PER_CONSUMER = 50_000
 # KeyShared: messages read for other consumers wait in the redelivery queue; past this
@@ -81,7 +81,7 @@ class Subscription(TransactionalAcks):
     @classmethod
     async def open_durable(cls, log: PartitionLog, name: str, initial: int) -> "Subscription":
         """Load (or create at ``initial``) a durable subscription and its pending acks
-        and serve it on ``log``; the caller holds ``log._sub_lock``."""
+        and serve it on ``log``; the caller holds ``log.subscriptions_lock``."""
         row = await log.store.open_subscription(log.topic_id, log.epoch, name, initial)
         log.check_open()
         if row is None:
@@ -307,7 +307,7 @@ class Subscription(TransactionalAcks):
             "unackedMessages": sum(self.deliveries.unacked.values()),
             "msgRedeliverPending": sum(m.bit_count() for m in self.deliveries.redeliver.values()),
             "pendingAckedMessages": self.txn_acks.count(),
-            "ongoingTxns": sorted(txn_str(t) for t in self.txn_acks.transactions()),
+            "ongoingTxns": sorted(str(TxnID(*t)) for t in self.txn_acks.transactions()),
             "consumers": [
                 {"consumerName": c.name, "consumerId": c.consumer_id, "priorityLevel": c.priority,
                  "unackedMessages": self.deliveries.unacked.get(c.consumer_id, 0),

@@ -12,14 +12,13 @@ from magnetar_protocol.errors import BadRequest, MagnetarError, NotAllowedError,
 
 from magnetar_broker import metrics
 from magnetar_broker.cursor import WHOLE, full_mask
-from magnetar_broker.txnbuffer import (
+from magnetar_broker.partition.txnrules import (
     ended_error,
-    ended_txn_error,
     may_act,
     not_owner_error,
     registration_refused,
-    txn_actor,
 )
+from magnetar_broker.txnbuffer import ended_txn_error, txn_actor
 
 SUB_NAMES = {pb.SUB_EXCLUSIVE: "Exclusive", pb.SUB_SHARED: "Shared",
              pb.SUB_FAILOVER: "Failover", pb.SUB_KEY_SHARED: "Key_Shared"}

@@ -21,6 +21,7 @@ from magnetar_protocol.errors import (
     ProducerFenced,
 )
 from magnetar_protocol.topics import TopicName
+from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.app import write_failure
 from magnetar_runtime.groupcommit import GroupCommit
 from magnetar_runtime.roles import Roles
@@ -30,8 +31,11 @@ from magnetar_broker.access import AccessState
 from magnetar_broker.batchcheck import batch_problem
 from magnetar_broker.cursor import WHOLE, batch_index_problem
 from magnetar_broker.dedup import Verdict, drop_persisted, judge
-from magnetar_broker.store import BrokerStore, Entry
-from magnetar_broker.txnbuffer import TxnAppend, TxnBuffer, TxnEnd, ended_error
+from magnetar_broker.entry import Entry
+from magnetar_broker.partition.planner import Append, TxnAppend, TxnEnd, plan_plain
+from magnetar_broker.partition.txnrules import ended_error
+from magnetar_broker.store import BrokerStore
+from magnetar_broker.txnbuffer import TxnBuffer
 
 if TYPE_CHECKING:
     from magnetar_broker.subscription import Subscription
@@ -51,6 +55,7 @@ class Producer:
     access_mode: int
     log: "PartitionLog"
     role: str = ""  # the role that created it: only that role may use its id
+    client_producer_id: int = 0  # the client's id for it: tells a retried create from another
     topic_epoch: int | None = None
     msg_in: int = 0
     bytes_in: int = 0
@@ -64,16 +69,6 @@ class Producer:
                 f"producer {self.name!r} was fenced on {self.log.name.full}: another exclusive "
                 "producer took over"
             )
-
-
-@dataclass(slots=True)
-class _Append:
-    producer: Producer
-    producer_name: str
-    lowest: int
-    highest: int
-    num_messages: int
-    batch: bytes
 
 
 class PartitionLog:
@@ -106,7 +101,7 @@ class PartitionLog:
         self.txnbuf = TxnBuffer(store, topic_id, name.full, roles)
         self._writer: GroupCommit = GroupCommit(self._commit, max_batches_per_commit)
         self._wake: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._sub_lock = asyncio.Lock()
+        self.subscriptions_lock = asyncio.Lock()  # opening one: once per name
 
     async def load(self) -> "PartitionLog":
         self.next_entry_id = await self.store.next_entry_id(self.topic_id)
@@ -130,6 +125,22 @@ class PartitionLog:
 
     def changed(self) -> asyncio.Future:
         return self._wake
+
+    async def long_poll(self, wait_s: float, attempt: Callable[[], Awaitable[T | None]]) -> T | None:
+        """Try ``attempt`` until it answers (not None) or ``wait_s`` is over, waiting for
+        a change of this partition between tries; the last try's answer."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            self.check_open()
+            changed = self.changed()  # taken before the try: a change during it counts
+            result = await attempt()
+            left = deadline - time.monotonic()
+            if result is not None or left <= 0:
+                return result
+            try:
+                await asyncio.wait_for(asyncio.shield(changed), left)
+            except TimeoutError:
+                pass
 
     def check_open(self) -> None:
         if self.closed:
@@ -181,7 +192,7 @@ class PartitionLog:
                     admitted += [exc] * (len(reqs) - len(admitted))
                     break
         started = time.perf_counter()
-        futures = [self._writer.submit(a) if isinstance(a, (_Append, TxnAppend)) else None for a in admitted]
+        futures = [self._writer.submit(a) if isinstance(a, (Append, TxnAppend)) else None for a in admitted]
         results = []
         for a, fut in zip(admitted, futures):
             if fut is None:
@@ -220,7 +231,7 @@ class PartitionLog:
             raise BadRequest("send: highest_sequence_id is below sequence_id")
         if problem := batch_problem(batch, n, lowest, highest):
             raise BadRequest(f"send to {self.name.full}: {problem}; nothing was stored")
-        txn = (req.txn.most_bits, req.txn.least_bits) if req.HasField("txn") else None
+        txn = TxnID.from_wire(req.txn) if req.HasField("txn") else None
         actor = await self.txnbuf.check_send(txn) if txn is not None else None
         name = producer.name
         if self.dedup:
@@ -247,7 +258,7 @@ class PartitionLog:
                 break
             self.pushed_seq[name] = highest
         if txn is None:
-            return _Append(producer, name, lowest, highest, n, batch)
+            return Append(producer, name, lowest, highest, n, batch)
         return TxnAppend(producer, name, lowest, highest, n, batch, txn, actor)
 
     async def end_txn(self, txn: tuple[int, int], commit: bool) -> None:
@@ -266,31 +277,16 @@ class PartitionLog:
         items = [i for i in queued if not getattr(i.producer, "fenced", False)]
         if not items:
             return [_fenced(i.producer) for i in queued]
-        if any(type(i) is not _Append for i in items):
+        if any(type(i) is not Append for i in items):
             results = await self._commit_mixed(items)
             by_item = dict(zip(map(id, items), results))
             return [by_item[id(i)] if id(i) in by_item else _fenced(i.producer) for i in queued]
-        first = self.next_entry_id
-        ids = list(range(first, first + len(items)))
-        now_ms = int(time.time() * 1000)
-        columns = (
-            ids,
-            [i.producer_name for i in items],
-            [i.lowest for i in items],
-            [i.highest for i in items],
-            [i.num_messages for i in items],
-            [now_ms] * len(items),
-            [i.batch for i in items],
-        )
-        latest: dict[str, int] = {}
-        if self.dedup:
-            for i in items:
-                latest[i.producer_name] = max(latest.get(i.producer_name, -1), i.highest)
+        plan = plan_plain(items, self.next_entry_id, self.dedup, int(time.time() * 1000))
         try:
             exclusive_epoch = self.access.topic_epoch if self.access.exclusive is not None else None
             owned, allowed = await self.store.append_entries(
-                self.topic_id, self.epoch, columns, (list(latest), list(latest.values())),
-                exclusive_epoch,
+                self.topic_id, self.epoch, plan.columns,
+                (list(plan.sequences), list(plan.sequences.values())), exclusive_epoch,
             )
         except MagnetarError:
             raise
@@ -305,19 +301,19 @@ class PartitionLog:
         if not allowed:
             self.lose("topic epoch changed under this broker")
             raise ProducerFenced(f"the topic epoch of {self.name.full} moved on; batch refused")
-        self.next_entry_id = first + len(items)
-        for name, seq in latest.items():
+        self.next_entry_id = plan.next_entry_id
+        for name, seq in plan.sequences.items():
             self.persisted_seq[name] = max(seq, self.persisted_seq.get(name, -1))
         total = 0
-        for entry_id, item in zip(ids, items):
-            self._cache(Entry(entry_id, item.producer_name, item.num_messages, now_ms, item.batch))
-            total += item.num_messages
-            self.bytes_in += len(item.batch)
+        for entry in plan.entries():
+            self._cache(entry)
+            total += entry.num_messages
+            self.bytes_in += len(entry.payload)
         self.msg_in += total
         metrics.MESSAGES_IN.inc(total)
         metrics.COMMIT_BATCHES.observe(len(items))
         self.wake()
-        by_item = dict(zip(map(id, items), ids))
+        by_item = dict(zip(map(id, items), plan.columns[0]))
         return [by_item[id(i)] if id(i) in by_item else _fenced(i.producer) for i in queued]
 
     async def _commit_mixed(self, items: list) -> list:

@@ -1,82 +1,103 @@
-"""The broker's transaction endpoints: EndTxnOnPartition and EndTxnOnSubscription
-(called by coordinators), and the coordinator lookup clients start from."""
+"""The broker's transaction endpoints: ending a transaction on its participants here
+(called by coordinators; one operation, many participants per request), and the
+coordinator and registry lookups clients start from."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import to_wire
-from magnetar_runtime.app import as_magnetar_error
 from magnetar_protocol.topics import TopicName, validate_name_part
+from magnetar_protocol.txnid import TxnID
+from magnetar_runtime.app import as_magnetar_error
+from magnetar_runtime.auth import Authenticator
 
-from magnetar_broker.service import BrokerService, check_listener
-from magnetar_broker.store import Q
+from magnetar_broker.ownership import Ownership
+from magnetar_broker.service import check_listener
+from magnetar_broker.settings import BrokerSettings
+from magnetar_broker.store import BrokerStore
 from magnetar_broker.subscription import Subscription
 
 
+# (listener, [(internal URL, what it is)]) -> that listener's URLs, in that order
+Advertised = Callable[[str, list[tuple[str, str]]], Awaitable[list[str]]]
+
 
 class TxnHandlers:
-    def __init__(self, service: BrokerService):
-        self.service = service
+    def __init__(self, auth: Authenticator, ownership: Ownership, store: BrokerStore,
+                 settings: BrokerSettings, advertised: Advertised):
+        self.auth = auth
+        self.ownership = ownership
+        self.store = store
+        self.settings = settings
+        self.advertised = advertised  # BrokerService.advertised: listener URLs
 
     async def coordinators(self, req: pb.LookupCoordinatorsRequest) -> pb.LookupCoordinatorsResponse:
         check_listener(req.listener_name)
-        rows = await self.service.store.pool.fetch(
-            Q["live_coordinators"], self.service.settings.lease_ttl_ms / 1000)
-        urls = [r[1] for r in rows]
+        rows = await self.store.live_coordinators(self.settings.lease_ttl_ms / 1000)
+        urls = [url for _, url in rows]
         if req.listener_name:
-            urls = await self.service.advertised(
-                req.listener_name, [(r[1], f"coordinator {r[0]}") for r in rows])
+            urls = await self.advertised(
+                req.listener_name, [(url, f"coordinator {c}") for c, url in rows])
         return pb.LookupCoordinatorsResponse(
-            coordinators=[pb.CoordinatorInfo(coordinator_id=r[0], url=url)
-                          for r, url in zip(rows, urls)])
+            coordinators=[pb.CoordinatorInfo(coordinator_id=c, url=url)
+                          for (c, _), url in zip(rows, urls)])
 
     async def registries(self, req: pb.LookupRegistryRequest) -> pb.LookupRegistryResponse:
         check_listener(req.listener_name)
-        rows = await self.service.store.pool.fetch(
-            Q["live_registries"], self.service.settings.lease_ttl_ms / 1000)
-        urls = [r[0] for r in rows]
+        urls = await self.store.live_registries(self.settings.lease_ttl_ms / 1000)
         if req.listener_name:
-            urls = await self.service.advertised(
+            urls = await self.advertised(
                 req.listener_name, [(url, f"registry at {url}") for url in urls])
         return pb.LookupRegistryResponse(urls=urls)
 
-    async def end_on_partition(self, req: pb.EndTxnOnPartitionRequest) -> pb.EndTxnOnPartitionResponse:
-        self.service.auth.require_superuser("EndTxnOnPartition (a coordinator's call)")
-        plog = await self.service.ownership.get_log(TopicName.parse(req.topic))
-        await plog.end_txn((req.txn.most_bits, req.txn.least_bits), req.action == pb.TXN_COMMIT)
-        return pb.EndTxnOnPartitionResponse()
-
     async def end_on_participants(self, req: pb.EndTxnOnParticipantsRequest) -> pb.EndTxnOnParticipantsResponse:
-        """Many EndTxnOn* in one request (one per broker and transaction instead of one
-        per participant), applied concurrently; failures are reported per participant."""
-        self.service.auth.require_superuser("EndTxnOnParticipants (a coordinator's call)")
+        """EndTxnOnPartition and EndTxnOnSubscription of many participants in one request
+        (one per broker and transaction), applied concurrently; failures are reported
+        per participant."""
+        self.auth.require_superuser("EndTxnOnParticipants (a coordinator's call)")
+        txn, commit = TxnID.from_wire(req.txn), req.action == pb.TXN_COMMIT
 
-        async def one(topic: str, subscription: str, coro) -> pb.ParticipantError | None:
+        async def one(topic: str, subscription: str) -> pb.ParticipantError | None:
             try:
-                await coro
+                await self._end(topic, subscription, txn, commit)
                 return None
             except Exception as exc:  # reported, not raised: the others went through
                 return pb.ParticipantError(topic=topic, subscription=subscription,
                                            error=to_wire(as_magnetar_error(exc)))
 
-        jobs = [one(t, "", self.end_on_partition(pb.EndTxnOnPartitionRequest(
-                    topic=t, txn=req.txn, action=req.action))) for t in req.partitions]
-        jobs += [one(s.topic, s.subscription, self.end_on_subscription(pb.EndTxnOnSubscriptionRequest(
-                     topic=s.topic, subscription=s.subscription, txn=req.txn, action=req.action)))
-                 for s in req.subscriptions]
+        jobs = [one(t, "") for t in req.partitions]
+        jobs += [one(s.topic, s.subscription) for s in req.subscriptions]
         errors = [e for e in await asyncio.gather(*jobs) if e is not None]
         return pb.EndTxnOnParticipantsResponse(errors=errors)
 
+    async def end_on_partition(self, req: pb.EndTxnOnPartitionRequest) -> pb.EndTxnOnPartitionResponse:
+        """One participant (a coordinator's retry of one that failed in a batch)."""
+        self.auth.require_superuser("EndTxnOnPartition (a coordinator's call)")
+        await self._end(req.topic, "", TxnID.from_wire(req.txn), req.action == pb.TXN_COMMIT)
+        return pb.EndTxnOnPartitionResponse()
+
     async def end_on_subscription(self, req: pb.EndTxnOnSubscriptionRequest) -> pb.EndTxnOnSubscriptionResponse:
-        self.service.auth.require_superuser("EndTxnOnSubscription (a coordinator's call)")
-        validate_name_part("subscription", req.subscription)
-        plog = await self.service.ownership.get_log(TopicName.parse(req.topic))
-        async with plog._sub_lock:
-            sub = plog.subscriptions.get(req.subscription)
+        """One participant (a coordinator's retry of one that failed in a batch)."""
+        self.auth.require_superuser("EndTxnOnSubscription (a coordinator's call)")
+        await self._end(req.topic, req.subscription, TxnID.from_wire(req.txn),
+                        req.action == pb.TXN_COMMIT)
+        return pb.EndTxnOnSubscriptionResponse()
+
+    async def _end(self, topic: str, subscription: str, txn: TxnID, commit: bool) -> None:
+        """End ``txn`` on one participant: a partition (``subscription`` empty) or one of
+        its subscriptions.  Idempotent; the opposite of a recorded outcome is refused."""
+        if subscription:
+            validate_name_part("subscription", subscription)
+        plog = await self.ownership.get_log(TopicName.parse(topic))
+        if not subscription:
+            await plog.end_txn(txn, commit)
+            return
+        async with plog.subscriptions_lock:
+            sub = plog.subscriptions.get(subscription)
             if sub is None:
                 # No consumer since this broker took over: load the durable cursor.
-                sub = await Subscription.open_durable(plog, req.subscription, plog.next_entry_id - 1)
-        await sub.end_txn((req.txn.most_bits, req.txn.least_bits), req.action == pb.TXN_COMMIT)
-        return pb.EndTxnOnSubscriptionResponse()
+                sub = await Subscription.open_durable(plog, subscription, plog.next_entry_id - 1)
+        await sub.end_txn(txn, commit)

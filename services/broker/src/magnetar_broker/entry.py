@@ -1,0 +1,29 @@
+"""A stored batch as the broker holds it in memory.  Pure: no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from magnetar_protocol.txnid import TxnID
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stored batch, or a commit marker whose payload is its transaction's batches
+    joined (serialized MessageBatch values concatenate into one)."""
+
+    entry_id: int
+    producer_name: str
+    num_messages: int
+    publish_time: int
+    payload: bytes | None  # None: a marker not expanded yet
+    txn: TxnID | None = None
+    # A marker committed by this broker: its batches, still in memory, joined on first
+    # read rather than at commit (a commit's cost stays independent of its size).
+    parts: tuple[bytes, ...] | None = None
+
+    def size(self) -> int:
+        """Bytes held in memory."""
+        if self.payload is not None:
+            return len(self.payload)
+        return sum(map(len, self.parts)) if self.parts else 0

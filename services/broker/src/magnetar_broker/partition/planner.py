@@ -1,0 +1,329 @@
+"""The write planner of a partition.  Pure: no I/O.
+
+The partition's writer queues plain appends, transactional appends and transaction
+ends, and writes each queued group with one statement.  ``plan_plain`` (a group of plain
+appends only: the hot path) and ``plan_group`` (anything else) turn a group into the
+rows to write and the answer to each item; ``settle_group`` turns a group plan and the
+database's answer to its registrations into the changes to apply in memory.  The rules:
+
+- order: entry ids are given in queue order, from the partition's next entry id; a
+  transaction's batches are numbered in its order of sends here;
+- dedup inside a group: one sequence row per producer (per producer and registering
+  transaction), its highest sequence id in the group;
+- sidecar rows vs marker rows: a transactional send is a row of the transaction's
+  sidecar buffer (``txn_entries``), never an entry; a commit with messages here writes
+  one marker entry (no payload: its batches are the sidecar's); an abort writes none
+  and discards the sidecar, and appends of a transaction aborted in the same group are
+  not written at all;
+- the first send of a transaction here registers the partition in the same statement
+  (only while the transaction is OPEN and the sender's); an end in the same group
+  refuses those sends; another role's send is refused;
+- the lease epoch and the exclusive producer's topic epoch are checked by the statement
+  (the shell passes them), so a refused write changes nothing in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from magnetar_protocol.errors import MagnetarError
+from magnetar_protocol.txnid import TxnID
+
+from magnetar_broker.entry import Entry
+from magnetar_broker.partition.txnrules import (
+    Actor,
+    TxnBuf,
+    ended_error,
+    may_act,
+    not_open_error,
+    not_owner_error,
+    registration_refused,
+)
+
+MAX_CACHED_TXN_BYTES = 8 * 1024 * 1024  # keep a transaction's batches in memory up to this
+
+
+@dataclass(slots=True)
+class Append:
+    """A plain batch, admitted (validated and deduplicated) and queued."""
+    producer: object
+    producer_name: str
+    lowest: int
+    highest: int
+    num_messages: int
+    batch: bytes
+
+
+@dataclass(slots=True)
+class TxnAppend:
+    """A transactional batch, admitted and queued."""
+    producer: object
+    producer_name: str
+    lowest: int
+    highest: int
+    num_messages: int
+    batch: bytes
+    txn: TxnID
+    actor: Actor  # the sender, for the registration of a first send here
+
+
+@dataclass(slots=True)
+class TxnEnd:
+    """EndTxnOnPartition, queued behind the sends before it."""
+    txn: TxnID
+    commit: bool
+    producer: object = None  # never fenced
+
+
+# ---------------------------------------------------------------- plain groups
+
+
+@dataclass(slots=True)
+class PlainPlan:
+    """A group of plain appends: one entry each, in order."""
+    first_id: int
+    columns: tuple  # append_entries' per-column arrays: ids, producers, lowest, highest, counts, times, payloads
+    sequences: dict[str, int]  # producer -> its highest sequence id in the group (dedup on)
+
+    @property
+    def next_entry_id(self) -> int:
+        return self.first_id + len(self.columns[0])
+
+    def entries(self) -> list[Entry]:
+        ids, names, _, _, counts, times, payloads = self.columns
+        return [Entry(*row) for row in zip(ids, names, counts, times, payloads)]
+
+
+def plan_plain(items: list[Append], next_entry_id: int, dedup: bool, now_ms: int) -> PlainPlan:
+    ids = list(range(next_entry_id, next_entry_id + len(items)))
+    columns = (
+        ids,
+        [i.producer_name for i in items],
+        [i.lowest for i in items],
+        [i.highest for i in items],
+        [i.num_messages for i in items],
+        [now_ms] * len(items),
+        [i.batch for i in items],
+    )
+    sequences: dict[str, int] = {}
+    if dedup:
+        for i in items:
+            sequences[i.producer_name] = max(sequences.get(i.producer_name, -1), i.highest)
+    return PlainPlan(next_entry_id, columns, sequences)
+
+
+# ---------------------------------------------------------------- mixed groups
+
+
+@dataclass
+class FirstSends:
+    """A group's sends of a transaction whose first here they are."""
+    actor: Actor
+    buf: TxnBuf = field(default_factory=TxnBuf)
+    items: list[int] = field(default_factory=list)  # their places in the group
+    rows: list[tuple] = field(default_factory=list)
+
+
+@dataclass
+class GroupRows:
+    """What the group's statement writes (store.write_txn_group), by table."""
+    # (entry id, producer, lowest, highest, messages, publish time, payload, txn most, txn least)
+    entries: list[tuple] = field(default_factory=list)
+    # (txn most, txn least, batch no, producer, lowest, highest, messages, payload)
+    txn_entries: list[tuple] = field(default_factory=list)
+    # (producer, highest, txn most, txn least): the txn None unless it registers here
+    sequences: list[tuple] = field(default_factory=list)
+    outcomes: list[tuple] = field(default_factory=list)       # (txn most, txn least, commit)
+    discards: list[TxnID] = field(default_factory=list)       # aborted: drop their sidecar rows
+    registrations: list[tuple] = field(default_factory=list)  # (txn most, txn least, role, superuser)
+
+
+@dataclass
+class GroupPlan:
+    results: list            # per item: position, None (an end) or the error to answer
+    rows: GroupRows
+    staged: dict[TxnID, TxnBuf]          # registered transactions' buffers after the group
+    fresh: dict[TxnID, FirstSends]       # first sends here: this write registers them
+    sequences: dict[tuple, int]          # (producer, txn if it registers here) -> highest
+    markers: dict[int, TxnID]            # marker entry id -> its transaction
+    next_entry_id: int
+    now_ms: int
+
+
+def plan_group(items: list, txns: Mapping[TxnID, TxnBuf], next_entry_id: int, dedup: bool,
+               now_ms: int, topic: str) -> GroupPlan:
+    """Plan a group holding transactional work.  ``txns``: the partition's buffers (read
+    only; every transaction of a queued end or a non-first send has one)."""
+    results: list = [None] * len(items)
+    staged: dict[TxnID, TxnBuf] = {}
+    fresh: dict[TxnID, FirstSends] = {}
+    rows = GroupRows()
+    txn_rows: list[tuple] = []
+    sequences: dict[tuple, int] = {}
+    markers: dict[int, TxnID] = {}
+    next_id = next_entry_id
+
+    def view(txn: TxnID) -> TxnBuf:
+        if txn not in staged:
+            staged[txn] = txns[txn].copy()
+        return staged[txn]
+
+    for i, item in enumerate(items):
+        if isinstance(item, TxnEnd):
+            if item.txn in fresh:
+                # Ending means the coordinator moved it out of OPEN: its first sends
+                # here cannot register, so they are refused, not written.
+                for j in fresh.pop(item.txn).items:
+                    results[j] = not_open_error(item.txn, False)
+                sequences = {k: v for k, v in sequences.items() if k[1] != item.txn}
+            buf = view(item.txn)
+            if buf.committed is not None:
+                results[i] = None if buf.committed == item.commit else ended_error(item.txn, buf.committed)
+                continue
+            buf.committed = item.commit
+            rows.outcomes.append((*item.txn, item.commit))
+            if item.commit and buf.messages:
+                rows.entries.append((next_id, "", 0, 0, buf.messages, now_ms, b"", *item.txn))
+                markers[next_id] = item.txn
+                next_id += 1
+            elif not item.commit:
+                rows.discards.append(item.txn)
+            continue
+        transactional = isinstance(item, TxnAppend)
+        registering = transactional and _registers(item.txn, txns, staged)
+        if transactional and (refusal := _not_owner(item, registering, txns, fresh, topic)):
+            results[i] = refusal
+            continue
+        if dedup:
+            key = (item.producer_name, item.txn if registering else None)
+            sequences[key] = max(sequences.get(key, -1), item.highest)
+        if not transactional:
+            rows.entries.append((next_id, item.producer_name, item.lowest, item.highest,
+                                 item.num_messages, now_ms, item.batch, None, None))
+            results[i] = next_id
+            next_id += 1
+            continue
+        if registering:
+            first = fresh.setdefault(item.txn, FirstSends(item.actor))
+            first.items.append(i)
+            buf = first.buf
+        else:
+            buf = view(item.txn)
+        if buf.committed is not None:
+            results[i] = ended_error(item.txn, buf.committed)
+            continue
+        (first.rows if registering else txn_rows).append(
+            (*item.txn, buf.batches, item.producer_name, item.lowest, item.highest,
+             item.num_messages, item.batch))
+        results[i] = buf.batches
+        buf.batches += 1
+        buf.messages += item.num_messages
+        buf.size += len(item.batch)
+        if buf.payloads is not None and buf.size <= MAX_CACHED_TXN_BYTES:
+            buf.payloads.append(item.batch)
+        else:
+            buf.payloads = None
+
+    # A transaction appended to and aborted in this very group: its appends are not
+    # written at all (one statement cannot delete the rows it inserts).
+    discarded = set(rows.discards)
+    rows.txn_entries = [row for row in txn_rows if (row[0], row[1]) not in discarded]
+    for first in fresh.values():
+        rows.txn_entries += first.rows
+    rows.sequences = [(name, seq, *(txn or (None, None))) for (name, txn), seq in sequences.items()]
+    rows.registrations = [(*txn, *first.actor) for txn, first in fresh.items()]
+    return GroupPlan(results, rows, staged, fresh, sequences, markers, next_id, now_ms)
+
+
+def _registers(txn: TxnID, txns: Mapping[TxnID, TxnBuf], staged: dict[TxnID, TxnBuf]) -> bool:
+    """Whether a send for ``txn`` registers this partition in the group's write: its
+    first here (not yet registered, not ended, not ended earlier in this group)."""
+    if txn in staged:
+        return False
+    base = txns.get(txn)
+    return base is None or (base.committed is None and not base.registered)
+
+
+def _not_owner(item: TxnAppend, registering: bool, txns: Mapping[TxnID, TxnBuf],
+               fresh: dict[TxnID, FirstSends], topic: str) -> MagnetarError | None:
+    """Every transactional send is checked against the owner, not only the first: a
+    registered transaction's owner is known here (a dict lookup); a first send's is
+    checked by the registering write, for the first sender of the group, so a different
+    role's send in that same group is refused."""
+    if item.actor[1]:
+        return None
+    if registering:
+        first = fresh.get(item.txn)
+        if first is None or first.actor[0] == item.actor[0]:
+            return None
+    else:
+        base = txns.get(item.txn)
+        if base is None or not base.registered or may_act(item.actor, base.owner):
+            return None
+    return not_owner_error(item.txn, f"sending to {topic}", item.actor)
+
+
+# ---------------------------------------------------------------- after the write
+
+
+@dataclass
+class Settled:
+    """The in-memory changes of a written group."""
+    results: list
+    cached: list[Entry]                 # new entries, in order (markers keep their batches)
+    txns: dict[TxnID, TxnBuf]           # new buffer states
+    opened: int                         # transactions newly buffered here
+    ended: list[bool]                   # outcomes of the transactions ended by the group
+    sequences: dict[str, int]           # producer -> highest persisted sequence id
+    next_entry_id: int
+
+
+def settle_group(plan: GroupPlan, txns: Mapping[TxnID, TxnBuf], registered: list,
+                 topic: str) -> Settled:
+    """The changes to apply once the group's statement succeeded; ``registered``: its
+    answer per registration (ok, batches and messages buffered before, coordinator
+    status, expired, owner), in ``plan.fresh`` order."""
+    results = list(plan.results)
+    new_txns: dict[TxnID, TxnBuf] = {}
+    refused: set[TxnID] = set()
+    opened = 0
+    for (txn, first), (ok, batches, messages, status, expired, owner) in zip(
+            plan.fresh.items(), registered):
+        if not ok:
+            refused.add(txn)
+            error = registration_refused(txn, f"sending to {topic}", status, expired, owner,
+                                         first.actor)
+            for j in first.items:
+                results[j] = error
+            continue
+        # Numbered after the batches an earlier owner of this partition buffered.
+        for j in first.items:
+            results[j] += batches
+        buf = first.buf
+        if txn not in txns:
+            opened += 1
+        new_txns[txn] = TxnBuf(batches + buf.batches, messages + buf.messages,
+                               buf.payloads if batches == 0 else None, buf.size,
+                               registered=True, owner=owner)
+    cached: list[Entry] = []
+    for row in plan.rows.entries:
+        entry_id = row[0]
+        if entry_id in plan.markers:
+            txn = plan.markers[entry_id]
+            payloads = plan.staged[txn].payloads
+            cached.append(Entry(entry_id, "", row[4], plan.now_ms, None, txn,
+                                tuple(payloads) if payloads is not None else None))
+        else:
+            cached.append(Entry(entry_id, row[1], row[4], plan.now_ms, row[6]))
+    ended: list[bool] = []
+    for txn, buf in plan.staged.items():
+        if buf.committed is not None and txns[txn].committed is None:
+            buf.payloads = None  # the marker holds them now
+            ended.append(buf.committed)
+        new_txns[txn] = buf
+    sequences: dict[str, int] = {}
+    for (name, txn), seq in plan.sequences.items():
+        if txn not in refused:
+            sequences[name] = max(seq, sequences.get(name, -1))
+    return Settled(results, cached, new_txns, opened, ended, sequences, plan.next_entry_id)
