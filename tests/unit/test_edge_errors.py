@@ -11,7 +11,7 @@ import asyncpg
 import jwt
 import pytest
 
-from magnetar_broker.dedup import drop_persisted
+from magnetar_broker.partition.dedup import drop_persisted
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import AuthenticationError, BadRequest, PersistenceError
 from magnetar_runtime.app import FastPath, as_magnetar_error, create_app, proto_route, write_failure

@@ -36,7 +36,7 @@ async def _buffer(broker, topic_id, epoch=0):
     from types import SimpleNamespace
 
     from magnetar_runtime.roles import Roles
-    from magnetar_broker.txnbuffer import TxnBuffer
+    from magnetar_broker.partition.txnbuffer import TxnBuffer
 
     epoch = await broker.assign_owner(topic_id, "b", epoch)
     buffer = TxnBuffer(broker, topic_id, TOPIC, Roles("", enabled=False))
@@ -200,9 +200,9 @@ async def test_a_refused_first_ack_does_not_make_a_later_ack_in_its_group_confli
     from types import SimpleNamespace
 
     from magnetar_protocol.errors import InvalidTxnStatusError, TransactionConflict
-    from magnetar_broker.cursor import Cursor
-    from magnetar_broker.subscription import Subscription
-    from magnetar_broker.topic import PartitionLog
+    from magnetar_broker.subscription.cursor import Cursor
+    from magnetar_broker.subscription.subscription import Subscription
+    from magnetar_broker.partition.log import PartitionLog
 
     pool, coordinator, _, broker, topic_id = await _stores(database_url)
     for txn_id in (1, 2, 3):
@@ -214,13 +214,13 @@ async def test_a_refused_first_ack_does_not_make_a_later_ack_in_its_group_confli
     log.lease_checked = partial(PartitionLog.lease_checked, log)  # the real check
     sub = Subscription(log, "sub", Cursor(), durable=True)
     message = [(0, 0)]
-    results = await sub._ack_txns([(message, False, (0, 1), ANYONE),   # refused: ABORTING
+    results = await sub.txn._ack_txns([(message, False, (0, 1), ANYONE),   # refused: ABORTING
                                    (message, False, (0, 2), ANYONE),   # clashes with 1 at first
                                    (message, False, (0, 3), ANYONE)])  # clashes with 2: stands
     assert isinstance(results[0], InvalidTxnStatusError)
     assert results[1] is None
     assert isinstance(results[2], TransactionConflict) and "(0,2)" in str(results[2])
-    assert sub.txn_acks.holder(0, 0) == (0, 2)
+    assert sub.txn.pending.holder(0, 0) == (0, 2)
     pending = await pool.fetch("SELECT txn_least FROM pending_acks")
     assert [r[0] for r in pending] == [2]
     assert await coordinator.participants(2) == ([], [(TOPIC, "sub")])

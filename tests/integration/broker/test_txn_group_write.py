@@ -9,7 +9,7 @@ from magnetar_storage.db import create_pool
 from magnetar_broker.store import BrokerStore
 from magnetar_broker.partition.planner import TxnAppend, TxnEnd
 from magnetar_broker.partition.txnrules import TxnBuf
-from magnetar_broker.txnbuffer import TxnBuffer
+from magnetar_broker.partition.txnbuffer import TxnBuffer
 
 TOPIC = "persistent://public/default/t"
 ANYONE = ("anonymous", True)  # the sender: authentication off

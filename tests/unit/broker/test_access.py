@@ -3,7 +3,7 @@
 import pytest
 
 from magnetar_protocol.errors import ProducerBusy, ProducerFenced
-from magnetar_broker.access import (
+from magnetar_broker.partition.access import (
     EXCLUSIVE, EXCLUSIVE_WITH_FENCING, SHARED, WAIT_FOR_EXCLUSIVE, AccessState, Outcome)
 
 

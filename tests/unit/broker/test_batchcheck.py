@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from magnetar_broker.batchcheck import batch_problem
+from magnetar_broker.partition.batchcheck import batch_problem
 from magnetar_protocol import magnetar_pb2 as pb
 
 

@@ -1,4 +1,4 @@
-from magnetar_broker.cursor import WHOLE, Cursor
+from magnetar_broker.subscription.cursor import WHOLE, Cursor
 
 
 def test_in_order_acks_move_mark_delete():
@@ -59,7 +59,7 @@ def test_decode_advances_over_complete_entries():
 
 
 def test_batch_index_is_bounded_by_the_entry():
-    from magnetar_broker.cursor import batch_index_problem
+    from magnetar_broker.partition.batchcheck import batch_index_problem
 
     assert batch_index_problem(4, WHOLE, 3, 10000) is None
     assert batch_index_problem(4, 0, 3, 10000) is None

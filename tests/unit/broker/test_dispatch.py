@@ -1,6 +1,6 @@
 import random
 
-from magnetar_broker.dispatch import (
+from magnetar_broker.subscription.dispatch import (
     WHOLE, Deliveries, HashRing, failover_active, key_hash, mask_indices)
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from magnetar_protocol.errors import NotOwner
-from magnetar_broker.topic import PartitionLog
+from magnetar_broker.partition.log import PartitionLog
 
 
 def _log():

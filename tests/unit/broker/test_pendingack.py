@@ -3,8 +3,8 @@
 import pytest
 
 from magnetar_protocol.errors import TransactionConflict
-from magnetar_broker.cursor import WHOLE, Cursor
-from magnetar_broker.pendingack import PendingAcks
+from magnetar_broker.subscription.cursor import WHOLE, Cursor
+from magnetar_broker.subscription.pendingack import PendingAcks
 
 T1, T2 = (0, 1), (0, 2)
 

@@ -7,6 +7,7 @@ from fastapi import FastAPI
 from magnetar_runtime.app import service_app
 from magnetar_runtime.serve import serve
 
+from magnetar_broker import hosted_coordinator
 from magnetar_broker.api import add_routes
 from magnetar_broker.service import BrokerService
 from magnetar_broker.settings import BrokerSettings
@@ -16,11 +17,7 @@ from magnetar_broker.store import BrokerStore
 def build_app(settings: BrokerSettings | None = None) -> FastAPI:
     settings = settings or BrokerSettings()
 
-    routes = add_routes
-    if settings.host_coordinator:
-        from magnetar_broker import hosted_coordinator
-
-        routes = hosted_coordinator.add_routes
+    routes = hosted_coordinator.add_routes if settings.host_coordinator else add_routes
 
     def make_service(pool, auth):
         service = BrokerService(BrokerStore(pool, settings.resolved_broker_id), settings, auth)

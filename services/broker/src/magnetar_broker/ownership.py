@@ -26,7 +26,7 @@ from magnetar_runtime.roles import Roles
 from magnetar_broker import metrics
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
-from magnetar_broker.topic import PartitionLog
+from magnetar_broker.partition.log import PartitionLog
 
 log = logging.getLogger("magnetar.broker.ownership")
 

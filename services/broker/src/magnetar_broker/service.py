@@ -23,16 +23,16 @@ from magnetar_runtime.permissions import CONSUME, LOOKUP
 from magnetar_runtime.loops import BackgroundLoop
 
 from magnetar_broker import metrics
-from magnetar_broker.access import MODE_NAMES as ACCESS_MODES
+from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
 from magnetar_broker.authorization import Authorizer
-from magnetar_broker.cursor import Cursor
+from magnetar_broker.subscription.cursor import Cursor
 from magnetar_broker.ownership import Ownership
 from magnetar_broker.producers import ProducerHandlers
 from magnetar_broker.sessions import SessionRegistry, new_object_id
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
-from magnetar_broker.subscription import Consumer, Subscription
-from magnetar_broker.topic import PartitionLog, Producer
+from magnetar_broker.subscription.subscription import Consumer, Subscription
+from magnetar_broker.partition.log import PartitionLog, Producer
 
 log = logging.getLogger("magnetar.broker")
 
@@ -321,7 +321,7 @@ class BrokerService:
         consumer.subscription.log.check_open()
         cumulative = req.ack_type == pb.ACK_CUMULATIVE
         if req.HasField("txn"):
-            await consumer.subscription.ack_txn(
+            await consumer.subscription.txn.ack(
                 req.positions, cumulative, TxnID.from_wire(req.txn))
         else:
             await consumer.subscription.ack(consumer, req.positions, cumulative)

@@ -18,7 +18,7 @@ from magnetar_broker.ownership import Ownership
 from magnetar_broker.service import check_listener
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
-from magnetar_broker.subscription import Subscription
+from magnetar_broker.subscription.subscription import Subscription
 
 
 # (listener, [(internal URL, what it is)]) -> that listener's URLs, in that order
@@ -100,4 +100,4 @@ class TxnHandlers:
             if sub is None:
                 # No consumer since this broker took over: load the durable cursor.
                 sub = await Subscription.open_durable(plog, subscription, plog.next_entry_id - 1)
-        await sub.end_txn(txn, commit)
+        await sub.txn.end(txn, commit)

@@ -56,14 +56,8 @@ class Append:
 
 
 @dataclass(slots=True)
-class TxnAppend:
+class TxnAppend(Append):
     """A transactional batch, admitted and queued."""
-    producer: object
-    producer_name: str
-    lowest: int
-    highest: int
-    num_messages: int
-    batch: bytes
     txn: TxnID
     actor: Actor  # the sender, for the registration of a first send here
 

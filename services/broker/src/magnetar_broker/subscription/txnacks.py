@@ -1,5 +1,5 @@
-"""Transactional acknowledgements of a subscription (PIP-31 pending ack), mixed into
-Subscription: conflict checks (pendingack.py), durable pending rows, and the commit or
+"""Transactional acknowledgements of a subscription (PIP-31 pending ack), a part of
+the Subscription (composed, ``sub.txn``): conflict checks (pendingack.py), durable pending rows, and the commit or
 abort of a transaction's acks.  Concurrent acks, and concurrent ends, of one
 subscription share one database transaction (group commit)."""
 
@@ -10,65 +10,78 @@ import time
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import BadRequest, MagnetarError, NotAllowedError, TransactionConflict
 
+from magnetar_protocol.txnid import TxnID
+from magnetar_runtime.groupcommit import GroupCommit
+
 from magnetar_broker import metrics
-from magnetar_broker.cursor import WHOLE, full_mask
+from magnetar_broker.subscription.cursor import WHOLE, full_mask
+from magnetar_broker.subscription.dispatch import SUB_NAMES
+from magnetar_broker.subscription.pendingack import PendingAcks
 from magnetar_broker.partition.txnrules import (
     ended_error,
     may_act,
     not_owner_error,
     registration_refused,
 )
-from magnetar_broker.txnbuffer import ended_txn_error, txn_actor
+from magnetar_broker.partition.txnbuffer import ended_txn_error, txn_actor
 
-SUB_NAMES = {pb.SUB_EXCLUSIVE: "Exclusive", pb.SUB_SHARED: "Shared",
-             pb.SUB_FAILOVER: "Failover", pb.SUB_KEY_SHARED: "Key_Shared"}
+class TxnAcks:
+    """The acknowledgements of one subscription made inside transactions: a part of the
+    subscription (``Subscription.txn``), which it reads and updates (cursor, deliveries,
+    locks) as the subscription's own code does."""
 
+    def __init__(self, sub) -> None:
+        self.sub = sub  # the subscription.Subscription holding this
+        self.pending = PendingAcks()
+        self.outcomes: dict[TxnID, bool] = {}
+        # Transactions this subscription is registered with -> their owner's role, so every
+        # later transactional ack checks the owner with a dict lookup.
+        self._registered: dict[TxnID, str | None] = {}
+        self._acker: GroupCommit = GroupCommit(self._ack_txns, 256)
+        self._ender: GroupCommit = GroupCommit(self._end_txns, 256)
 
-class TransactionalAcks:
-    # ---------------------------------------------------------------- transactions
-
-    async def _check_txn(self, txn: tuple[int, int]) -> tuple[str, bool]:
+    async def _check_txn(self, txn: TxnID) -> tuple[str, bool]:
         """Refuse an ack for a transaction ended here; answer the sender (role, may act
         for any owner), which a transaction's first ack here needs: the write that records
         it also registers this subscription with the transaction (``_ack_txns``)."""
-        outcome = self.txn_outcomes.get(txn)
+        outcome = self.outcomes.get(txn)
         if outcome is not None:
-            raise await ended_txn_error(self.log.store, txn, outcome)
-        return txn_actor(self.log.txnbuf.roles)  # checked against the owner in _ack_round
+            raise await ended_txn_error(self.sub.log.store, txn, outcome)
+        return txn_actor(self.sub.log.txnbuf.roles)  # checked against the owner in _ack_round
 
     def _ack_what(self) -> str:
-        return f"acknowledging on {self.log.name.full} subscription {self.name!r}"
+        return f"acknowledging on {self.sub.log.name.full} subscription {self.sub.name!r}"
 
-    def _ack_not_owner(self, txn: tuple[int, int], actor: tuple[str, bool],
+    def _ack_not_owner(self, txn: TxnID, actor: tuple[str, bool],
                        first_acks: dict) -> MagnetarError | None:
         """Every transactional ack is checked against the owner (see TxnBuffer._not_owner)."""
         if actor[1]:
             return None
-        if txn in self._txn_registered:
-            ok = may_act(actor, self._txn_registered[txn])
+        if txn in self._registered:
+            ok = may_act(actor, self._registered[txn])
         else:
             ok = txn not in first_acks or first_acks[txn][0] == actor[0]
         return None if ok else not_owner_error(txn, self._ack_what(), actor)
 
-    async def ack_txn(self, positions, cumulative: bool, txn: tuple[int, int]) -> None:
+    async def ack(self, positions, cumulative: bool, txn: TxnID) -> None:
         """Acknowledge in a transaction: pending until it ends; durable before the reply.
         Concurrent transactional acks on a subscription share one database write."""
-        if not self.durable:
+        if not self.sub.durable:
             raise NotAllowedError("a reader cannot acknowledge in a transaction")
-        if cumulative and self.sub_type in (pb.SUB_SHARED, pb.SUB_KEY_SHARED):
+        if cumulative and self.sub.sub_type in (pb.SUB_SHARED, pb.SUB_KEY_SHARED):
             raise NotAllowedError(
-                f"cumulative ack is not allowed on {SUB_NAMES[self.sub_type]} subscription {self.name!r}")
-        end = self.log.next_entry_id
+                f"cumulative ack is not allowed on {SUB_NAMES[self.sub.sub_type]} subscription {self.sub.name!r}")
+        end = self.sub.log.next_entry_id
         wanted = [(p.entry_id, p.batch_index) for p in positions]
         if not wanted or any(e >= end for e, _ in wanted):
-            raise BadRequest(f"transactional ack on {self.log.name.full} names no position or one past the end")
-        await self.check_positions("transactional ack", positions)
+            raise BadRequest(f"transactional ack on {self.sub.log.name.full} names no position or one past the end")
+        await self.sub.check_positions("transactional ack", positions)
         actor = await self._check_txn(txn)
-        await self._txn_acker.submit((wanted, cumulative, txn, actor))
+        await self._acker.submit((wanted, cumulative, txn, actor))
 
     async def _ack_txns(self, items: list) -> list:
         results: list = [None] * len(items)
-        async with self._lock:
+        async with self.sub.lock:
             round_ = list(range(len(items)))
             while round_:
                 round_ = await self._ack_round(items, round_, results)
@@ -81,7 +94,7 @@ class TransactionalAcks:
         so the clash may have been with nothing)."""
         rows: list[tuple] = []
         accepted: list = []
-        first_acks: dict[tuple[int, int], tuple[str, bool]] = {}  # register in this write
+        first_acks: dict[TxnID, tuple[str, bool]] = {}  # register in this write
         clashed: list[int] = []
         for place in places:
             wanted, cumulative, txn, actor = items[place]
@@ -91,9 +104,9 @@ class TransactionalAcks:
             try:
                 if cumulative:
                     wanted = [max(wanted)]
-                    self.txn_acks.check_cumulative(txn, *wanted[0], self.cursor)
+                    self.pending.check_cumulative(txn, *wanted[0], self.sub.cursor)
                 else:
-                    wanted = self.txn_acks.check_individual(txn, wanted, self.cursor)
+                    wanted = self.pending.check_individual(txn, wanted, self.sub.cursor)
             except MagnetarError as exc:
                 results[place] = exc
                 if first_acks and isinstance(exc, TransactionConflict):
@@ -102,23 +115,23 @@ class TransactionalAcks:
             results[place] = None  # a clash of an earlier round is gone
             # Held at once, so a later item of this group sees the conflict.
             if wanted:
-                self.txn_acks.add(txn, wanted, cumulative)
-                if txn not in self._txn_registered:
+                self.pending.add(txn, wanted, cumulative)
+                if txn not in self._registered:
                     first_acks.setdefault(txn, actor)
             rows += [(e, i, txn[0], txn[1], cumulative) for e, i in wanted]
             accepted.append((place, wanted, cumulative, txn))
-        refused: dict[tuple[int, int], MagnetarError] = {}
+        refused: dict[TxnID, MagnetarError] = {}
         if rows:
-            _, registered = await self.log.lease_checked(
-                "recording transactional acks", self.log.store.record_pending_acks(
-                    self.log.topic_id, self.log.epoch, self.name, rows,
-                    [(*txn, *actor) for txn, actor in first_acks.items()], self.log.name.full),
+            _, registered = await self.sub.log.lease_checked(
+                "recording transactional acks", self.sub.log.store.record_pending_acks(
+                    self.sub.log.topic_id, self.sub.log.epoch, self.sub.name, rows,
+                    [(*txn, *actor) for txn, actor in first_acks.items()], self.sub.log.name.full),
                 owned=lambda result: result[0])
             for (txn, actor), answer in zip(first_acks.items(), registered):
                 if answer[0]:
-                    self._txn_registered[txn] = answer[-1]  # its owner
+                    self._registered[txn] = answer[-1]  # its owner
                 else:
-                    self.txn_acks.take(txn)  # its first acks here: nothing else is held
+                    self.pending.take(txn)  # its first acks here: nothing else is held
                     refused[txn] = await self._refusal(txn, actor, *answer[1:])
         for place, wanted, cumulative, txn in accepted:
             if txn in refused:
@@ -127,58 +140,58 @@ class TransactionalAcks:
             for entry_id, index in wanted:
                 # Held by the transaction now: not the consumer's to redeliver.
                 if cumulative:
-                    self.deliveries.acked_cumulative(entry_id, index)
+                    self.sub.deliveries.acked_cumulative(entry_id, index)
                 else:
-                    self.deliveries.acked(entry_id, index)
+                    self.sub.deliveries.acked(entry_id, index)
         return clashed if refused else []
 
-    async def _refusal(self, txn: tuple[int, int], actor: tuple[str, bool], outcome: bool | None,
+    async def _refusal(self, txn: TxnID, actor: tuple[str, bool], outcome: bool | None,
                        status: int | None, expired: bool, owner: str | None) -> MagnetarError:
         """Why a first ack here could not register the subscription with ``txn``."""
         if outcome is not None:  # it ended here already (before a restart of this broker)
-            self.txn_outcomes[txn] = outcome
-            return await ended_txn_error(self.log.store, txn, outcome)
+            self.outcomes[txn] = outcome
+            return await ended_txn_error(self.sub.log.store, txn, outcome)
         return registration_refused(
-            txn, f"acknowledging on subscription {self.name!r} of {self.log.name.full}",
+            txn, f"acknowledging on subscription {self.sub.name!r} of {self.sub.log.name.full}",
             status, expired, owner, actor)
 
-    async def end_txn(self, txn: tuple[int, int], commit: bool) -> None:
+    async def end(self, txn: TxnID, commit: bool) -> None:
         """EndTxnOnSubscription: commit makes the acks final, abort redelivers.  Ends
         arriving together share one database transaction."""
-        await self._txn_ender.submit((txn, commit))
-        self.log.wake()
+        await self._ender.submit((txn, commit))
+        self.sub.log.wake()
 
     async def _end_txns(self, items: list) -> list:
         started = time.perf_counter()
-        store = self.log.store
+        store = self.sub.log.store
         results: list = []
         decided: list[tuple] = []
-        async with self._lock, self._persist_lock:
+        async with self.sub.lock, self.sub.persist_lock:
             for txn, commit in items:
-                outcome = self.txn_outcomes.get(txn)
-                if outcome is None and not self.txn_acks.holds(txn):
+                outcome = self.outcomes.get(txn)
+                if outcome is None and not self.pending.holds(txn):
                     # Acks pending here mean it has not ended here; otherwise ask the
                     # database (a repeat after a restart must get the same answer).
-                    outcome = await store.outcome(self.log.topic_id, self.name, txn)
+                    outcome = await store.outcome(self.sub.log.topic_id, self.sub.name, txn)
                 if outcome is not None:
-                    self.txn_outcomes[txn] = outcome
+                    self.outcomes[txn] = outcome
                     results.append(None if outcome == commit else ended_error(txn, outcome))
                     continue
-                individual, cumulative = self.txn_acks.take(txn)
+                individual, cumulative = self.pending.take(txn)
                 if commit:
                     for entry_id, index in individual:
-                        self.cursor.ack(entry_id, index)
+                        self.sub.cursor.ack(entry_id, index)
                     if cumulative:
-                        self.cursor.ack_cumulative(*cumulative)
-                        self.deliveries.acked_cumulative(*cumulative)
-                self.txn_outcomes[txn] = commit  # a duplicate later in this group sees it
+                        self.sub.cursor.ack_cumulative(*cumulative)
+                        self.sub.deliveries.acked_cumulative(*cumulative)
+                self.outcomes[txn] = commit  # a duplicate later in this group sees it
                 decided.append((txn, commit, individual, cumulative))
                 results.append(None)
             if decided:
                 any_commit = any(d[1] for d in decided)
-                cursor = (self.cursor.mark_delete, self.cursor.encode()) if any_commit else None
-                await self.log.lease_checked("ending transactions", store.end_subscription_txns(
-                    self.log.topic_id, self.log.epoch, self.name, cursor,
+                cursor = (self.sub.cursor.mark_delete, self.sub.cursor.encode()) if any_commit else None
+                await self.sub.log.lease_checked("ending transactions", store.end_subscription_txns(
+                    self.sub.log.topic_id, self.sub.log.epoch, self.sub.name, cursor,
                     [(*d[0], d[1]) for d in decided]))
                 for txn, commit, individual, cumulative in decided:
                     (metrics.TP_COMMITTED if commit else metrics.TP_ABORTED).inc()
@@ -192,22 +205,22 @@ class TransactionalAcks:
         masks: dict[int, int] = {}
         for entry_id, index in individual:
             if index == WHOLE:
-                entry = await self.log.read_one(entry_id)
+                entry = await self.sub.log.read_one(entry_id)
                 masks[entry_id] = full_mask(entry.num_messages) if entry else 0
             else:
                 masks[entry_id] = masks.get(entry_id, 0) | 1 << index
         if cumulative:
             last_entry, last_index = cumulative
-            for entry_id in range(self.cursor.mark_delete + 1, last_entry + 1):
-                entry = await self.log.read_one(entry_id)
+            for entry_id in range(self.sub.cursor.mark_delete + 1, last_entry + 1):
+                entry = await self.sub.log.read_one(entry_id)
                 if entry is None:
                     continue
                 mask = full_mask(entry.num_messages)
                 if entry_id == last_entry and last_index != WHOLE:
                     mask &= full_mask(last_index + 1)
-                masks[entry_id] = masks.get(entry_id, 0) | (mask & self.cursor.unacked_mask(entry_id, entry.num_messages))
+                masks[entry_id] = masks.get(entry_id, 0) | (mask & self.sub.cursor.unacked_mask(entry_id, entry.num_messages))
         for entry_id, mask in masks.items():
             if mask:
-                self.deliveries.requeue(entry_id, mask)
+                self.sub.deliveries.requeue(entry_id, mask)
         metrics.REDELIVERIES.inc(sum(m.bit_count() for m in masks.values()))
 

@@ -11,30 +11,11 @@ from __future__ import annotations
 
 from magnetar_protocol import magnetar_pb2 as pb
 
-WHOLE = -1  # batch_index meaning "the whole entry"
+from magnetar_broker.partition.batchcheck import WHOLE
 
 
 def full_mask(num_messages: int) -> int:
     return (1 << num_messages) - 1
-
-
-def batch_index_problem(entry_id: int, batch_index: int, num_messages: int | None,
-                        max_batch_messages: int) -> str | None:
-    """Why ``batch_index`` names no message of entry ``entry_id`` (None when it does).
-    -1 is the whole entry.  An index becomes a bit of a mask (acks, seeks, deliveries),
-    whose every later operation costs its size, so it is bounded by the entry's real
-    message count; by the broker's batch limit when the entry is gone (trimmed), as no
-    entry it stored holds more."""
-    if batch_index == WHOLE:
-        return None
-    if batch_index < 0:
-        return f"batch_index {batch_index} of entry {entry_id} is negative (-1 means the whole entry)"
-    limit = num_messages if num_messages is not None else max_batch_messages
-    if batch_index >= limit:
-        held = f"holds {num_messages} message(s)" if num_messages is not None else \
-            f"is gone and no entry holds more than {max_batch_messages} messages"
-        return f"batch_index {batch_index} is past entry {entry_id}, which {held}"
-    return None
 
 
 class Cursor:

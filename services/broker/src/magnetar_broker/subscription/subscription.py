@@ -25,12 +25,18 @@ from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.groupcommit import GroupCommit
 
 from magnetar_broker import metrics
-from magnetar_broker.cursor import WHOLE, Cursor, full_mask
-from magnetar_broker.dispatch import Deliveries, HashRing, failover_active, key_hash, mask_indices
-from magnetar_broker.pendingack import PendingAcks
+from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
+from magnetar_broker.subscription.dispatch import (
+    SUB_NAMES,
+    Deliveries,
+    HashRing,
+    failover_active,
+    key_hash,
+    mask_indices,
+)
 from magnetar_broker.entry import Entry
-from magnetar_broker.subscription_txn import SUB_NAMES, TransactionalAcks
-from magnetar_broker.topic import PartitionLog
+from magnetar_broker.subscription.txnacks import TxnAcks
+from magnetar_broker.partition.log import PartitionLog
 
 MAX_UNACKED_PER_CONSUMER = 50_000
 # KeyShared: messages read for other consumers wait in the redelivery queue; past this
@@ -52,7 +58,7 @@ class Consumer:
     closed: bool = False
 
 
-class Subscription(TransactionalAcks):
+class Subscription:
     def __init__(self, log: PartitionLog, name: str, cursor: Cursor, durable: bool):
         self.log = log
         self.name = name
@@ -65,18 +71,12 @@ class Subscription(TransactionalAcks):
         self._active: int | None = None
         self._ring = HashRing()
         self._keys: dict[int, list[int]] = {}   # entry -> key hash per index (KeyShared)
-        self._lock = asyncio.Lock()
+        self.lock = asyncio.Lock()
         self._saver: GroupCommit[None, None] = GroupCommit(self._save, 1024)
         # Cursor writes (plain acks, transaction commits) take a snapshot under this lock,
         # so a later state is never overwritten by an earlier one.
-        self._persist_lock = asyncio.Lock()
-        self.txn_acks = PendingAcks()
-        self.txn_outcomes: dict[tuple[int, int], bool] = {}
-        # Transactions this subscription is registered with -> their owner's role, so every
-        # later transactional ack checks the owner with a dict lookup.
-        self._txn_registered: dict[tuple[int, int], str | None] = {}
-        self._txn_acker: GroupCommit = GroupCommit(self._ack_txns, 256)
-        self._txn_ender: GroupCommit = GroupCommit(self._end_txns, 256)
+        self.persist_lock = asyncio.Lock()
+        self.txn = TxnAcks(self)  # acknowledgements inside transactions
 
     @classmethod
     async def open_durable(cls, log: PartitionLog, name: str, initial: int) -> "Subscription":
@@ -88,7 +88,7 @@ class Subscription(TransactionalAcks):
             log.lose("fenced while opening a subscription")
             log.check_open()
         sub = cls(log, name, Cursor.decode(*row), durable=True)
-        sub.txn_acks.load(await log.store.load_pending_acks(log.topic_id, name))
+        sub.txn.pending.load(await log.store.load_pending_acks(log.topic_id, name))
         log.subscriptions[name] = sub
         return sub
 
@@ -134,7 +134,7 @@ class Subscription(TransactionalAcks):
     # ---------------------------------------------------------------- dispatch
 
     async def fetch(self, consumer: Consumer, max_messages: int) -> list[pb.DeliveredEntry]:
-        async with self._lock:
+        async with self.lock:
             if consumer.closed or not self._may_receive(consumer):
                 return []
             out: list[pb.DeliveredEntry] = []
@@ -156,7 +156,7 @@ class Subscription(TransactionalAcks):
                 self.deliveries.acked(entry_id, WHOLE)
                 continue
             mask = self.deliveries.redeliver[entry_id] & self.cursor.unacked_mask(entry_id, entry.num_messages)
-            mask &= ~self.txn_acks.mask(entry_id, entry.num_messages)
+            mask &= ~self.txn.pending.mask(entry_id, entry.num_messages)
             mask &= self._routed_to(consumer, entry)
             if self.sub_type == pb.SUB_SHARED and mask.bit_count() > budget:
                 mask = _first_bits(mask, budget)
@@ -176,7 +176,7 @@ class Subscription(TransactionalAcks):
                 self.cursor.note_size(entry.entry_id, entry.num_messages)
                 due = self.cursor.unacked_mask(entry.entry_id, entry.num_messages)
                 due &= ~self.deliveries.pending_mask(entry.entry_id)
-                due &= ~self.txn_acks.mask(entry.entry_id, entry.num_messages)
+                due &= ~self.txn.pending.mask(entry.entry_id, entry.num_messages)
                 if not due:
                     continue
                 mine = due & self._routed_to(consumer, entry)
@@ -250,9 +250,9 @@ class Subscription(TransactionalAcks):
                     f"ack of entry {p.entry_id} on {self.log.name.full}: the topic ends at entry {end - 1}"
                 )
         await self.check_positions("ack", positions)
-        if self.txn_acks.by_entry or self.txn_acks.cumulative:
+        if self.txn.pending.by_entry or self.txn.pending.cumulative:
             # A plain ack of a message pending in a transaction is ignored, as in Pulsar.
-            positions = [p for p in positions if self.txn_acks.holder(p.entry_id, p.batch_index) is None]
+            positions = [p for p in positions if self.txn.pending.holder(p.entry_id, p.batch_index) is None]
         for p in positions:
             # Entry sizes are noted when entries are read for dispatch, which lets a
             # fully acknowledged batch collapse into its entry.
@@ -276,7 +276,7 @@ class Subscription(TransactionalAcks):
     async def seek(self, entry_id: int, batch_index: int = WHOLE) -> None:
         """Reset the cursor so the next message delivered is (entry_id, batch_index)."""
         await self.check_positions("seek", [pb.Position(entry_id=entry_id, batch_index=batch_index)])
-        async with self._lock:
+        async with self.lock:
             self.cursor.reset(entry_id - 1)
             self.cursor.ack_first(entry_id, batch_index)
             self.deliveries.clear()
@@ -286,7 +286,7 @@ class Subscription(TransactionalAcks):
             await self._saver.submit(None)
 
     async def _save(self, items: list[None]) -> list[None]:
-        async with self._persist_lock:
+        async with self.persist_lock:
             ok = await self.log.store.save_cursor(
                 self.log.topic_id, self.log.epoch, self.name, self.cursor.mark_delete,
                 self.cursor.encode())
@@ -306,8 +306,8 @@ class Subscription(TransactionalAcks):
             "backlogEntries": self.backlog(),
             "unackedMessages": sum(self.deliveries.unacked.values()),
             "msgRedeliverPending": sum(m.bit_count() for m in self.deliveries.redeliver.values()),
-            "pendingAckedMessages": self.txn_acks.count(),
-            "ongoingTxns": sorted(str(TxnID(*t)) for t in self.txn_acks.transactions()),
+            "pendingAckedMessages": self.txn.pending.count(),
+            "ongoingTxns": sorted(str(TxnID(*t)) for t in self.txn.pending.transactions()),
             "consumers": [
                 {"consumerName": c.name, "consumerId": c.consumer_id, "priorityLevel": c.priority,
                  "unackedMessages": self.deliveries.unacked.get(c.consumer_id, 0),

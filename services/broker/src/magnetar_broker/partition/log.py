@@ -10,7 +10,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
+from typing import Awaitable, Callable, TypeVar
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
@@ -27,18 +27,14 @@ from magnetar_runtime.groupcommit import GroupCommit
 from magnetar_runtime.roles import Roles
 
 from magnetar_broker import metrics
-from magnetar_broker.access import AccessState
-from magnetar_broker.batchcheck import batch_problem
-from magnetar_broker.cursor import WHOLE, batch_index_problem
-from magnetar_broker.dedup import Verdict, drop_persisted, judge
+from magnetar_broker.partition.access import AccessState
+from magnetar_broker.partition.batchcheck import WHOLE, batch_index_problem, batch_problem
+from magnetar_broker.partition.dedup import Verdict, drop_persisted, judge
 from magnetar_broker.entry import Entry
 from magnetar_broker.partition.planner import Append, TxnAppend, TxnEnd, plan_plain
 from magnetar_broker.partition.txnrules import ended_error
 from magnetar_broker.store import BrokerStore
-from magnetar_broker.txnbuffer import TxnBuffer
-
-if TYPE_CHECKING:
-    from magnetar_broker.subscription import Subscription
+from magnetar_broker.partition.txnbuffer import TxnBuffer
 
 log = logging.getLogger("magnetar.broker.topic")
 T = TypeVar("T")
@@ -90,7 +86,8 @@ class PartitionLog:
         self.access = AccessState()
         self.fenced_waiters: set[str] = set()
         self.producer_lock = asyncio.Lock()
-        self.subscriptions: dict[str, "Subscription"] = {}
+        # name -> subscription.Subscription (that package builds on this one, not back)
+        self.subscriptions: dict[str, object] = {}
         self.cache: deque[Entry] = deque()
         self.cache_bytes = 0
         self.max_cache_bytes = cache_bytes
@@ -261,7 +258,7 @@ class PartitionLog:
             return Append(producer, name, lowest, highest, n, batch)
         return TxnAppend(producer, name, lowest, highest, n, batch, txn, actor)
 
-    async def end_txn(self, txn: tuple[int, int], commit: bool) -> None:
+    async def end_txn(self, txn: TxnID, commit: bool) -> None:
         """EndTxnOnPartition: idempotent; the opposite of a recorded outcome is refused."""
         self.check_open()
         buf = await self.txnbuf.state(txn)

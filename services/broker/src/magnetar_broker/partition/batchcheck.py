@@ -1,4 +1,4 @@
-"""What a stored batch must be.  Pure: no I/O.
+"""What a stored batch must be, and what a position in the log may name.  Pure: no I/O.
 
 The broker stores a producer's batch as one entry and never re-encodes it, but every
 consumer decodes it, so a batch that does not parse (or whose count disagrees with the
@@ -30,4 +30,26 @@ def batch_problem(batch: bytes, num_messages: int, lowest: int, highest: int) ->
     if first != lowest or last != highest:
         return (f"the batch's sequence ids run {first}..{last} but the request says "
                 f"sequence_id={lowest}, highest_sequence_id={highest}")
+    return None
+
+
+WHOLE = -1  # batch_index meaning "the whole entry"
+
+
+def batch_index_problem(entry_id: int, batch_index: int, num_messages: int | None,
+                        max_batch_messages: int) -> str | None:
+    """Why ``batch_index`` names no message of entry ``entry_id`` (None when it does).
+    -1 is the whole entry.  An index becomes a bit of a mask (acks, seeks, deliveries),
+    whose every later operation costs its size, so it is bounded by the entry's real
+    message count; by the broker's batch limit when the entry is gone (trimmed), as no
+    entry it stored holds more."""
+    if batch_index == WHOLE:
+        return None
+    if batch_index < 0:
+        return f"batch_index {batch_index} of entry {entry_id} is negative (-1 means the whole entry)"
+    limit = num_messages if num_messages is not None else max_batch_messages
+    if batch_index >= limit:
+        held = f"holds {num_messages} message(s)" if num_messages is not None else \
+            f"is gone and no entry holds more than {max_batch_messages} messages"
+        return f"batch_index {batch_index} is past entry {entry_id}, which {held}"
     return None

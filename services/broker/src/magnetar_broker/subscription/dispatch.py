@@ -12,6 +12,10 @@ import hashlib
 from collections.abc import Iterable
 
 from magnetar_protocol.bitsets import set_bits
+from magnetar_protocol import magnetar_pb2 as pb
+
+SUB_NAMES = {pb.SUB_EXCLUSIVE: "Exclusive", pb.SUB_SHARED: "Shared",
+             pb.SUB_FAILOVER: "Failover", pb.SUB_KEY_SHARED: "Key_Shared"}
 
 WHOLE = -1
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from magnetar_protocol.errors import TransactionConflict
 
-from magnetar_broker.cursor import WHOLE, Cursor, full_mask
+from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
 
 TxnKey = tuple[int, int]
 
