@@ -9,14 +9,13 @@ Pending messages are neither delivered nor redelivered until their transaction e
 from __future__ import annotations
 
 from magnetar_protocol.errors import TransactionConflict
+from magnetar_protocol.txnid import TxnID
 
 from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
 
-TxnKey = tuple[int, int]
 
-
-def _s(txn: TxnKey) -> str:
-    return f"({txn[0]},{txn[1]})"
+def _s(txn: TxnID) -> str:
+    return str(TxnID(*txn))
 
 
 def _order(entry_id: int, index: int) -> tuple[int, float]:
@@ -26,25 +25,26 @@ def _order(entry_id: int, index: int) -> tuple[int, float]:
 
 class PendingAcks:
     def __init__(self) -> None:
-        self.by_entry: dict[int, dict[int, TxnKey]] = {}   # entry -> index (or WHOLE) -> txn
-        self.cumulative: tuple[TxnKey, int, int] | None = None  # (txn, entry, index)
+        self.by_entry: dict[int, dict[int, TxnID]] = {}   # entry -> index (or WHOLE) -> txn
+        self.cumulative: tuple[TxnID, int, int] | None = None  # (txn, entry, index)
         # txn -> its individual positions, so ending one transaction costs its own size.
-        self.by_txn: dict[TxnKey, set[tuple[int, int]]] = {}
+        self.by_txn: dict[TxnID, set[tuple[int, int]]] = {}
 
     def load(self, rows) -> None:
         for entry_id, index, most, least, cumulative in rows:
             if cumulative:
-                if self.cumulative is None or (entry_id, index) > self.cumulative[1:]:
-                    self.cumulative = ((most, least), entry_id, index)
+                if self.cumulative is None or _order(entry_id, index) > _order(*self.cumulative[1:]):
+                    self.cumulative = (TxnID(most, least), entry_id, index)
             else:
-                self.by_entry.setdefault(entry_id, {})[index] = (most, least)
-                self.by_txn.setdefault((most, least), set()).add((entry_id, index))
+                txn = TxnID(most, least)
+                self.by_entry.setdefault(entry_id, {})[index] = txn
+                self.by_txn.setdefault(txn, set()).add((entry_id, index))
 
-    def holds(self, txn: TxnKey) -> bool:
+    def holds(self, txn: TxnID) -> bool:
         """Whether the transaction has acks pending here (so it has not ended here)."""
         return txn in self.by_txn or bool(self.cumulative and self.cumulative[0] == txn)
 
-    def holder(self, entry_id: int, index: int) -> TxnKey | None:
+    def holder(self, entry_id: int, index: int) -> TxnID | None:
         held = self.by_entry.get(entry_id)
         if held:
             if index == WHOLE:
@@ -52,7 +52,7 @@ class PendingAcks:
             return held.get(index) or held.get(WHOLE)
         return None
 
-    def check_individual(self, txn: TxnKey, positions: list[tuple[int, int]], cursor: Cursor) -> list:
+    def check_individual(self, txn: TxnID, positions: list[tuple[int, int]], cursor: Cursor) -> list:
         """Positions this transaction newly acknowledges; TransactionConflict on any clash."""
         fresh = []
         for entry_id, index in positions:
@@ -71,7 +71,7 @@ class PendingAcks:
                 fresh.append((entry_id, index))
         return fresh
 
-    def check_cumulative(self, txn: TxnKey, entry_id: int, index: int, cursor: Cursor) -> None:
+    def check_cumulative(self, txn: TxnID, entry_id: int, index: int, cursor: Cursor) -> None:
         if self.cumulative and self.cumulative[0] != txn:
             raise TransactionConflict(
                 f"transaction {_s(self.cumulative[0])} already holds a cumulative ack on this subscription")
@@ -87,7 +87,7 @@ class PendingAcks:
                 raise TransactionConflict(
                     f"message in entry {e} is pending in another transaction before {entry_id}:{index}")
 
-    def add(self, txn: TxnKey, positions: list[tuple[int, int]], cumulative: bool) -> None:
+    def add(self, txn: TxnID, positions: list[tuple[int, int]], cumulative: bool) -> None:
         if cumulative:
             entry_id, index = positions[-1]
             self.cumulative = (txn, entry_id, index)
@@ -97,7 +97,7 @@ class PendingAcks:
             self.by_entry.setdefault(entry_id, {})[index] = txn
             mine.add((entry_id, index))
 
-    def take(self, txn: TxnKey) -> tuple[list[tuple[int, int]], tuple[int, int] | None]:
+    def take(self, txn: TxnID) -> tuple[list[tuple[int, int]], tuple[int, int] | None]:
         """Remove and return the transaction's (individual positions, cumulative position)."""
         taken = sorted(self.by_txn.pop(txn, ()))
         for entry_id, index in taken:
@@ -127,7 +127,7 @@ class PendingAcks:
     def count(self) -> int:
         return sum(len(v) for v in self.by_entry.values()) + (1 if self.cumulative else 0)
 
-    def transactions(self) -> set[TxnKey]:
+    def transactions(self) -> set[TxnID]:
         txns = {t for held in self.by_entry.values() for t in held.values()}
         if self.cumulative:
             txns.add(self.cumulative[0])
