@@ -14,7 +14,7 @@ from fastapi import APIRouter, FastAPI
 
 from magnetar_protocol.errors import BadRequest, NotAllowedError
 
-from magnetar_admin.api import Body, Service, body_doc
+from magnetar_admin.deps import Body, Service, body_doc
 
 
 def helm_answer(settings, replicas: int) -> str:

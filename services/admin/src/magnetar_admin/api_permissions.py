@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Response
 from magnetar_runtime import permissions
 
 from magnetar_admin import bodies
-from magnetar_admin.api import NO_CONTENT, Body, Service, body_doc, tenant_admin_only
+from magnetar_admin.deps import NO_CONTENT, Body, Service, body_doc, tenant_admin_only
 
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"

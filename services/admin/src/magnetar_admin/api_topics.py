@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Response
 
 from magnetar_admin import bodies
-from magnetar_admin.api import NO_CONTENT, Body, Service, body_doc, tenant_admin_only
+from magnetar_admin.deps import NO_CONTENT, Body, Service, body_doc, tenant_admin_only
 
 BASE = "/{tenant}/{namespace}"
 TOPIC = BASE + "/{topic}"

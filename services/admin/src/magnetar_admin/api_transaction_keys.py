@@ -16,11 +16,10 @@ from magnetar_protocol.errors import AuthorizationError, BadRequest, ServiceNotR
 from magnetar_protocol.keys import identity, key_problem
 from magnetar_protocol.validate import check_text
 from magnetar_runtime.auth import current_role
-from magnetar_storage.queries import load_queries
+from magnetar_protocol.txnid import TxnID
 
-from magnetar_admin.api import Service
+from magnetar_admin.deps import Service
 
-Q = load_queries("magnetar_admin", "transaction_keys.sql")
 PATH = "/admin/v2/transactions/transaction-keys"
 
 
@@ -74,8 +73,7 @@ def transaction_key_routes() -> APIRouter:
                         pageToken: str | None = None) -> dict:  # noqa: N803
         owner = _owner_for(request, owner, "listing transaction keys")
         after = _untoken(pageToken) if pageToken else (None, None)
-        rows = await service.store.pool.fetch(Q["list_keys"], owner, after[0], after[1],
-                                              pageSize + 1, None)
+        rows = await service.store.transaction_keys(owner, after, pageSize + 1)
         page, more = rows[:pageSize], len(rows) > pageSize
         return {"transactionKeys": [key_json(r) for r in page],
                 "nextPageToken": _token(page[-1]["owner"], page[-1]["transaction_key"]) if more else None}
@@ -84,7 +82,8 @@ def transaction_key_routes() -> APIRouter:
     async def get_key(key: str, request: Request, service: Service, owner: str | None = None) -> dict:
         _check_key(key)
         owner = _owner_for(request, owner, f"reading transaction key {key!r}") or current_role()
-        row = await service.store.pool.fetchrow(Q["list_keys"], owner, None, None, 1, key)
+        rows = await service.store.transaction_keys(owner, (None, None), 1, key)
+        row = rows[0] if rows else None
         if row is None:
             raise TransactionKeyNotFound(f"transaction key {identity(owner, key)!r} does not exist")
         return key_json(row)
@@ -94,14 +93,14 @@ def transaction_key_routes() -> APIRouter:
     async def delete_key(key: str, request: Request, service: Service, owner: str | None = None) -> dict:
         _check_key(key)
         owner = _owner_for(request, owner, f"deleting transaction key {key!r}") or current_role()
-        urls = [r[0] for r in await service.store.pool.fetch(Q["live_registries"], service.store.ttl_s)]
+        urls = await service.store.live_registries()
         if not urls:
             raise ServiceNotReady("no transaction-key registry is running; start magnetar-registry")
         reply = await service.rpc.call(urls[0], "/v1/keys/delete",
                                        pb.DeleteKeyRequest(owner=owner, transaction_key=key),
                                        pb.DeleteKeyResponse)
         return {"owner": owner, "transactionKey": key,
-                "abortedTransactions": [f"({t.most_bits},{t.least_bits})" for t in reply.aborted]}
+                "abortedTransactions": [str(TxnID.from_wire(t)) for t in reply.aborted]}
 
     return router
 

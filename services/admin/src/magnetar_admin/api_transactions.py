@@ -12,11 +12,10 @@ from fastapi import APIRouter, FastAPI
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import TopicNotFound, TransactionCoordinatorNotFoundError, TransactionNotFound
 from magnetar_protocol.topics import TopicName, validate_name_part
-from magnetar_storage.queries import load_queries
+from magnetar_protocol.txnid import TxnID
 
-from magnetar_admin.api import AgeMs, CoordinatorIdQuery, Service, TxnLeast, TxnMost
+from magnetar_admin.deps import AgeMs, CoordinatorIdQuery, Service, TxnLeast, TxnMost
 
-Q = load_queries("magnetar_admin", "transactions.sql")
 STATUS = {0: "OPEN", 1: "COMMITTING", 2: "COMMITTED", 3: "ABORTING", 4: "ABORTED"}
 
 
@@ -36,18 +35,17 @@ async def _topic_id(service, tenant: str, namespace: str, topic: str) -> int:
     return topic_id
 
 
-async def _metadata(service, most: int, least: int) -> dict:
-    pool = service.store.pool
-    row = await pool.fetchrow(Q["transaction"], most, least)
+async def _metadata(service, txn: TxnID) -> dict:
+    store = service.store
+    row = await store.transaction(txn)
     if row is None:
-        raise TransactionNotFound(f"transaction ({most},{least}) does not exist (or its retention passed)")
-    parts = [r[0] for r in await pool.fetch(Q["transaction_partitions"], most, least)]
-    subs = await pool.fetch(Q["transaction_subscriptions"], most, least)
+        raise TransactionNotFound(f"transaction {txn} does not exist (or its retention passed)")
+    parts = await store.transaction_partitions(txn)
     acked: dict[str, dict] = {}
-    for topic, sub in subs:
+    for topic, sub in await store.transaction_subscriptions(txn):
         acked.setdefault(topic, {})[sub] = {}
     return {
-        "txnId": f"({most},{least})", "status": STATUS[row["status"]],
+        "txnId": str(txn), "status": STATUS[row["status"]],
         "openTimestamp": _ms(row["opened_at"]), "timeoutAt": row["timeout_ms"],
         "deadline": _ms(row["deadline_at"]), "endTimestamp": _ms(row["ended_at"]),
         "owner": row["owner"], "timedOut": row["timed_out"],
@@ -60,16 +58,15 @@ def transaction_routes() -> APIRouter:
 
     @router.get("/coordinators", summary="Transaction coordinators and their liveness")
     async def coordinators(service: Service) -> list[dict]:
-        rows = await service.store.pool.fetch(Q["coordinators"], service.store.ttl_s)
+        rows = await service.store.coordinators()
         return [{"coordinatorId": r["coordinator_id"], "url": r["url"], "alive": r["alive"],
                  "fenceEpoch": r["fence_epoch"], "adoptedBy": r["adopted_by"]} for r in rows]
 
     @router.get("/coordinatorStats", summary="Per-coordinator stats, keyed by coordinator id")
     async def coordinator_stats(service: Service, coordinatorId: CoordinatorIdQuery = None) -> dict:  # noqa: N803
-        pool = service.store.pool
-        counts = {r["coordinator_id"]: r for r in await pool.fetch(Q["coordinator_counts"])}
+        counts = await service.store.coordinator_counts()
         out = {}
-        for r in await pool.fetch(Q["coordinators"], service.store.ttl_s):
+        for r in await service.store.coordinators():
             if coordinatorId is not None and r["coordinator_id"] != coordinatorId:
                 continue
             c = counts.get(r["coordinator_id"])
@@ -86,12 +83,12 @@ def transaction_routes() -> APIRouter:
 
     @router.get("/transactionMetadata/{most}/{least}", summary="One transaction's status and participants")
     async def transaction_metadata(most: TxnMost, least: TxnLeast, service: Service) -> dict:
-        return await _metadata(service, most, least)
+        return await _metadata(service, TxnID(most, least))
 
     @router.get("/slowTransactions/{timeout_ms}", summary="Transactions open longer than timeout_ms")
     async def slow_transactions(timeout_ms: AgeMs, service: Service, coordinatorId: CoordinatorIdQuery = None) -> dict:  # noqa: N803
-        rows = await service.store.pool.fetch(Q["slow_transactions"], timeout_ms / 1000, coordinatorId)
-        return {f"({r[0]},{r[1]})": await _metadata(service, r[0], r[1]) for r in rows}
+        txns = await service.store.slow_transactions(timeout_ms / 1000, coordinatorId)
+        return {str(txn): await _metadata(service, txn) for txn in txns}
 
     @router.get("/transactionBufferStats/{tenant}/{namespace}/{topic}",
                 summary="The topic's transaction buffer (from its owning broker)")
@@ -109,9 +106,10 @@ def transaction_routes() -> APIRouter:
     async def in_buffer(tenant: str, namespace: str, topic: str, most: TxnMost, least: TxnLeast,
                        service: Service) -> dict:
         topic_id = await _topic_id(service, tenant, namespace, topic)
-        row = await service.store.pool.fetchrow(Q["txn_in_buffer"], topic_id, most, least)
+        txn = TxnID(most, least)
+        row = await service.store.txn_in_buffer(topic_id, txn)
         state = "OPEN" if row["committed"] is None else ("COMMITTED" if row["committed"] else "ABORTED")
-        return {"txnId": f"({most},{least})", "state": state, "batches": row["batches"],
+        return {"txnId": str(txn), "state": state, "batches": row["batches"],
                 "messages": row["messages"], "aborted": row["committed"] is False,
                 "startPosition": f"{row['marker']}:0" if row["marker"] is not None else None}
 
@@ -121,10 +119,10 @@ def transaction_routes() -> APIRouter:
                                 service: Service) -> dict:
         validate_name_part("subscription", subscription)
         topic_id = await _topic_id(service, tenant, namespace, topic)
-        rows = await service.store.pool.fetch(Q["pending_acks"], topic_id, subscription)
-        return {"ongoingTxnSize": len(rows),
-                "ongoingTxns": {f"({r[0]},{r[1]})": {"pendingAckPositions": r["positions"],
-                                                      "cumulative": r["cumulative"]} for r in rows}}
+        pending = await service.store.pending_acks(topic_id, subscription)
+        return {"ongoingTxnSize": len(pending),
+                "ongoingTxns": {str(txn): {"pendingAckPositions": r["positions"],
+                                           "cumulative": r["cumulative"]} for txn, r in pending.items()}}
 
     @router.get("/transactionInPendingAckStats/{tenant}/{namespace}/{topic}/{subscription}/{most}/{least}",
                 summary="One transaction's pending acks on a subscription")
@@ -132,24 +130,25 @@ def transaction_routes() -> APIRouter:
                              least: TxnLeast, service: Service) -> dict:
         validate_name_part("subscription", subscription)
         topic_id = await _topic_id(service, tenant, namespace, topic)
-        pool = service.store.pool
-        mine = [r for r in await pool.fetch(Q["pending_acks"], topic_id, subscription) if (r[0], r[1]) == (most, least)]
-        outcome = await pool.fetchval(Q["sub_outcome"], topic_id, subscription, most, least)
-        return {"txnId": f"({most},{least})", "pendingAckPositions": mine[0]["positions"] if mine else 0,
-                "cumulative": bool(mine and mine[0]["cumulative"]),
+        txn = TxnID(most, least)
+        mine = (await service.store.pending_acks(topic_id, subscription)).get(txn)
+        outcome = await service.store.subscription_outcome(topic_id, subscription, txn)
+        return {"txnId": str(txn), "pendingAckPositions": mine["positions"] if mine else 0,
+                "cumulative": bool(mine and mine["cumulative"]),
                 "state": "PENDING" if mine else ("COMMITTED" if outcome else "ABORTED" if outcome is False else "NONE")}
 
     @router.post("/abortTransaction/{most}/{least}", status_code=204,
                  summary="Abort a transaction now (its owner or a superuser)")
     async def abort_transaction(most: TxnMost, least: TxnLeast, service: Service) -> None:
-        owner = await service.store.pool.fetchval(Q["transaction_owner"], most, least)
-        service.auth.require_owner_or_superuser(owner, f"aborting transaction ({most},{least})")
-        rows = await service.store.pool.fetch(Q["coordinators"], service.store.ttl_s)
-        url = next((r["url"] for r in rows if r["coordinator_id"] == most and r["alive"]), None)
+        txn = TxnID(most, least)
+        owner = await service.store.transaction_owner(txn)
+        service.auth.require_owner_or_superuser(owner, f"aborting transaction {txn}")
+        rows = await service.store.coordinators()
+        url = next((r["url"] for r in rows if r["coordinator_id"] == txn.most_bits and r["alive"]), None)
         if url is None:
-            raise TransactionCoordinatorNotFoundError(f"coordinator {most} is not running")
-        await service.rpc.call(url, "/v1/txn/end", pb.EndTxnRequest(txn=pb.TxnId(most_bits=most, least_bits=least),
-                                                            action=pb.TXN_ABORT), pb.EndTxnResponse)
+            raise TransactionCoordinatorNotFoundError(f"coordinator {txn.most_bits} is not running")
+        await service.rpc.call(url, "/v1/txn/end", pb.EndTxnRequest(txn=txn.to_wire(), action=pb.TXN_ABORT),
+                               pb.EndTxnResponse)
 
     return router
 

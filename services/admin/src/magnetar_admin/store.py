@@ -18,6 +18,7 @@ from magnetar_protocol.errors import (
     TopicNotFound,
 )
 from magnetar_protocol.topics import TopicName
+from magnetar_protocol.txnid import TxnID
 from magnetar_storage.queries import load_queries
 
 Q = load_queries("magnetar_admin")
@@ -268,3 +269,52 @@ class AdminStore:
 
     async def ownership(self) -> list[dict]:
         return [dict(r) for r in await self.pool.fetch(Q["ownership"], self.ttl_s)]
+
+    # ---------------------------------------------------------------- transactions
+
+    async def coordinators(self) -> list[asyncpg.Record]:
+        """Every coordinator row with ``alive`` (heartbeat within the lease TTL)."""
+        return await self.pool.fetch(Q["coordinators"], self.ttl_s)
+
+    async def coordinator_counts(self) -> dict[int, asyncpg.Record]:
+        """Per coordinator: ongoing/committed/aborted counts and the low-water mark."""
+        return {r["coordinator_id"]: r for r in await self.pool.fetch(Q["coordinator_counts"])}
+
+    async def transaction(self, txn: TxnID) -> asyncpg.Record | None:
+        return await self.pool.fetchrow(Q["transaction"], *txn)
+
+    async def transaction_partitions(self, txn: TxnID) -> list[str]:
+        return [r["topic"] for r in await self.pool.fetch(Q["transaction_partitions"], *txn)]
+
+    async def transaction_subscriptions(self, txn: TxnID) -> list[tuple[str, str]]:
+        return [(r["topic"], r["subscription"])
+                for r in await self.pool.fetch(Q["transaction_subscriptions"], *txn)]
+
+    async def slow_transactions(self, open_for_s: float, coordinator_id: int | None) -> list[TxnID]:
+        rows = await self.pool.fetch(Q["slow_transactions"], open_for_s, coordinator_id)
+        return [TxnID(r["coordinator_id"], r["txn_id"]) for r in rows]
+
+    async def txn_in_buffer(self, topic_id: int, txn: TxnID) -> asyncpg.Record:
+        return await self.pool.fetchrow(Q["txn_in_buffer"], topic_id, *txn)
+
+    async def pending_acks(self, topic_id: int, subscription: str) -> dict[TxnID, asyncpg.Record]:
+        """The subscription's pending transactional acks, per transaction, in id order."""
+        rows = await self.pool.fetch(Q["pending_acks"], topic_id, subscription)
+        return {TxnID(r["txn_most"], r["txn_least"]): r for r in rows}
+
+    async def subscription_outcome(self, topic_id: int, subscription: str, txn: TxnID) -> bool | None:
+        """The transaction's recorded outcome on the subscription (None: none recorded)."""
+        return await self.pool.fetchval(Q["sub_outcome"], topic_id, subscription, *txn)
+
+    async def transaction_owner(self, txn: TxnID) -> str | None:
+        return await self.pool.fetchval(Q["transaction_owner"], *txn)
+
+    # ---------------------------------------------------------------- transaction keys
+
+    async def transaction_keys(self, owner: str | None, after: tuple[str | None, str | None],
+                               limit: int, key: str | None = None) -> list[asyncpg.Record]:
+        """Live keys in (owner, key) order after ``after``; ``owner``/``key`` None: all."""
+        return await self.pool.fetch(Q["list_keys"], owner, after[0], after[1], limit, key)
+
+    async def live_registries(self) -> list[str]:
+        return [r["url"] for r in await self.pool.fetch(Q["live_registries"], self.ttl_s)]

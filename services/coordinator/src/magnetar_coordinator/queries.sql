@@ -45,6 +45,14 @@ SELECT coordinator_id, url FROM coordinators
 WHERE heartbeat_at > now() - make_interval(secs => $1::float8)
 ORDER BY coordinator_id;
 
+-- name: live_brokers
+SELECT url FROM brokers WHERE heartbeat_at > now() - make_interval(secs => $1::float8);
+
+-- name: holds_fence
+-- Whether this process still holds the coordinator id (a batch of transitions that moved
+-- nothing may mean another process claimed it).
+SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2;
+
 -- name: allocate_ids
 UPDATE coordinators SET next_txn_id = next_txn_id + $3
 WHERE coordinator_id = $1 AND fence_epoch = $2

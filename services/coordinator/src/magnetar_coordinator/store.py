@@ -8,6 +8,7 @@ from datetime import datetime
 import asyncpg
 
 from magnetar_protocol.errors import NotAllowedError, NotOwner, TransactionNotFound
+from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.groupcommit import GroupCommit
 from magnetar_storage.queries import load_queries
 
@@ -82,10 +83,7 @@ class CoordinatorStore:
         return [(r[0], r[1]) for r in await self.pool.fetch(Q["live_coordinators"], ttl_s)]
 
     async def live_brokers(self, ttl_s: float) -> list[str]:
-        rows = await self.pool.fetch(
-            "SELECT url FROM brokers WHERE heartbeat_at > now() - make_interval(secs => $1::float8)",
-            ttl_s)
-        return [r[0] for r in rows]
+        return [r[0] for r in await self.pool.fetch(Q["live_brokers"], ttl_s)]
 
     def fenced(self) -> Fenced:
         return Fenced(f"coordinator {self.tcid} was claimed by another process")
@@ -128,7 +126,7 @@ class CoordinatorStore:
                 f"epoch {epoch}: a newer connection fenced it")
         raise NotAllowedError(
             f"transaction key {ident!r} already has an open transaction "
-            f"({row['active_txn_most']},{row['active_txn_least']}): commit or abort it first")
+            f"{TxnID(row['active_txn_most'], row['active_txn_least'])}: commit or abort it first")
 
     async def start_ending(self, txn_id: int, target: int, timed_out: bool,
                            expired: bool) -> tuple[bool, bool]:
@@ -161,7 +159,7 @@ class CoordinatorStore:
         """Register partitions and subscriptions if OPEN; return the transaction's status."""
         status = await self._registrations.submit((txn_id, topics, sub_topics, subs))
         if status is None:
-            raise TransactionNotFound(f"transaction ({self.tcid},{txn_id}) does not exist")
+            raise TransactionNotFound(f"transaction {TxnID(self.tcid, txn_id)} does not exist")
         return status
 
     async def _register(self, items: list[tuple[int, list, list, list]]) -> list[int | None]:
@@ -188,9 +186,7 @@ class CoordinatorStore:
         async with self.pool.acquire() as conn:
             moved = {r[0] for r in await conn.fetch(
                 Q["transitions"], self.tcid, self.fence_epoch, ids, currents, targets)}
-            if not moved and not await conn.fetchval(
-                    "SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2",
-                    self.tcid, self.fence_epoch):
+            if not moved and not await conn.fetchval(Q["holds_fence"], self.tcid, self.fence_epoch):
                 raise self.fenced()
         return [txn_id in moved for txn_id in ids]
 
