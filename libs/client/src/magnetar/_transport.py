@@ -13,50 +13,16 @@ import aiohttp
 from yarl import URL
 from google.protobuf.message import DecodeError, Message
 
-from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import (
-    AuthenticationError,
-    AuthorizationError,
-    BadRequest,
-    ConnectError,
-    MagnetarError,
-    MessageTooBig,
-    NotFound,
-    ServiceNotReady,
-    TooManyRequests,
-    UnknownError,
-    error_for_code,
-)
+from magnetar_protocol.errors import ConnectError, UnknownError
+# The codec shared with the services' RPC; re-exported for the client's other modules.
+from magnetar_protocol.wire import PROTOBUF, connect_timeout, decode_error
 
-PROTOBUF = "application/x-protobuf"
+__all__ = ["CONNECT_TIMEOUT_S", "PROTOBUF", "Transport", "decode_error"]
 
 # A connect that gets no SYN-ACK (the cached address of a deleted pod, a dead host)
 # fails after this instead of after the whole request's timeout (issue 19: 30.1 s
 # measured on Kubernetes with only a total timeout, 5.0 s with this one kept).
 CONNECT_TIMEOUT_S = 5.0
-
-# For answers without a protobuf Error body (a proxy, a load balancer, a crashed worker):
-# the HTTP status alone says what kind of failure it was.
-_BY_STATUS: dict[int, type[MagnetarError]] = {
-    400: BadRequest, 401: AuthenticationError, 403: AuthorizationError, 404: NotFound,
-    413: MessageTooBig, 431: BadRequest,
-    429: TooManyRequests, 502: ServiceNotReady, 503: ServiceNotReady, 504: ServiceNotReady,
-}
-
-
-def decode_error(status: int, body: bytes, content_type: str, where: str) -> MagnetarError:
-    """The exception a non-200 answer stands for: the service's ``magnetar.v1.Error``
-    when the body is one, else a class chosen by the HTTP status."""
-    if content_type.split(";")[0].strip().lower() == PROTOBUF:
-        try:
-            err = pb.Error.FromString(body)
-        except DecodeError:
-            pass
-        else:
-            return error_for_code(err.code, err.message or f"{where}: HTTP {status}")
-    cls = _BY_STATUS.get(status, UnknownError)
-    text = body[:200].decode("utf-8", "replace")
-    return cls(f"{where}: HTTP {status}: {text}")
 
 
 class Transport:
@@ -113,8 +79,7 @@ class Transport:
     def _timeout(self, total: float | None) -> aiohttp.ClientTimeout:
         """A request's timeout: ``total`` for the exchange, and the connect timeout kept
         (a per-request ClientTimeout replaces the session's, connect timeout included)."""
-        connect = self._connect_timeout_s if total is None else min(self._connect_timeout_s, total)
-        return aiohttp.ClientTimeout(total=total, sock_connect=connect)
+        return aiohttp.ClientTimeout(total=total, sock_connect=connect_timeout(self._connect_timeout_s, total))
 
     def _forget_address(self, url: str) -> None:
         session = self._session

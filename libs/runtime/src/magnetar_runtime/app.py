@@ -7,80 +7,34 @@ paths skip FastAPI's validation layer, ~60 µs a request) and JSON routes with F
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-import asyncpg
 from fastapi import FastAPI
 from google.protobuf.message import DecodeError, Message
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.validate import check_message
-from magnetar_runtime.auth import Authenticator, AuthMiddleware
 from magnetar_protocol.errors import (
     BadRequest,
     MagnetarError,
-    PersistenceError,
     UnknownError,
     to_wire,
 )
+from magnetar_protocol.wire import PROTOBUF
+from magnetar_runtime.auth import Authenticator, AuthMiddleware
+# as_magnetar_error, refused_data and write_failure are re-exported: services import them from here.
+from magnetar_runtime.error_answers import as_magnetar_error as as_magnetar_error
+from magnetar_runtime.error_answers import error_response
+from magnetar_runtime.error_answers import refused_data as refused_data
+from magnetar_runtime.error_answers import write_failure as write_failure
 
-PROTOBUF = "application/x-protobuf"
 log = logging.getLogger("magnetar.app")
-
-REQUEST_ERRORS = Counter(
-    "magnetar_request_errors_total", "Requests answered with an error", ["code"]
-)
-
-
-def error_body(exc: MagnetarError, request_content_type: str) -> tuple[str, bytes]:
-    """An error answered in the request's own format: protobuf ``Error`` or JSON."""
-    REQUEST_ERRORS.labels(code=type(exc).__name__).inc()
-    if request_content_type.startswith(PROTOBUF):
-        return PROTOBUF, to_wire(exc).SerializeToString()
-    return "application/json", json.dumps({"reason": exc.message,
-                                           "code": type(exc).__name__}).encode()
-
-
-def error_response(exc: MagnetarError, request: Request) -> Response:
-    media_type, body = error_body(exc, request.headers.get("content-type", ""))
-    return Response(body, exc.http_status, media_type=media_type)
-
-
-def as_magnetar_error(exc: BaseException) -> MagnetarError:
-    if isinstance(exc, MagnetarError):
-        return exc
-    if isinstance(exc, asyncpg.DataError):
-        return refused_data(exc)
-    if isinstance(exc, (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError)):
-        return PersistenceError(f"database unavailable: {exc}")
-    return UnknownError(f"internal error: {type(exc).__name__}: {exc}")
-
-
-def refused_data(exc: asyncpg.DataError) -> BadRequest:
-    """A value PostgreSQL refused (out of range, NUL, not a number): the client's fault,
-    and permanent, so 400 and not a retryable 503.  The last line behind the edge checks
-    (magnetar_protocol.validate): the reason names the error class, never the SQL."""
-    log.warning("the database refused a value the edge checks let through: %s: %s",
-                type(exc).__name__, exc)
-    return BadRequest(f"a value in the request is out of range or not storable "
-                      f"({type(exc).__name__}); check ids (< 2^63), counts (< 2^31) and "
-                      "strings (no NUL)")
-
-
-def write_failure(exc: Exception, what: str) -> MagnetarError:
-    """The error for a failed database write: 400 when PostgreSQL refused a value in it
-    (permanent; retrying cannot help), else a retryable PersistenceError naming ``what``."""
-    if isinstance(exc, asyncpg.DataError):
-        return refused_data(exc)
-    return PersistenceError(f"{what}: {exc}")
-
 
 def create_app(
     name: str,

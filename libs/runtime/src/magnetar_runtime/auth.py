@@ -15,6 +15,7 @@ import jwt
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from magnetar_protocol.errors import AuthenticationError, AuthorizationError, MagnetarError
+from magnetar_runtime.error_answers import error_body
 from magnetar_runtime.roles import ANONYMOUS, Roles
 
 _role: contextvars.ContextVar[str] = contextvars.ContextVar("magnetar_role", default=ANONYMOUS)
@@ -153,8 +154,6 @@ class AuthMiddleware:
 
 
 async def _send_error(scope: Scope, send: Send, exc: MagnetarError) -> None:
-    from magnetar_runtime.app import error_body  # noqa: PLC0415 (app imports this module)
-
     content_type, body = error_body(exc, dict(scope["headers"]).get(b"content-type", b"").decode())
     await send({"type": "http.response.start", "status": exc.http_status,
                 "headers": [(b"content-type", content_type.encode()),

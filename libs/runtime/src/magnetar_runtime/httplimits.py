@@ -17,7 +17,7 @@ import logging
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from magnetar_protocol.errors import BadRequest, MessageTooBig
-from magnetar_runtime.app import error_body
+from magnetar_runtime.error_answers import error_body
 
 log = logging.getLogger("magnetar.http")
 

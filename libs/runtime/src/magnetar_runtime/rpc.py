@@ -12,14 +12,13 @@ import asyncio
 import logging
 
 import aiohttp
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import Message
 
-from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.coalesce import Coalescer
-from magnetar_protocol.errors import ConnectError, MagnetarError, UnknownError, error_for_code
+from magnetar_protocol.errors import ConnectError, MagnetarError, UnknownError
+from magnetar_protocol.wire import PROTOBUF, connect_timeout, decode_error
 from magnetar_runtime.auth import reset_role, set_role
-
-PROTOBUF = "application/x-protobuf"
+from magnetar_runtime.error_answers import as_magnetar_error
 # A call to an address that sends no SYN-ACK (a deleted pod's) fails after this rather
 # than after the whole call's timeout, so a commit's fan-out looks the owner up again
 # in seconds (issue 19).  Capped by the call's timeout.
@@ -31,7 +30,7 @@ class RpcClient:
     def __init__(self, timeout_s: float = 10.0, headers: dict[str, str] | None = None,
                  connect_timeout_s: float = CONNECT_TIMEOUT_S):
         self._timeout = aiohttp.ClientTimeout(total=timeout_s,
-                                              sock_connect=min(connect_timeout_s, timeout_s))
+                                              sock_connect=connect_timeout(connect_timeout_s, timeout_s))
         # This service's own credentials (auth.Authenticator.headers()).
         self._headers = {"content-type": PROTOBUF, **(headers or {})}
         self._session: aiohttp.ClientSession | None = None
@@ -48,8 +47,6 @@ class RpcClient:
         self._local_url, self._local, self._local_role = url.rstrip("/"), dict(handlers), role
 
     async def _call_locally(self, path: str, request: Message):
-        from magnetar_runtime.app import as_magnetar_error  # noqa: PLC0415 (app imports us)
-
         token = set_role(self._local_role)
         try:
             return await self._local[path](request)
@@ -82,15 +79,12 @@ class RpcClient:
             ) as resp:
                 body = await resp.read()
                 status = resp.status
+                content_type = resp.headers.get("content-type", "")
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise ConnectError(f"{base_url}{path}: no answer ({type(exc).__name__}: {exc})") from None
         if status == 200:
             return response_type.FromString(body)
-        try:
-            err = pb.Error.FromString(body)
-        except DecodeError:
-            raise UnknownError(f"{base_url}{path}: HTTP {status}: {body[:200]!r}") from None
-        raise error_for_code(err.code, err.message)
+        raise decode_error(status, body, content_type, f"{base_url}{path}")
 
     async def call_coalesced(self, base_url: str, path: str, request: Message,
                              response_type: type[Message]):
@@ -107,8 +101,5 @@ class RpcClient:
 
 
 def _decode_error(status: int, body: bytes, where: str) -> Exception:
-    try:
-        err = pb.Error.FromString(body)
-    except DecodeError:
-        return UnknownError(f"{where}: HTTP {status}: {body[:200]!r}")
-    return error_for_code(err.code, err.message or f"{where}: HTTP {status}")
+    # A batched call's result is always a service's own protobuf answer.
+    return decode_error(status, body, PROTOBUF, where)
