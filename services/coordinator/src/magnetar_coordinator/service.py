@@ -16,6 +16,7 @@ from magnetar_protocol.errors import (
     TransactionNotFound,
 )
 from magnetar_protocol.topics import TopicName, validate_name_part
+from magnetar_protocol.txnid import TxnID
 from magnetar_protocol.keys import key_problem
 from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.failpoints import failpoint
@@ -158,7 +159,7 @@ class CoordinatorService:
         """Re-drive every transaction a previous process left COMMITTING or ABORTING."""
         for txn_id, status in await self.store.ending():
             action = pb.TXN_COMMIT if status == sm.COMMITTING else pb.TXN_ABORT
-            log.info("recovering transaction %s (%s)", sm.txn_str(self.tcid, txn_id), sm.NAMES[status])
+            log.info("recovering transaction %s (%s)", TxnID(self.tcid, txn_id), sm.NAMES[status])
             self._drive(txn_id, action)
         active = await self.store.active_count()
         if self.adopter is None:
@@ -177,7 +178,7 @@ class CoordinatorService:
     def _txn_id(self, txn: pb.TxnId) -> int:
         if txn.most_bits != self.tcid:
             raise TransactionCoordinatorNotFoundError(
-                f"transaction {sm.txn_str(txn.most_bits, txn.least_bits)} belongs to coordinator "
+                f"transaction {TxnID.from_wire(txn)} belongs to coordinator "
                 f"{txn.most_bits}, this is coordinator {self.tcid}")
         return txn.least_bits
 
@@ -213,7 +214,7 @@ class CoordinatorService:
         metrics.CREATED.inc(count)
         metrics.ACTIVE.inc(count)
         metrics.APPEND_LOG.inc()
-        return pb.NewTxnResponse(txn=pb.TxnId(most_bits=self.tcid, least_bits=txn_ids[0]),
+        return pb.NewTxnResponse(txn=TxnID(self.tcid, txn_ids[0]).to_wire(),
                                  timeout_ms=timeout, more_least_bits=txn_ids[1:])
 
     def _check_pool_request(self, req: pb.NewTxnRequest, count: int) -> None:
@@ -274,7 +275,7 @@ class CoordinatorService:
             return await acting.status(req)
         record = await self.store.get(self._txn_id(req.txn))
         if record is None:
-            raise TransactionNotFound(f"transaction {sm.txn_str(req.txn.most_bits, req.txn.least_bits)} does not exist")
+            raise TransactionNotFound(f"transaction {TxnID.from_wire(req.txn)} does not exist")
         # Only its owner (or a superuser) learns a transaction's status.
         self.auth.require_owner_or_superuser(record.owner, "the status of a transaction")
         return pb.TxnStatusResponse(status=record.status)
@@ -307,7 +308,7 @@ class CoordinatorService:
         while True:
             record = await self.store.get(txn_id)
             if record is None:
-                raise TransactionNotFound(f"transaction {sm.txn_str(self.tcid, txn_id)} does not exist")
+                raise TransactionNotFound(f"transaction {TxnID(self.tcid, txn_id)} does not exist")
             step = sm.plan_end(record.status, action, record.expired)
             if step is sm.Step.DONE:
                 return
@@ -354,7 +355,7 @@ class CoordinatorService:
     async def _finish(self, txn_id: int, action: int) -> None:
         partitions, subscriptions = await self.store.participants(txn_id)
         await self.participants.end(
-            pb.TxnId(most_bits=self.tcid, least_bits=txn_id), action, partitions, subscriptions)
+            TxnID(self.tcid, txn_id).to_wire(), action, partitions, subscriptions)
         if await self._guard(self.store.transition(txn_id, sm.ending_status(action), sm.final_status(action))):
             metrics.APPEND_LOG.inc()
             metrics.ACTIVE.dec()
@@ -374,7 +375,7 @@ class CoordinatorService:
             if txn_id in self._driving or txn_id in self._expiring:
                 continue
             self._expiring.add(txn_id)
-            log.info("transaction %s timed out; aborting", sm.txn_str(self.tcid, txn_id))
+            log.info("transaction %s timed out; aborting", TxnID(self.tcid, txn_id))
             metrics.TIMEOUTS.inc()
             asyncio.create_task(self._abort_quietly(txn_id))
 
@@ -382,7 +383,7 @@ class CoordinatorService:
         try:
             await self.end_txn(txn_id, pb.TXN_ABORT, timed_out=True)
         except Exception as exc:  # a racing commit won, or we were fenced
-            log.info("timeout abort of %s skipped: %s", sm.txn_str(self.tcid, txn_id), exc)
+            log.info("timeout abort of %s skipped: %s", TxnID(self.tcid, txn_id), exc)
         finally:
             self._expiring.discard(txn_id)
 

@@ -13,6 +13,7 @@ import enum
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import ExpiredTransactionError, InvalidTxnStatusError
+from magnetar_protocol.txnid import TxnID
 
 OPEN = pb.TXN_OPEN
 COMMITTING = pb.TXN_COMMITTING
@@ -75,4 +76,4 @@ def require_open(current: int, what: str, expired: bool = False) -> None:
 
 
 def txn_str(most: int, least: int) -> str:
-    return f"({most},{least})"
+    return str(TxnID(most, least))

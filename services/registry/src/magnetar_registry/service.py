@@ -22,6 +22,7 @@ from magnetar_protocol.errors import (
     TransactionNotFound,
 )
 from magnetar_protocol.keys import identity, key_problem
+from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.loops import BackgroundLoop
 from magnetar_runtime.rpc import RpcClient
@@ -127,7 +128,7 @@ class RegistryService:
         """Abort (as expired) every unfinished transaction of the key opened under an
         older epoch, through its coordinator's normal abort path; return them."""
         stale = await self.store.unfinished_older(owner, key, epoch)
-        txns = [pb.TxnId(most_bits=m, least_bits=least) for m, least, _ in stale]
+        txns = [TxnID(m, least).to_wire() for m, least, _ in stale]
         await asyncio.gather(*(self._abort_expired(t) for t in txns))
         return txns
 
@@ -150,7 +151,7 @@ class RegistryService:
                     raise
                 problem = str(exc)
             if time.monotonic() > deadline:
-                raise Timeout(f"could not abort transaction ({txn.most_bits},{txn.least_bits}) of "
+                raise Timeout(f"could not abort transaction {TxnID.from_wire(txn)} of "
                               f"a fenced key within {self.settings.fence_timeout_ms} ms: {problem}; "
                               "connect again to retry")
             await asyncio.sleep(delay)
