@@ -79,18 +79,6 @@ def grant(cluster, namespace: str, role: str, superuser_token: str,
         assert resp.status == 204
 
 
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
-    """Poll ``predicate`` until it returns something truthy (returned), or fail saying
-    ``what`` did not happen within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if result := predicate():
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f}s")
-        time.sleep(interval)
-
-
 def key_binding(cluster, key: str) -> tuple[int, int]:
     """(coordinator id, epoch) of one of anonymous's transaction keys, from the admin API."""
     url = (f"{cluster.admin_url}/admin/v2/transactions/transaction-keys/"

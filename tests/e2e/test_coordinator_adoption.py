@@ -15,7 +15,8 @@ import pytest
 import magnetar
 from magnetar import TxnID
 from magnetar_protocol import magnetar_pb2 as pb
-from tests.e2e.helpers import commit_in_background, key_binding, read_all, wait_until
+from tests.e2e.helpers import commit_in_background, key_binding, read_all
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -25,6 +25,7 @@ import pytest
 
 from magnetar_runtime.local.cluster import KINDS, Kind, LocalCluster, ServiceFailed, run_sync
 from magnetar_runtime.local.postgres import LocalPostgres
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -41,14 +42,6 @@ def _gone(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return "\nState:\tZ" in status
-
-
-def _wait_until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting until {what}")
-        time.sleep(0.05)
 
 
 def _refused(url: str) -> bool:
@@ -268,7 +261,7 @@ def test_magnetar_local_run_restarts_the_dead_keeps_data_and_leaves_nothing_behi
         # Killed outright, it still takes every service and PostgreSQL with it.
         pids = [*urls["pids"].values(), LocalPostgres(data_dir / "postgres").running_pid()]
         first.proc.kill()
-        _wait_until(lambda: all(_gone(pid) for pid in pids), 30, "every child is gone")
+        wait_until(lambda: all(_gone(pid) for pid in pids), 30, "every child is gone")
     finally:
         first.stop()
 

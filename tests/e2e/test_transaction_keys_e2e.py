@@ -17,6 +17,7 @@ import pytest
 import magnetar
 from magnetar_protocol import magnetar_pb2 as pb
 from tests.e2e.helpers import read_all
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -204,17 +205,6 @@ def _metrics(url: str) -> str:
         return resp.read().decode()
 
 
-def _until(condition, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.1)
-
-
 @pytest.mark.cluster(service_env={"registry": {"MAGNETAR_METRICS_INTERVAL_MS": "200",
                                                "MAGNETAR_METRICS_MAX_LABELLED_KEYS": "2"}})
 def test_registry_metrics_count_keys_and_cap_the_labelled_ones(cluster):
@@ -229,7 +219,8 @@ def test_registry_metrics_count_keys_and_cap_the_labelled_ones(cluster):
     magnetar.Client(cluster.service_url, transaction_key="m2").connect_transaction_key()  # fences a txn
     registry = cluster.url("registry")
     m2 = 'pulsar_txn_transaction_key_epoch{transaction_key="anonymous&m2"} 2.0'
-    text = _until(lambda: (t := _metrics(registry)) and m2 in t and t)
+    text = wait_until(lambda: (t := _metrics(registry)) and m2 in t and t, 20.0,
+                      "the registry's metrics showing the second key")
     assert "pulsar_txn_transaction_key_count 3.0" in text
     epochs = [line for line in text.splitlines() if line.startswith("pulsar_txn_transaction_key_epoch{")]
     assert len(epochs) == 2, epochs  # capped at 2 labelled keys: the most recently active

@@ -12,8 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import json
@@ -25,21 +23,6 @@ from magnetar_runtime.local.processes import SETPRIV
 
 SPARK_JOBS = Path(__file__).resolve().parents[2] / "spark-jobs"
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
-
-
-def wait_until(predicate: Callable[[], object], timeout: float, what: str,
-               interval: float = 0.05, on_timeout: Callable[[], str] | None = None):
-    """Poll ``predicate`` until it returns something truthy (returned); fail naming
-    ``what`` (and ``on_timeout()``'s explanation, e.g. a log tail) after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            detail = on_timeout() if on_timeout else ""
-            raise AssertionError(f"within {timeout} s: {what}\n{detail}")
-        time.sleep(interval)
 
 
 def checkpoint_batches(checkpoint: Path) -> tuple[set[int], set[int]]:

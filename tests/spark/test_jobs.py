@@ -23,8 +23,8 @@ from tests.spark.drivers import (
     checkpoint_batches,
     mid_batch,
     open_sink_transactions,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 sys.path.insert(0, str(SPARK_JOBS))
 
@@ -158,7 +158,7 @@ def test_windowed_counts_emit_each_window_once_after_the_watermark(cluster, clie
     try:
         # The watermark (max event time 31 s - 5 s = 26 s) closes [0,10) and [10,20) only.
         wait_until(lambda: len(counts()) >= 4, 90, "windows [0,10) and [10,20) emitted",
-                   interval=0.5, on_timeout=lambda: str(counts()))
+                   interval=0.5, explain=lambda: str(counts()))
         assert query.exception() is None
     finally:
         query.stop()
@@ -170,7 +170,7 @@ def test_windowed_counts_emit_each_window_once_after_the_watermark(cluster, clie
     query = windowed_counts.start(spark, args)
     try:
         wait_until(lambda: ("a", 30, 1) in counts(), 90, "window [30,40) emitted", interval=0.5,
-                   on_timeout=lambda: str(counts()))
+                   explain=lambda: str(counts()))
     finally:
         query.stop()
     assert counts() == Counter({("a", 0, 2): 1, ("b", 0, 1): 1, ("a", 10, 1): 1, ("b", 10, 1): 1,
@@ -235,7 +235,7 @@ def freeze_inside_a_transaction(driver: SparkDriver, checkpoint: Path, admin_url
     for _ in range(4):
         wait_until(lambda: mid_batch(checkpoint, admin_url), 180,
                    "a batch running in its transaction after one committed", interval=0.01,
-                   on_timeout=driver.log_tail)
+                   explain=driver.log_tail)
         driver.freeze()
         if open_sink_transactions(admin_url):
             return

@@ -27,6 +27,7 @@ import uvicorn
 
 from magnetar_runtime.local.cluster import LocalCluster
 from magnetar_runtime.local.postgres import free_port
+from tests.waiting import wait_until
 
 from magnetar_admin.app import build_app
 from magnetar_admin.settings import AdminSettings
@@ -182,14 +183,8 @@ def live_admin(live):
 
 
 def until(condition, what: str, timeout: float = 20.0):
-    """Poll ``condition`` until it returns something true; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.05)
+    """tests.waiting.wait_until with this package's argument order and default."""
+    return wait_until(condition, timeout, what)
 
 
 def own(database_url: str, topic: str, broker_id: str, epoch: int = 5) -> int:

@@ -14,6 +14,7 @@ import itertools
 from collections import defaultdict
 
 from magnetar_protocol import magnetar_pb2 as pb
+from tests.waiting import async_wait_until
 
 BROKER = "http://broker-a:8080"
 TOPIC = "persistent://public/default/t"
@@ -98,11 +99,6 @@ def decode(send: pb.SendRequest) -> list[pb.SingleMessage]:
     return list(pb.MessageBatch.FromString(send.batch).messages)
 
 
-async def wait_until(predicate, timeout: float = 5.0, what: str = "condition") -> None:
-    """Wait for ``predicate()`` to hold, failing after ``timeout`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.002)
+async def wait_until(predicate, timeout: float = 5.0, what: str = "condition"):
+    """tests.waiting's async form with this module's defaults (a fake answers at once)."""
+    return await async_wait_until(predicate, timeout, what)
