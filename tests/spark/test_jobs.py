@@ -278,7 +278,7 @@ def test_a_second_driver_on_the_same_checkpoint_fences_the_first(cluster, client
             # ... while its replacement takes over the query and processes every order.
             wait_until(lambda: caught_up(client, checkpoint, len(orders)), 180,
                        "the successor enriched every order", interval=0.5,
-                       on_timeout=successor.log_tail)
+                       explain=successor.log_tail)
             zombie.thaw()
             # The zombie wakes up inside its transaction: it is fenced and its query fails.
             assert zombie.wait_exit(120) != 0, zombie.log_tail()
@@ -287,7 +287,7 @@ def test_a_second_driver_on_the_same_checkpoint_fences_the_first(cluster, client
             produce(client, "orders", more)
             wait_until(lambda: caught_up(client, checkpoint, len(orders + more)), 120,
                        "the successor enriched the orders sent after the zombie died",
-                       interval=0.5, on_timeout=successor.log_tail)
+                       interval=0.5, explain=successor.log_tail)
     assert_exactly_once(client, orders + more)
     # Stopped by the transaction key's fencing (the message of ExpiredTransactionError, or
     # of the sink's failed commit), not by something else.
