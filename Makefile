@@ -58,8 +58,8 @@ bench: $(STAMP)  ## run every benchmark in bench/ (each prints its figures)
 	@set -e; for b in bench/[!_]*.py; do \
 		test -f "$$b" || continue; echo "== $$b"; $(BIN)/python "$$b"; done
 
-lint: $(STAMP)  ## pyflakes' checks over the code (ruff --select F, which honours "# noqa")
-	$(BIN)/ruff check --select F --exclude '*_pb2.py' libs services tests bench
+lint: $(STAMP)  ## ruff (pyflakes, line length, import order: pyproject.toml says which)
+	$(BIN)/ruff check libs services tests bench spark-jobs
 
 clean:  ## remove .venv and caches (keeps .magnetar, the local cluster's data)
 	rm -rf $(VENV) .pytest_cache

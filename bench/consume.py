@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import paced, RssSampler, bench_cluster, durable_postgres, percentile, report  # noqa: E402
+from _common import RssSampler, bench_cluster, durable_postgres, paced, percentile, report  # noqa: E402
 
 import magnetar  # noqa: E402
 

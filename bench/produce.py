@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import paced, bench_cluster, copy_ceiling, durable_postgres, percentile, report, RssSampler  # noqa: E402
+from _common import RssSampler, bench_cluster, copy_ceiling, durable_postgres, paced, percentile, report  # noqa: E402
 
 import magnetar  # noqa: E402
 

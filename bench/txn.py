@@ -177,9 +177,10 @@ async def run(url: str, args) -> None:
 async def print_profile(database_url: str, service_urls: dict[str, str]) -> None:
     """Where the work went: requests per /v1/batch (each service's histogram) and the
     SQL statements by total time (pg_stat_statements)."""
-    import asyncpg
     import re
     import urllib.request
+
+    import asyncpg
 
     for name, service_url in service_urls.items():
         text = urllib.request.urlopen(service_url + "/metrics").read().decode()

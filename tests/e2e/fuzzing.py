@@ -409,7 +409,8 @@ async def harvest(urls: dict[str, list[str]], token: str | None, name: str) -> H
         if made is not None:
             h.producers.append(made.producer_id)
             sent = await _call(s, owner, "/v1/producers/send", pb.SendRequest(
-                session_id=opened.session_id, producer_id=made.producer_id, batch=valid_batch(random.Random(0), 0, 3), num_messages=3,
+                session_id=opened.session_id, producer_id=made.producer_id,
+                batch=valid_batch(random.Random(0), 0, 3), num_messages=3,
                 sequence_id=0, highest_sequence_id=2), pb.SendResponse, token)
             if sent is not None:
                 h.entries.append(sent.entry_id)

@@ -74,7 +74,8 @@ def test_protobuf_bad_values_are_400s_naming_the_field(cluster):
         results = [(path, want, await call(url, path, msg)) for url, path, msg, want in cases]
         # A partial resend whose messages stop below what is stored (was an IndexError):
         # stored up to 2 by the harvest; header says 0..9, the messages say 1 and 2.
-        partial = pb.SendRequest(session_id=h.sessions[0], producer_id=producer, num_messages=2, sequence_id=0, highest_sequence_id=9,
+        partial = pb.SendRequest(session_id=h.sessions[0], producer_id=producer, num_messages=2,
+                                 sequence_id=0, highest_sequence_id=9,
                                  batch=fuzzing.valid_batch(random.Random(2), 1, 2))
         # (the broker's batch check may refuse it before dedup does: either says "sequence")
         results.append(("partial resend", "sequence",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 import magnetar
-
 from tests.e2e.helpers import read_all
 
 pytestmark = pytest.mark.e2e

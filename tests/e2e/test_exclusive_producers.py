@@ -11,8 +11,8 @@ import urllib.request
 import pytest
 
 import magnetar
-from tests.e2e.helpers import exclusive_producer_process, read_all, send_line
 from magnetar import ProducerAccessMode as Mode
+from tests.e2e.helpers import exclusive_producer_process, read_all, send_line
 
 pytestmark = pytest.mark.e2e
 

@@ -11,8 +11,8 @@ import urllib.request
 import pytest
 
 import magnetar
-from tests.e2e.helpers import read_all
 from magnetar_protocol import magnetar_pb2 as pb
+from tests.e2e.helpers import read_all
 
 pytestmark = pytest.mark.e2e
 

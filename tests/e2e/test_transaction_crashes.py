@@ -70,9 +70,8 @@ def _commit_when_coordinator_answers(client, txn) -> None:
     """Wait until the restarted coordinator has timed the transaction out, then commit."""
     import time
 
-    from magnetar_protocol import magnetar_pb2 as pb
-
     from magnetar._transaction import Transaction as AsyncTxn
+    from magnetar_protocol import magnetar_pb2 as pb
 
     core = client._client.core
     status_req = pb.TxnStatusRequest(txn=txn.txn_id.to_wire())

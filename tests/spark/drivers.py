@@ -8,14 +8,13 @@ so signals go to the process tree found with psutil, not to one process group.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
-
-import json
 import urllib.request
+from pathlib import Path
 
 import psutil
 

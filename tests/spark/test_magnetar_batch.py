@@ -109,8 +109,8 @@ def test_aborted_transactions_never_appear_in_rows(spark, cluster, client):
 
 
 def test_bad_options_name_the_option_and_the_fix(spark, cluster):
-    from pyspark.errors import PySparkException
     from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
 
     errors = (PySparkException, Py4JJavaError, ValueError)
     with pytest.raises(errors, match="unknown option 'topci'.*did you mean 'topic'"):

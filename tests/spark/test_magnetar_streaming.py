@@ -216,8 +216,8 @@ def test_fail_on_data_loss_stops_a_query_whose_topic_was_recreated(spark, cluste
 def test_the_commit_reads_only_the_newest_progress_entries(cluster, client):
     import json
 
-    from magnetar.spark._writer import PROGRESS_TAIL_ENTRIES, _progress_tail, last_committed_batch
     from magnetar.spark._options import write_options
+    from magnetar.spark._writer import PROGRESS_TAIL_ENTRIES, _progress_tail, last_committed_batch
 
     opts = write_options(options(cluster) | {"topic": "o", "transactionKeyPrefix": "tail"},
                          streaming=True, has_topic_column=False)

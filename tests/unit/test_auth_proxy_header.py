@@ -8,7 +8,7 @@ import asyncio
 
 import jwt
 
-from magnetar_runtime.auth import AuthMiddleware, Authenticator, current_role
+from magnetar_runtime.auth import Authenticator, AuthMiddleware, current_role
 from magnetar_runtime.settings import ServiceSettings
 
 SECRET = "a-secret-of-at-least-thirty-two-bytes"

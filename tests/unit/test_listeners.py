@@ -57,7 +57,8 @@ def test_a_named_listener_answers_its_url():
 
 
 def test_a_listener_the_process_lacks_is_a_bad_request_naming_what_it_has():
-    with pytest.raises(BadRequest, match=r"broker broker-1 advertises no listener 'public' \(it has: external, internal\)"):
+    with pytest.raises(BadRequest,
+                       match=r"broker broker-1 advertises no listener 'public' \(it has: external, internal\)"):
         choose_url("http://in:8080", EXTERNAL, "public", "broker broker-1")
     assert BadRequest.http_status == 400
 

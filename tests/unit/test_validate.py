@@ -43,7 +43,8 @@ def test_refused_values_name_the_field(msg, where):
 
 @pytest.mark.parametrize("msg", [
     pb.SendRequest(producer_id=INT64_MAX, sequence_id=0, highest_sequence_id=INT64_MAX,
-                   num_messages=INT32_MAX, batch=b"\x00\xff" * 10, txn=pb.TxnId(most_bits=INT32_MAX, least_bits=INT64_MAX)),
+                   num_messages=INT32_MAX, batch=b"\x00\xff" * 10,
+                   txn=pb.TxnId(most_bits=INT32_MAX, least_bits=INT64_MAX)),
     pb.AckRequest(consumer_id=1, ack_type=pb.ACK_CUMULATIVE,
                   positions=[pb.Position(entry_id=i, batch_index=i - 1) for i in range(100)]),
     pb.SeekRequest(position=pb.Position(batch_index=-1)),

@@ -25,12 +25,11 @@ import asyncpg
 import pytest
 import uvicorn
 
+from magnetar_admin.app import build_app
+from magnetar_admin.settings import AdminSettings
 from magnetar_runtime.local.cluster import LocalCluster
 from magnetar_runtime.local.postgres import free_port
 from tests.waiting import wait_until
-
-from magnetar_admin.app import build_app
-from magnetar_admin.settings import AdminSettings
 
 # Every table the admin service writes or deletes from (brokers' heartbeats move on their own).
 SNAPSHOT = {t: f"SELECT * FROM {t}" for t in (

@@ -14,7 +14,6 @@ import pytest
 import magnetar
 from magnetar_runtime.local.cluster import command_path
 from magnetar_runtime.local.postgres import free_port
-
 from tests.integration.admin.conftest import Admin, start_admin
 
 # test_brokers needs real brokers; the other tests use an admin service on a fresh database.

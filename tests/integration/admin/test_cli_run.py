@@ -16,7 +16,6 @@ from magnetar.admin_cli import main, run
 from magnetar_admin.app import build_app
 from magnetar_admin.settings import AdminSettings
 from magnetar_runtime.local.postgres import free_port
-
 from tests.integration.admin.conftest import ServerThread, start_admin
 
 SECRET = "run-test-secret-of-at-least-32-bytes"

@@ -12,7 +12,6 @@ import magnetar
 from magnetar_broker.app import build_app as build_broker
 from magnetar_broker.settings import BrokerSettings
 from magnetar_runtime.local.postgres import free_port
-
 from tests.integration.admin.conftest import ServerThread, http
 
 P = "/admin/v2/persistent/public/default"

@@ -10,7 +10,6 @@ import time
 
 from magnetar_runtime.local.cluster import command_path
 from magnetar_runtime.local.postgres import free_port
-
 from tests.integration.admin.conftest import http
 
 

@@ -8,7 +8,6 @@ import time
 
 import magnetar
 from magnetar_protocol import magnetar_pb2 as pb
-
 from tests.integration.admin.conftest import Admin, http, own, start_admin, until
 
 # Real brokers for the live parts (one cluster for the module; tests use their own topics).

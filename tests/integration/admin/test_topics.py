@@ -5,7 +5,6 @@ with its reason and an unchanged database."""
 import pytest
 
 import magnetar
-
 from tests.integration.admin.conftest import Admin, http, own, run_sql, start_admin, until
 
 # Real brokers own the topics of the delete tests (one cluster for the module; tests use

@@ -1,8 +1,8 @@
 """Two broker stores ("a" and "b") on one pool and one topic: the setting of the tests
 that check what a broker may write with or without the topic's lease."""
 
-from magnetar_storage.db import create_pool
 from magnetar_broker.store import BrokerStore
+from magnetar_storage.db import create_pool
 
 
 def one_entry(entry_id: int, producer: str = "p", seq: int = 0):

@@ -8,11 +8,10 @@ import asyncio
 
 import asyncpg
 
-from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_storage.db import create_pool
 from magnetar_broker.store import BrokerStore
 from magnetar_coordinator.store import CoordinatorStore
-
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_storage.db import create_pool
 from tests.integration.counting import CountingPool
 
 TOPIC = "persistent://public/default/g"
@@ -35,8 +34,8 @@ async def _buffer(broker, topic_id, epoch=0):
     after taking the partition's lease over from ``epoch``."""
     from types import SimpleNamespace
 
-    from magnetar_runtime.roles import Roles
     from magnetar_broker.partition.txnbuffer import TxnBuffer
+    from magnetar_runtime.roles import Roles
 
     epoch = await broker.assign_owner(topic_id, "b", epoch)
     buffer = TxnBuffer(broker, topic_id, TOPIC, Roles("", enabled=False))
@@ -54,8 +53,7 @@ async def test_first_sends_register_in_their_write_only_for_open_transactions_of
     partition and are stored; an ending (3), another role's (4) and an unknown (5)
     transaction's are refused with the precise error, and nothing of theirs is written:
     no rows, no registration, no dedup sequence, no buffer in memory."""
-    from magnetar_protocol.errors import (
-        AuthorizationError, InvalidTxnStatusError, TransactionNotFound)
+    from magnetar_protocol.errors import AuthorizationError, InvalidTxnStatusError, TransactionNotFound
 
     pool, coordinator, counting, broker, topic_id = await _stores(database_url)
     for txn_id in range(5):
@@ -174,8 +172,8 @@ async def test_an_ending_in_the_same_group_refuses_the_first_sends_before_it(dat
     """EndTxnOnPartition arrives only once the transaction is no longer OPEN, so first
     sends queued before it in one group cannot register: they fail, and the end is
     recorded."""
-    from magnetar_protocol.errors import InvalidTxnStatusError
     from magnetar_broker.partition.planner import TxnEnd
+    from magnetar_protocol.errors import InvalidTxnStatusError
 
     pool, coordinator, _, broker, topic_id = await _stores(database_url)
     await coordinator.new_txn(4, 60000, None)
@@ -199,10 +197,10 @@ async def test_a_refused_first_ack_does_not_make_a_later_ack_in_its_group_confli
     from functools import partial
     from types import SimpleNamespace
 
-    from magnetar_protocol.errors import InvalidTxnStatusError, TransactionConflict
+    from magnetar_broker.partition.log import PartitionLog
     from magnetar_broker.subscription.cursor import Cursor
     from magnetar_broker.subscription.subscription import Subscription
-    from magnetar_broker.partition.log import PartitionLog
+    from magnetar_protocol.errors import InvalidTxnStatusError, TransactionConflict
 
     pool, coordinator, _, broker, topic_id = await _stores(database_url)
     for txn_id in (1, 2, 3):

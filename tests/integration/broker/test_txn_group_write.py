@@ -4,12 +4,12 @@ group leaves no sidecar rows behind (aborted data is reclaimed)."""
 
 from types import SimpleNamespace
 
+from magnetar_broker.partition.planner import TxnAppend, TxnEnd
+from magnetar_broker.partition.txnbuffer import TxnBuffer
+from magnetar_broker.partition.txnrules import TxnBuf
+from magnetar_broker.store import BrokerStore
 from magnetar_runtime.roles import Roles
 from magnetar_storage.db import create_pool
-from magnetar_broker.store import BrokerStore
-from magnetar_broker.partition.planner import TxnAppend, TxnEnd
-from magnetar_broker.partition.txnrules import TxnBuf
-from magnetar_broker.partition.txnbuffer import TxnBuffer
 
 TOPIC = "persistent://public/default/t"
 ANYONE = ("anonymous", True)  # the sender: authentication off

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
+from magnetar_coordinator.store import CoordinatorStore, Fenced
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_storage.db import create_pool
-from magnetar_coordinator.store import CoordinatorStore, Fenced
 
 TTL_S = 5
 

@@ -4,11 +4,10 @@ each still gets its own answer; a process that lost its TCID writes nothing."""
 
 import asyncio
 
+from magnetar_coordinator.store import CoordinatorStore, Fenced
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import TransactionNotFound
 from magnetar_storage.db import create_pool
-from magnetar_coordinator.store import CoordinatorStore, Fenced
-
 from tests.integration.counting import CountingPool
 
 A, B = "persistent://public/default/a", "persistent://public/default/b"

@@ -2,9 +2,9 @@
 
 import pytest
 
+from magnetar_coordinator.store import CoordinatorStore, Fenced
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_storage.db import create_pool
-from magnetar_coordinator.store import CoordinatorStore, Fenced
 
 
 async def test_second_claim_waits_for_the_lease_then_fences_the_first(database_url):

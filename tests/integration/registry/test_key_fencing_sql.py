@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
+from magnetar_coordinator.store import CoordinatorStore
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import NotAllowedError
-from magnetar_storage.db import create_pool
-from magnetar_coordinator.store import CoordinatorStore
 from magnetar_registry.store import Binding, RegistryStore
+from magnetar_storage.db import create_pool
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from magnetar_runtime.local.postgres import LocalPostgres, find_pg_bin, free_port
-
 from tests.integration.admin.conftest import until
 
 PASSWORD = "Hunter2-do-not-print"

@@ -2,9 +2,15 @@
 
 import pytest
 
-from magnetar_protocol.errors import ProducerBusy, ProducerFenced
 from magnetar_broker.partition.access import (
-    EXCLUSIVE, EXCLUSIVE_WITH_FENCING, SHARED, WAIT_FOR_EXCLUSIVE, AccessState, Outcome)
+    EXCLUSIVE,
+    EXCLUSIVE_WITH_FENCING,
+    SHARED,
+    WAIT_FOR_EXCLUSIVE,
+    AccessState,
+    Outcome,
+)
+from magnetar_protocol.errors import ProducerBusy, ProducerFenced
 
 
 def _attach(state, pid, mode, name, requested=None):

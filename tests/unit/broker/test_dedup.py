@@ -1,5 +1,5 @@
-from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_broker.partition.dedup import Verdict, drop_persisted, judge
+from magnetar_protocol import magnetar_pb2 as pb
 
 
 def test_new_batch_is_admitted():

@@ -1,7 +1,6 @@
 import random
 
-from magnetar_broker.subscription.dispatch import (
-    WHOLE, Deliveries, HashRing, failover_active, key_hash, mask_indices)
+from magnetar_broker.subscription.dispatch import WHOLE, Deliveries, HashRing, failover_active, key_hash, mask_indices
 
 
 def test_delivery_and_individual_ack():

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from magnetar_protocol.errors import NotOwner
 from magnetar_broker.partition.log import PartitionLog
+from magnetar_protocol.errors import NotOwner
 
 
 def _log():

@@ -2,9 +2,9 @@
 
 import pytest
 
-from magnetar_protocol.errors import TransactionConflict
 from magnetar_broker.subscription.cursor import WHOLE, Cursor
 from magnetar_broker.subscription.pendingack import PendingAcks
+from magnetar_protocol.errors import TransactionConflict
 
 T1, T2 = (0, 1), (0, 2)
 

@@ -1,9 +1,5 @@
 """The partition's write planner, rule by rule (pure: no database)."""
 
-from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import AuthorizationError, InvalidTxnStatusError, TransactionNotFound
-from magnetar_protocol.txnid import TxnID
-
 from magnetar_broker.partition.planner import (
     Append,
     TxnAppend,
@@ -13,6 +9,9 @@ from magnetar_broker.partition.planner import (
     settle_group,
 )
 from magnetar_broker.partition.txnrules import TxnBuf
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import AuthorizationError, InvalidTxnStatusError, TransactionNotFound
+from magnetar_protocol.txnid import TxnID
 
 T1, T2, T3 = TxnID(0, 1), TxnID(0, 2), TxnID(0, 3)
 ANYONE = ("anonymous", True)

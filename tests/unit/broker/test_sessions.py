@@ -1,7 +1,7 @@
 import pytest
 
-from magnetar_protocol.errors import SessionNotFound
 from magnetar_broker.sessions import SessionRegistry
+from magnetar_protocol.errors import SessionNotFound
 
 
 def test_sessions_expire_unless_kept_alive():

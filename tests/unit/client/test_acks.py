@@ -1,8 +1,7 @@
 """Grouped acks and delayed negative acks."""
 
-from magnetar_protocol import magnetar_pb2 as pb
-
 from magnetar._acks import AckGroup, NackTracker, ack_requests, compact
+from magnetar_protocol import magnetar_pb2 as pb
 
 
 def test_acks_are_taken_as_one_group():

@@ -2,9 +2,8 @@
 
 import pytest
 
-from magnetar_protocol import magnetar_pb2 as pb
-
 from magnetar._batch import Batcher, message_fields
+from magnetar_protocol import magnetar_pb2 as pb
 
 
 class Collecting(Batcher):

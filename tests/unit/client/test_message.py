@@ -1,9 +1,8 @@
 """A delivered entry (a stored batch) expands into Messages."""
 
-from magnetar_protocol import magnetar_pb2 as pb
-
 from magnetar._message import expand
 from magnetar._types import MessageId
+from magnetar_protocol import magnetar_pb2 as pb
 
 TOPIC = "persistent://public/default/t-partition-2"
 

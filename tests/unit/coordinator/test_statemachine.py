@@ -1,8 +1,8 @@
 import pytest
 
+from magnetar_coordinator import statemachine as sm
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import InvalidTxnStatusError
-from magnetar_coordinator import statemachine as sm
 
 COMMIT, ABORT = pb.TXN_COMMIT, pb.TXN_ABORT
 

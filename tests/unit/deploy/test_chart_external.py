@@ -52,7 +52,8 @@ def advertised(workload: dict, pod_index: int | None) -> dict[str, str]:
     return parse_listeners(expand_pod_index(env["MAGNETAR_ADVERTISED_LISTENERS"]["value"], pod_index))
 
 
-@pytest.mark.parametrize("values", [NODE_PORT, LOAD_BALANCER, HOSTED], ids=["NodePort", "LoadBalancer", "hosted coordinators"])
+@pytest.mark.parametrize("values", [NODE_PORT, LOAD_BALANCER, HOSTED],
+                         ids=["NodePort", "LoadBalancer", "hosted coordinators"])
 def test_every_rendered_object_is_valid_kubernetes(values, tmp_path):
     validate(render_values(values, tmp_path), tmp_path)
 

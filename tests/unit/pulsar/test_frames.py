@@ -11,8 +11,15 @@ from google.protobuf.message import EncodeError
 from magnetar_protocol import pulsar_api_pb2 as pb
 from magnetar_protocol.pulsar import frames
 from magnetar_protocol.pulsar.frames import (
-    ChecksumMismatch, FrameDecoder, FrameError, FrameTooLarge, GarbageFrame, MalformedFrame,
-    TruncatedFrame, UnknownCommand, UnsupportedCommand,
+    ChecksumMismatch,
+    FrameDecoder,
+    FrameError,
+    FrameTooLarge,
+    GarbageFrame,
+    MalformedFrame,
+    TruncatedFrame,
+    UnknownCommand,
+    UnsupportedCommand,
 )
 
 Type = pb.BaseCommand.Type

@@ -1,6 +1,6 @@
-from magnetar_registry.binding import choose_coordinator, connect_outcome
-
 import pytest
+
+from magnetar_registry.binding import choose_coordinator, connect_outcome
 
 
 def test_binding_is_a_stable_hash_over_the_live_ids():

@@ -8,8 +8,8 @@ import pytest
 pytest.importorskip("pyspark")
 
 from magnetar.spark._offsets import (  # noqa: E402
-    OffsetSpec,
     MagnetarOffsetError,
+    OffsetSpec,
     Split,
     check_data_loss,
     from_spark,

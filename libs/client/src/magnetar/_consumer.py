@@ -14,15 +14,14 @@ import queue as thread_queue
 import time
 import uuid
 
-from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import MagnetarError, NotAllowedError, Timeout
-
 from magnetar._acks import ACK_GROUP_MAX, ACK_GROUP_S, NackTracker
 from magnetar._errors import AlreadyClosed
 from magnetar._message import Message, UndecodableEntry
 from magnetar._partition_consumer import PartitionConsumer
 from magnetar._reader import gather_last, has_more, initial_start
 from magnetar._types import ConsumerType, MessageId
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import MagnetarError, NotAllowedError, Timeout
 
 log = logging.getLogger("magnetar.consumer")
 

@@ -7,16 +7,15 @@ import itertools
 import logging
 import time
 
+from magnetar._retry import deadline_after, retry
+from magnetar._session import Sessions
+from magnetar._transport import PROTOBUF, decode_error
+from magnetar._txn_pool import TxnPool
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.coalesce import Coalescer
 from magnetar_protocol.errors import ConnectError, MagnetarError, ServiceNotReady
 from magnetar_protocol.listeners import listener_name_problem
 from magnetar_protocol.topics import TopicName
-
-from magnetar._retry import retry, deadline_after
-from magnetar._session import Sessions
-from magnetar._transport import PROTOBUF, decode_error
-from magnetar._txn_pool import TxnPool
 
 # Coordinators move rarely (a restart keeps the id); a failed call looks them up again.
 COORDINATORS_TTL_S = 30.0

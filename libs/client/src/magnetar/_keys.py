@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import asyncio
 
+from magnetar._core import Core
+from magnetar._transaction import Transaction, check_timeout
+from magnetar._types import TxnID
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     ConnectError,
@@ -19,10 +22,6 @@ from magnetar_protocol.errors import (
     TransactionCoordinatorNotFoundError,
 )
 from magnetar_protocol.keys import key_problem
-
-from magnetar._core import Core
-from magnetar._transaction import Transaction, check_timeout
-from magnetar._types import TxnID
 
 
 def validate_key(key: str) -> str:

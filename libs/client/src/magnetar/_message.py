@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from magnetar_protocol import magnetar_pb2 as pb
-
 from magnetar._types import MessageId
+from magnetar_protocol import magnetar_pb2 as pb
 
 
 class EntryInfo:

@@ -17,14 +17,13 @@ import logging
 
 from google.protobuf.message import DecodeError
 
-from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import MagnetarError, NotOwner, SessionNotFound
-
 from magnetar._acks import AckGroup, ack_requests
 from magnetar._message import EntryInfo, UndecodableEntry, expand
 from magnetar._reader import start_position
 from magnetar._retry import RETRYABLE, SESSION_LOST, TRANSIENT, Backoff, deadline_after
 from magnetar._types import MessageId
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import MagnetarError, NotOwner, SessionNotFound
 
 log = logging.getLogger("magnetar.consumer")
 

@@ -19,6 +19,9 @@ import logging
 import time
 from collections import deque
 
+from magnetar._batch import Batch, Batcher
+from magnetar._retry import RETRYABLE, SESSION_LOST, TRANSIENT, Backoff, deadline_after
+from magnetar._types import MessageId, ProducerAccessMode, Result
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     ConnectError,
@@ -28,10 +31,6 @@ from magnetar_protocol.errors import (
     Timeout,
     error_for_code,
 )
-
-from magnetar._batch import Batch, Batcher
-from magnetar._retry import RETRYABLE, SESSION_LOST, TRANSIENT, Backoff, deadline_after
-from magnetar._types import MessageId, ProducerAccessMode, Result
 
 log = logging.getLogger("magnetar.producer")
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from magnetar_protocol.errors import MessageTooBig
-
 from magnetar._batch import message_fields
 from magnetar._errors import AlreadyClosed
 from magnetar._partition_producer import PartitionProducer
 from magnetar._routing import Router
 from magnetar._slots import Slots
 from magnetar._types import MessageId, PartitionsRoutingMode, ProducerAccessMode, Result
+from magnetar_protocol.errors import MessageTooBig
 
 
 class FutureCallback:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from magnetar_protocol import magnetar_pb2 as pb
-
 from magnetar._types import LATEST_ENTRY, MessageId
+from magnetar_protocol import magnetar_pb2 as pb
 
 Pos = tuple[int, int]
 

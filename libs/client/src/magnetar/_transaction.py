@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from magnetar._core import Core
+from magnetar._types import TransactionState, TxnID
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     ConnectError,
@@ -23,9 +25,6 @@ from magnetar_protocol.errors import (
     TransactionCoordinatorNotFoundError,
     TransactionHasOperationFailed,
 )
-
-from magnetar._core import Core
-from magnetar._types import TransactionState, TxnID
 
 _FINAL = {TransactionState.COMMITTED: "committed", TransactionState.ABORTED: "aborted"}
 

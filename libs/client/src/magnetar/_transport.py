@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
-from yarl import URL
 from google.protobuf.message import DecodeError, Message
+from yarl import URL
 
 from magnetar_protocol.errors import ConnectError, UnknownError
+
 # The codec shared with the services' RPC; re-exported for the client's other modules.
 from magnetar_protocol.wire import PROTOBUF, connect_timeout, decode_error
 

@@ -21,9 +21,8 @@ import logging
 import time
 from collections import deque
 
-from magnetar_protocol import magnetar_pb2 as pb
-
 from magnetar._types import TxnID
+from magnetar_protocol import magnetar_pb2 as pb
 
 log = logging.getLogger("magnetar.client")
 

@@ -16,16 +16,14 @@ A client belongs to the event loop that first uses it.  ``Producer.send_async`` 
 
 from __future__ import annotations
 
-from magnetar_protocol.topics import TopicName
-
+from magnetar import _errors
 from magnetar._consumer import Consumer
 from magnetar._core import Core, check_listener_name
-from magnetar import _errors
 from magnetar._errors import *  # noqa: F403 (every error class; _errors.__all__)
 from magnetar._errors import AlreadyClosed, TransactionCoordinatorNotFoundError
+from magnetar._keys import KeyConnection
 from magnetar._message import Message
 from magnetar._producer import Producer, producer_options
-from magnetar._keys import KeyConnection
 from magnetar._reader import Reader
 from magnetar._transaction import Transaction, check_timeout, open_transaction
 from magnetar._transport import Transport
@@ -39,6 +37,8 @@ from magnetar._types import (
     TransactionState,
     TxnID,
 )
+from magnetar_protocol.topics import TopicName
+
 __all__ = ["Client", "Producer", "Consumer", "Reader", "Message", "MessageId", "Transaction",
            "TxnID", "ConsumerType", "InitialPosition", "ProducerAccessMode",
            "PartitionsRoutingMode", "Result", "TransactionState", "Transport"]

@@ -19,15 +19,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.validate import check_message
 from magnetar_protocol.errors import (
     BadRequest,
     MagnetarError,
     UnknownError,
     to_wire,
 )
+from magnetar_protocol.validate import check_message
 from magnetar_protocol.wire import PROTOBUF
 from magnetar_runtime.auth import Authenticator, AuthMiddleware
+
 # as_magnetar_error, refused_data and write_failure are re-exported: services import them from here.
 from magnetar_runtime.error_answers import as_magnetar_error as as_magnetar_error
 from magnetar_runtime.error_answers import error_response

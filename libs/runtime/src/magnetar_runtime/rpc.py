@@ -19,6 +19,7 @@ from magnetar_protocol.errors import ConnectError, MagnetarError, UnknownError
 from magnetar_protocol.wire import PROTOBUF, connect_timeout, decode_error
 from magnetar_runtime.auth import reset_role, set_role
 from magnetar_runtime.error_answers import as_magnetar_error
+
 # A call to an address that sends no SYN-ACK (a deleted pod's) fails after this rather
 # than after the whole call's timeout, so a commit's fan-out looks the owner up again
 # in seconds (issue 19).  Capped by the call's timeout.

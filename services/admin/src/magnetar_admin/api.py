@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, FastAPI, Response
 
-from magnetar_protocol.errors import BadRequest
-
 from magnetar_admin import bodies
 from magnetar_admin.api_permissions import permission_routes
 from magnetar_admin.api_topics import topic_routes
 from magnetar_admin.deps import NO_CONTENT, Body, Service, body_doc, tenant_admin_only
+from magnetar_protocol.errors import BadRequest
 
 TENANT_INFO = {"type": "object", "properties": {
     "adminRoles": {"type": "array", "items": {"type": "string"}},

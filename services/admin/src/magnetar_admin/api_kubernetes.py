@@ -12,9 +12,8 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI
 
-from magnetar_protocol.errors import BadRequest, NotAllowedError
-
 from magnetar_admin.deps import Body, Service, body_doc
+from magnetar_protocol.errors import BadRequest, NotAllowedError
 
 
 def helm_answer(settings, replicas: int) -> str:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 
-from magnetar_runtime import permissions
-
 from magnetar_admin import bodies
 from magnetar_admin.deps import NO_CONTENT, Body, Service, body_doc, tenant_admin_only
+from magnetar_runtime import permissions
 
 NAMESPACE = "/admin/v2/namespaces/{tenant}/{namespace}"
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"

@@ -11,14 +11,13 @@ from datetime import datetime
 
 from fastapi import APIRouter, FastAPI, Query, Request
 
+from magnetar_admin.deps import Service
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import AuthorizationError, BadRequest, ServiceNotReady, TransactionKeyNotFound
 from magnetar_protocol.keys import identity, key_problem
+from magnetar_protocol.txnid import TxnID
 from magnetar_protocol.validate import check_text
 from magnetar_runtime.auth import current_role
-from magnetar_protocol.txnid import TxnID
-
-from magnetar_admin.deps import Service
 
 PATH = "/admin/v2/transactions/transaction-keys"
 

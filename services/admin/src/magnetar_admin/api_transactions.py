@@ -9,12 +9,11 @@ from datetime import datetime
 
 from fastapi import APIRouter, FastAPI
 
+from magnetar_admin.deps import AgeMs, CoordinatorIdQuery, Service, TxnLeast, TxnMost
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import TopicNotFound, TransactionCoordinatorNotFoundError, TransactionNotFound
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_protocol.txnid import TxnID
-
-from magnetar_admin.deps import AgeMs, CoordinatorIdQuery, Service, TxnLeast, TxnMost
 
 STATUS = {0: "OPEN", 1: "COMMITTING", 2: "COMMITTED", 3: "ABORTING", 4: "ABORTED"}
 

@@ -16,6 +16,13 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
+from magnetar_admin.api import add_routes
+from magnetar_admin.api_kubernetes import add_kubernetes_routes
+from magnetar_admin.api_transaction_keys import add_transaction_key_routes
+from magnetar_admin.api_transactions import add_transaction_routes
+from magnetar_admin.service import AdminService
+from magnetar_admin.settings import AdminSettings
+from magnetar_admin.store import AdminStore
 from magnetar_protocol.errors import (
     AuthorizationError,
     BadRequest,
@@ -27,14 +34,6 @@ from magnetar_runtime.app import create_app, error_response, refused_data
 from magnetar_runtime.auth import Authenticator
 from magnetar_runtime.serve import serve
 from magnetar_storage.db import create_pool
-
-from magnetar_admin.api import add_routes
-from magnetar_admin.api_kubernetes import add_kubernetes_routes
-from magnetar_admin.api_transaction_keys import add_transaction_key_routes
-from magnetar_admin.api_transactions import add_transaction_routes
-from magnetar_admin.service import AdminService
-from magnetar_admin.settings import AdminSettings
-from magnetar_admin.store import AdminStore
 
 log = logging.getLogger("magnetar.admin")
 

@@ -8,11 +8,10 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Path, Query, Request, Response
 
-from magnetar_protocol.errors import ServiceNotReady
-from magnetar_protocol.validate import INT32_MAX, INT64_MAX
-
 from magnetar_admin import bodies
 from magnetar_admin.service import AdminService
+from magnetar_protocol.errors import ServiceNotReady
+from magnetar_protocol.validate import INT32_MAX, INT64_MAX
 
 NO_CONTENT = {"status_code": 204, "response_class": Response}
 

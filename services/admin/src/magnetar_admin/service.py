@@ -15,6 +15,9 @@ import logging
 
 import aiohttp
 
+from magnetar_admin import stats as shapes
+from magnetar_admin.settings import AdminSettings
+from magnetar_admin.store import AdminStore
 from magnetar_protocol.errors import (
     AuthorizationError,
     BadRequest,
@@ -24,13 +27,8 @@ from magnetar_protocol.errors import (
     TopicNotFound,
 )
 from magnetar_protocol.topics import TopicName
-
 from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.rpc import RpcClient
-
-from magnetar_admin import stats as shapes
-from magnetar_admin.settings import AdminSettings
-from magnetar_admin.store import AdminStore
 
 log = logging.getLogger("magnetar.admin")
 

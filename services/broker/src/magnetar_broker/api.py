@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from magnetar_broker.service import BrokerService
+from magnetar_broker.transactions import TxnHandlers
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import NotOwner
 from magnetar_protocol.topics import TopicName
 from magnetar_runtime.app import proto_route
-
-from magnetar_broker.service import BrokerService
-from magnetar_broker.transactions import TxnHandlers
 
 
 def txn_handlers(service: BrokerService) -> TxnHandlers:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from magnetar_runtime.app import service_app
-from magnetar_runtime.serve import serve
-
 from magnetar_broker import hosted_coordinator
 from magnetar_broker.api import add_routes
 from magnetar_broker.service import BrokerService
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
+from magnetar_runtime.app import service_app
+from magnetar_runtime.serve import serve
 
 
 def build_app(settings: BrokerSettings | None = None) -> FastAPI:

@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import time
 
+from magnetar_broker.store import BrokerStore
 from magnetar_protocol.errors import AuthorizationError
 from magnetar_protocol.topics import TopicName
 from magnetar_runtime import permissions
 from magnetar_runtime.auth import current_role
 from magnetar_runtime.roles import Roles
-
-from magnetar_broker.store import BrokerStore
 
 MAX_CACHED_TOPICS = 10000  # bound memory against a client looking up endless names
 

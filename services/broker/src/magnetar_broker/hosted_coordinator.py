@@ -8,17 +8,15 @@ broker elsewhere is still told over HTTP (docs/architecture.md)."""
 
 from __future__ import annotations
 
-from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_runtime.app import proto_route
-
+from magnetar_broker.api import add_routes as add_broker_routes
+from magnetar_broker.api import txn_handlers
+from magnetar_broker.service import BrokerService
 from magnetar_coordinator.api import add_routes as add_coordinator_routes
 from magnetar_coordinator.service import CoordinatorService, new_instance_id
 from magnetar_coordinator.settings import CoordinatorSettings
 from magnetar_coordinator.store import CoordinatorStore
-
-from magnetar_broker.api import add_routes as add_broker_routes
-from magnetar_broker.api import txn_handlers
-from magnetar_broker.service import BrokerService
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_runtime.app import proto_route
 
 
 class BrokerWithCoordinator:

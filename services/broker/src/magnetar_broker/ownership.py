@@ -13,6 +13,10 @@ import hashlib
 import logging
 from collections.abc import Callable
 
+from magnetar_broker import metrics
+from magnetar_broker.partition.log import PartitionLog
+from magnetar_broker.settings import BrokerSettings
+from magnetar_broker.store import BrokerStore
 from magnetar_protocol.errors import (
     InvalidTopicName,
     NamespaceNotFound,
@@ -22,11 +26,6 @@ from magnetar_protocol.errors import (
 )
 from magnetar_protocol.topics import TopicName
 from magnetar_runtime.roles import Roles
-
-from magnetar_broker import metrics
-from magnetar_broker.settings import BrokerSettings
-from magnetar_broker.store import BrokerStore
-from magnetar_broker.partition.log import PartitionLog
 
 log = logging.getLogger("magnetar.broker.ownership")
 

@@ -8,20 +8,18 @@ import logging
 import time
 import uuid
 
+from magnetar_broker.authorization import Authorizer
+from magnetar_broker.ownership import Ownership
+from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
+from magnetar_broker.partition.access import Outcome
+from magnetar_broker.partition.log import PartitionLog, Producer
+from magnetar_broker.sessions import SessionRegistry, new_object_id
+from magnetar_broker.settings import BrokerSettings
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import ProducerBusy, ProducerFenced
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_runtime.auth import current_role
 from magnetar_runtime.permissions import PRODUCE
-
-from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
-from magnetar_broker.partition.access import Outcome
-from magnetar_broker.authorization import Authorizer
-from magnetar_broker.ownership import Ownership
-from magnetar_broker.sessions import SessionRegistry, new_object_id
-from magnetar_broker.settings import BrokerSettings
-from magnetar_broker.partition.log import PartitionLog, Producer
-
 
 log = logging.getLogger("magnetar.broker.producers")
 

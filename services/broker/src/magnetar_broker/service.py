@@ -6,33 +6,32 @@ import logging
 import time
 import uuid
 
+from magnetar_broker import metrics
+from magnetar_broker.authorization import Authorizer
+from magnetar_broker.ownership import Ownership
+from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
+from magnetar_broker.partition.log import PartitionLog, Producer
+from magnetar_broker.producers import ProducerHandlers
+from magnetar_broker.sessions import SessionRegistry, new_object_id
+from magnetar_broker.settings import BrokerSettings
+from magnetar_broker.store import BrokerStore
+from magnetar_broker.subscription.cursor import Cursor
+from magnetar_broker.subscription.subscription import Consumer, Subscription
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     BadRequest,
-    MagnetarError,
-    to_wire,
     ConsumerNotFound,
+    MagnetarError,
     NotAllowedError,
     ProducerNotFound,
+    to_wire,
 )
 from magnetar_protocol.listeners import choose_url, listener_name_problem
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.auth import Authenticator, current_role
-from magnetar_runtime.permissions import CONSUME, LOOKUP
 from magnetar_runtime.loops import BackgroundLoop
-
-from magnetar_broker import metrics
-from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
-from magnetar_broker.authorization import Authorizer
-from magnetar_broker.subscription.cursor import Cursor
-from magnetar_broker.ownership import Ownership
-from magnetar_broker.producers import ProducerHandlers
-from magnetar_broker.sessions import SessionRegistry, new_object_id
-from magnetar_broker.settings import BrokerSettings
-from magnetar_broker.store import BrokerStore
-from magnetar_broker.subscription.subscription import Consumer, Subscription
-from magnetar_broker.partition.log import PartitionLog, Producer
+from magnetar_runtime.permissions import CONSUME, LOOKUP
 
 log = logging.getLogger("magnetar.broker")
 

@@ -6,11 +6,10 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from magnetar_broker.entry import Entry
 from magnetar_protocol.txnid import TxnID
 from magnetar_storage.listeners import listeners_of
 from magnetar_storage.queries import load_queries
-
-from magnetar_broker.entry import Entry
 
 Q = load_queries("magnetar_broker")
 

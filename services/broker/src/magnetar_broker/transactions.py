@@ -7,19 +7,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from magnetar_broker.ownership import Ownership
+from magnetar_broker.service import check_listener
+from magnetar_broker.settings import BrokerSettings
+from magnetar_broker.store import BrokerStore
+from magnetar_broker.subscription.subscription import Subscription
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import to_wire
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.app import as_magnetar_error
 from magnetar_runtime.auth import Authenticator
-
-from magnetar_broker.ownership import Ownership
-from magnetar_broker.service import check_listener
-from magnetar_broker.settings import BrokerSettings
-from magnetar_broker.store import BrokerStore
-from magnetar_broker.subscription.subscription import Subscription
-
 
 # (listener, [(internal URL, what it is)]) -> that listener's URLs, in that order
 Advertised = Callable[[str, list[tuple[str, str]]], Awaitable[list[str]]]

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from magnetar_coordinator.service import CoordinatorService
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_runtime.app import proto_route
-
-from magnetar_coordinator.service import CoordinatorService
 
 
 def add_routes(app: FastAPI, service: CoordinatorService) -> None:

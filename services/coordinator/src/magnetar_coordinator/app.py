@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from magnetar_runtime.app import service_app
-from magnetar_runtime.serve import serve
-
 from magnetar_coordinator.api import add_routes
 from magnetar_coordinator.service import CoordinatorService, new_instance_id
 from magnetar_coordinator.settings import CoordinatorSettings
 from magnetar_coordinator.store import CoordinatorStore
+from magnetar_runtime.app import service_app
+from magnetar_runtime.serve import serve
 
 
 def build_app(settings: CoordinatorSettings | None = None) -> FastAPI:

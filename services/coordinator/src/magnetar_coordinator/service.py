@@ -8,6 +8,11 @@ import logging
 import time
 import uuid
 
+from magnetar_coordinator import adoption, metrics
+from magnetar_coordinator import statemachine as sm
+from magnetar_coordinator.participants import Participants
+from magnetar_coordinator.settings import CoordinatorSettings
+from magnetar_coordinator.store import CoordinatorStore, Fenced
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     BadRequest,
@@ -15,19 +20,13 @@ from magnetar_protocol.errors import (
     TransactionCoordinatorNotFoundError,
     TransactionNotFound,
 )
+from magnetar_protocol.keys import key_problem
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_protocol.txnid import TxnID
-from magnetar_protocol.keys import key_problem
 from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.failpoints import failpoint
 from magnetar_runtime.loops import BackgroundLoop
 from magnetar_runtime.rpc import RpcClient
-
-from magnetar_coordinator import adoption, metrics
-from magnetar_coordinator import statemachine as sm
-from magnetar_coordinator.participants import Participants
-from magnetar_coordinator.settings import CoordinatorSettings
-from magnetar_coordinator.store import CoordinatorStore, Fenced
 
 log = logging.getLogger("magnetar.coordinator")
 # How long a stopping coordinator waits for the commits and aborts it is driving (after

@@ -5,9 +5,8 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_runtime.app import proto_route
-
 from magnetar_registry.service import RegistryService
+from magnetar_runtime.app import proto_route
 
 
 def add_routes(app: FastAPI, service: RegistryService) -> None:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from magnetar_runtime.app import service_app
-from magnetar_runtime.serve import serve
-
 from magnetar_registry.api import add_routes
 from magnetar_registry.service import RegistryService
 from magnetar_registry.settings import RegistrySettings
 from magnetar_registry.store import RegistryStore
+from magnetar_runtime.app import service_app
+from magnetar_runtime.serve import serve
 
 
 def build_app(settings: RegistrySettings | None = None) -> FastAPI:

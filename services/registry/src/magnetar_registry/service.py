@@ -16,21 +16,20 @@ from magnetar_protocol.errors import (
     MagnetarError,
     NotAllowedError,
     NotFound,
-    TransactionKeyNotFound,
     ServiceNotReady,
     Timeout,
+    TransactionKeyNotFound,
     TransactionNotFound,
 )
 from magnetar_protocol.keys import identity, key_problem
 from magnetar_protocol.txnid import TxnID
-from magnetar_runtime.auth import Authenticator, current_role
-from magnetar_runtime.loops import BackgroundLoop
-from magnetar_runtime.rpc import RpcClient
-
 from magnetar_registry import metrics
 from magnetar_registry.binding import choose_coordinator, connect_outcome
 from magnetar_registry.settings import RegistrySettings
 from magnetar_registry.store import RegistryStore
+from magnetar_runtime.auth import Authenticator, current_role
+from magnetar_runtime.loops import BackgroundLoop
+from magnetar_runtime.rpc import RpcClient
 
 log = logging.getLogger("magnetar.registry")
 

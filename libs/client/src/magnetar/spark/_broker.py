@@ -8,10 +8,9 @@ from typing import Iterator
 
 import magnetar
 from magnetar.admin_cli._http import AdminApi, Refused, Unreachable, q
-from magnetar_protocol.topics import TopicName
-
 from magnetar.spark._offsets import split_partition
 from magnetar.spark._options import Connection, MagnetarOptionError, ReadOptions
+from magnetar_protocol.topics import TopicName
 
 READ_POLL_MS = 500  # a reader's wait before asking whether more is visible at all
 

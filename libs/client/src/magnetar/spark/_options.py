@@ -12,12 +12,11 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from magnetar.spark._offsets import OffsetSpec, parse_offsets
 from magnetar_protocol.errors import InvalidTopicName
 from magnetar_protocol.keys import key_problem
 from magnetar_protocol.listeners import listener_name_problem
 from magnetar_protocol.topics import TopicName
-
-from magnetar.spark._offsets import OffsetSpec, parse_offsets
 
 DEFAULT_TXN_TIMEOUT_MS = 600_000  # a Spark job or micro-batch must finish within it
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # how long a task waits for entries the offsets promised

@@ -13,10 +13,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Iterator
 
-import magnetar
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, LongType, MapType, StringType, StructType, TimestampType
 
+import magnetar
 from magnetar.spark import _broker
 from magnetar.spark._options import Connection, MagnetarOptionError
 

@@ -19,10 +19,11 @@ import itertools
 import json
 import os
 
-import magnetar
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+
+import magnetar
 
 try:  # PySpark 4.1+: micro-batches reach the writer as Arrow too
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase

@@ -128,7 +128,8 @@ class LocalCluster:
 
     def __init__(self, data_dir: Path | str, *, brokers: int | None = None,
                  coordinators: int | None = None, admin: bool | None = None,
-                 registry: bool | None = None, services: Mapping[str, int] | None = None, database_url: str | None = None,
+                 registry: bool | None = None, services: Mapping[str, int] | None = None,
+                 database_url: str | None = None,
                  durable: bool = True, ports: Mapping[str, int] | None = None,
                  env: Mapping[str, str] | None = None,
                  service_env: Mapping[str, Mapping[str, str]] | None = None,

@@ -12,6 +12,15 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable, TypeVar
 
+from magnetar_broker import metrics
+from magnetar_broker.entry import Entry
+from magnetar_broker.partition.access import AccessState
+from magnetar_broker.partition.batchcheck import WHOLE, batch_index_problem, batch_problem
+from magnetar_broker.partition.dedup import Verdict, drop_persisted, judge
+from magnetar_broker.partition.planner import Append, TxnAppend, TxnEnd, plan_plain
+from magnetar_broker.partition.txnbuffer import TxnBuffer
+from magnetar_broker.partition.txnrules import ended_error
+from magnetar_broker.store import BrokerStore
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     BadRequest,
@@ -25,16 +34,6 @@ from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.app import write_failure
 from magnetar_runtime.groupcommit import GroupCommit
 from magnetar_runtime.roles import Roles
-
-from magnetar_broker import metrics
-from magnetar_broker.partition.access import AccessState
-from magnetar_broker.partition.batchcheck import WHOLE, batch_index_problem, batch_problem
-from magnetar_broker.partition.dedup import Verdict, drop_persisted, judge
-from magnetar_broker.entry import Entry
-from magnetar_broker.partition.planner import Append, TxnAppend, TxnEnd, plan_plain
-from magnetar_broker.partition.txnrules import ended_error
-from magnetar_broker.store import BrokerStore
-from magnetar_broker.partition.txnbuffer import TxnBuffer
 
 log = logging.getLogger("magnetar.broker.topic")
 T = TypeVar("T")

@@ -27,9 +27,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from magnetar_protocol.errors import MagnetarError
-from magnetar_protocol.txnid import TxnID
-
 from magnetar_broker.entry import Entry
 from magnetar_broker.partition.txnrules import (
     Actor,
@@ -40,6 +37,8 @@ from magnetar_broker.partition.txnrules import (
     not_owner_error,
     registration_refused,
 )
+from magnetar_protocol.errors import MagnetarError
+from magnetar_protocol.txnid import TxnID
 
 MAX_CACHED_TXN_BYTES = 8 * 1024 * 1024  # keep a transaction's batches in memory up to this
 

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import time
 
+from magnetar_broker import metrics
+from magnetar_broker.partition.planner import plan_group, settle_group
+from magnetar_broker.partition.txnrules import Actor, TxnBuf, ended_error, expired_error
+from magnetar_broker.store import BrokerStore
 from magnetar_protocol.errors import MagnetarError, ProducerFenced
 from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.auth import current_role
 from magnetar_runtime.failpoints import failpoint
 from magnetar_runtime.roles import Roles
-
-from magnetar_broker import metrics
-from magnetar_broker.partition.planner import plan_group, settle_group
-from magnetar_broker.partition.txnrules import Actor, TxnBuf, ended_error, expired_error
-from magnetar_broker.store import BrokerStore
 
 
 async def ended_txn_error(store: BrokerStore, txn: TxnID, committed: bool) -> MagnetarError:

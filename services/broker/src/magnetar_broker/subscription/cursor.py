@@ -9,9 +9,8 @@ acknowledge roughly in order.
 
 from __future__ import annotations
 
-from magnetar_protocol import magnetar_pb2 as pb
-
 from magnetar_broker.partition.batchcheck import WHOLE
+from magnetar_protocol import magnetar_pb2 as pb
 
 
 def full_mask(num_messages: int) -> int:

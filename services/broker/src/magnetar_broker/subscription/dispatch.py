@@ -11,8 +11,8 @@ import bisect
 import hashlib
 from collections.abc import Iterable
 
-from magnetar_protocol.bitsets import set_bits
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.bitsets import set_bits
 
 SUB_NAMES = {pb.SUB_EXCLUSIVE: "Exclusive", pb.SUB_SHARED: "Shared",
              pb.SUB_FAILOVER: "Failover", pb.SUB_KEY_SHARED: "Key_Shared"}

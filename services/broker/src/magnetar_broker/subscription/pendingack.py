@@ -8,10 +8,9 @@ Pending messages are neither delivered nor redelivered until their transaction e
 
 from __future__ import annotations
 
+from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
 from magnetar_protocol.errors import TransactionConflict
 from magnetar_protocol.txnid import TxnID
-
-from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
 
 
 def _s(txn: TxnID) -> str:

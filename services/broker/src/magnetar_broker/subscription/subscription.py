@@ -14,17 +14,9 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 
-from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import (
-    BadRequest,
-    ConsumerBusy,
-    NotAllowedError,
-    NotOwner,
-)
-from magnetar_protocol.txnid import TxnID
-from magnetar_runtime.groupcommit import GroupCommit
-
 from magnetar_broker import metrics
+from magnetar_broker.entry import Entry
+from magnetar_broker.partition.log import PartitionLog
 from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
 from magnetar_broker.subscription.dispatch import (
     SUB_NAMES,
@@ -34,9 +26,16 @@ from magnetar_broker.subscription.dispatch import (
     key_hash,
     mask_indices,
 )
-from magnetar_broker.entry import Entry
 from magnetar_broker.subscription.txnacks import TxnAcks
-from magnetar_broker.partition.log import PartitionLog
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import (
+    BadRequest,
+    ConsumerBusy,
+    NotAllowedError,
+    NotOwner,
+)
+from magnetar_protocol.txnid import TxnID
+from magnetar_runtime.groupcommit import GroupCommit
 
 MAX_UNACKED_PER_CONSUMER = 50_000
 # KeyShared: messages read for other consumers wait in the redelivery queue; past this

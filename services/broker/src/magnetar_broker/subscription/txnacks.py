@@ -7,23 +7,22 @@ from __future__ import annotations
 
 import time
 
-from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import BadRequest, MagnetarError, NotAllowedError, TransactionConflict
-
-from magnetar_protocol.txnid import TxnID
-from magnetar_runtime.groupcommit import GroupCommit
-
 from magnetar_broker import metrics
-from magnetar_broker.subscription.cursor import WHOLE, full_mask
-from magnetar_broker.subscription.dispatch import SUB_NAMES
-from magnetar_broker.subscription.pendingack import PendingAcks
+from magnetar_broker.partition.txnbuffer import ended_txn_error, txn_actor
 from magnetar_broker.partition.txnrules import (
     ended_error,
     may_act,
     not_owner_error,
     registration_refused,
 )
-from magnetar_broker.partition.txnbuffer import ended_txn_error, txn_actor
+from magnetar_broker.subscription.cursor import WHOLE, full_mask
+from magnetar_broker.subscription.dispatch import SUB_NAMES
+from magnetar_broker.subscription.pendingack import PendingAcks
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import BadRequest, MagnetarError, NotAllowedError, TransactionConflict
+from magnetar_protocol.txnid import TxnID
+from magnetar_runtime.groupcommit import GroupCommit
+
 
 class TxnAcks:
     """The acknowledgements of one subscription made inside transactions: a part of the
@@ -218,7 +217,8 @@ class TxnAcks:
                 mask = full_mask(entry.num_messages)
                 if entry_id == last_entry and last_index != WHOLE:
                     mask &= full_mask(last_index + 1)
-                masks[entry_id] = masks.get(entry_id, 0) | (mask & self.sub.cursor.unacked_mask(entry_id, entry.num_messages))
+                unacked = self.sub.cursor.unacked_mask(entry_id, entry.num_messages)
+                masks[entry_id] = masks.get(entry_id, 0) | (mask & unacked)
         for entry_id, mask in masks.items():
             if mask:
                 self.sub.deliveries.requeue(entry_id, mask)
