@@ -240,7 +240,13 @@ class Consumer:
                 req.publish_time = target
                 part.start_id, part.seek_time = None, target
             part.generation += 1  # what is queued or being fetched predates the seek
-            await part.call("/v1/consumers/seek", req, pb.SeekResponse)
+            part.seeks += 1
+            req.seeks = part.seeks
+            part.not_seeking.clear()
+            try:
+                await part.call("/v1/consumers/seek", req, pb.SeekResponse)
+            finally:
+                part.not_seeking.set()
             part.returned = None
             self._known_last.pop(part.partition, None)
         self.space.notify()

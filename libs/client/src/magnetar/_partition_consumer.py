@@ -41,6 +41,12 @@ class PartitionConsumer:
         self.session_id = ""
         self.consumer_id = 0
         self.generation = 0
+        # Seeks asked so far (FetchRequest.seeks; a new consumer on the broker adopts the
+        # count from the first fetch).  A fetch waits while a seek is under way, so none
+        # carries a count the broker has not seen yet.
+        self.seeks = 0
+        self.not_seeking = asyncio.Event()
+        self.not_seeking.set()
         self.returned: tuple[int, int] | None = None  # last message handed to the user
         o = consumer.options
         self.reader = not o["durable"]
@@ -110,12 +116,13 @@ class PartitionConsumer:
             if room < space.refill:
                 await space.wait()
                 continue
+            await self.not_seeking.wait()
             generation = self.generation
             try:
                 reply = await self.core.call(
                     self.url, "/v1/consumers/fetch",
                     pb.FetchRequest(consumer_id=self.consumer_id, session_id=self.session_id,
-                                    max_messages=room, wait_ms=FETCH_WAIT_MS),
+                                    max_messages=room, wait_ms=FETCH_WAIT_MS, seeks=self.seeks),
                     pb.FetchResponse, timeout=FETCH_WAIT_MS / 1000 + self.core.operation_timeout_s)
             except RETRYABLE as exc:
                 await backoff.wait(f"fetch from {self.topic}", exc)

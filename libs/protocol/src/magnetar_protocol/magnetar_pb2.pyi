@@ -430,16 +430,18 @@ class DeliveredEntry(_message.Message):
     def __init__(self, entry_id: _Optional[int] = ..., batch: _Optional[bytes] = ..., num_messages: _Optional[int] = ..., publish_time: _Optional[int] = ..., producer_name: _Optional[str] = ..., indices: _Optional[_Iterable[int]] = ..., redelivery_counts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("consumer_id", "max_messages", "wait_ms", "session_id")
+    __slots__ = ("consumer_id", "max_messages", "wait_ms", "seeks", "session_id")
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    SEEKS_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_id: int
     max_messages: int
     wait_ms: int
+    seeks: int
     session_id: str
-    def __init__(self, consumer_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., wait_ms: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, consumer_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., wait_ms: _Optional[int] = ..., seeks: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
     __slots__ = ("entries", "partition")
@@ -482,16 +484,18 @@ class RedeliverResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class SeekRequest(_message.Message):
-    __slots__ = ("consumer_id", "position", "publish_time", "session_id")
+    __slots__ = ("consumer_id", "position", "publish_time", "seeks", "session_id")
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
     PUBLISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    SEEKS_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_id: int
     position: Position
     publish_time: int
+    seeks: int
     session_id: str
-    def __init__(self, consumer_id: _Optional[int] = ..., position: _Optional[_Union[Position, _Mapping]] = ..., publish_time: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, consumer_id: _Optional[int] = ..., position: _Optional[_Union[Position, _Mapping]] = ..., publish_time: _Optional[int] = ..., seeks: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class SeekResponse(_message.Message):
     __slots__ = ()

@@ -303,7 +303,11 @@ class BrokerService:
         sub = consumer.subscription
         wait_s = min(req.wait_ms, self.settings.max_fetch_wait_ms) / 1000
 
+        consumer.seeks = max(consumer.seeks, req.seeks)  # a seek whose answer was lost
+
         async def attempt() -> list | None:
+            if req.seeks < consumer.seeks:
+                return []  # sent before a seek: its client drops whatever it brings
             entries = await sub.fetch(consumer, req.max_messages)
             return entries if entries or consumer.closed else None
 
@@ -335,6 +339,8 @@ class BrokerService:
     async def seek(self, req: pb.SeekRequest) -> pb.SeekResponse:
         consumer = self._consumer(req.consumer_id, req.session_id)
         sub = consumer.subscription
+        # Before the seek wakes this consumer's waiting fetch, so that fetch answers empty.
+        consumer.seeks = max(consumer.seeks, req.seeks)
         if req.HasField("position"):
             await sub.seek(min(req.position.entry_id, sub.log.next_entry_id), req.position.batch_index)
         elif req.HasField("publish_time"):

@@ -55,6 +55,7 @@ class Consumer:
     msg_out: int = 0
     connected_since: float = field(default_factory=time.time)
     closed: bool = False
+    seeks: int = 0  # the highest seek count its client has sent (FetchRequest.seeks)
 
 
 class Subscription:
