@@ -4,7 +4,11 @@
       (and the same at Kafka's 100 ms transactions, for comparison with its 0.97x);
   (b) commit latency of a 1,000-message vs a 10-message transaction;
   (c) consume-transform-produce transactions per second (1 ack + 2 sends to 2 topics)
-      with 16 concurrent clients, and their p50/p99 commit latency.
+      with 16 concurrent clients, and their p50/p99 commit latency; against
+      (c)'s ceiling, the same work done directly in PostgreSQL in the same run (16
+      asyncpg connections, each loop one SQL transaction that inserts two 100-byte rows
+      into two topics' `entries`-shaped table and advances one cursor row), with the
+      CPU per transaction of PostgreSQL, each service and this client (issue 18).
 
 Each in both deployments, one after the other on the same PostgreSQL: a coordinator
 process beside the broker (DESIGN.md's), and the broker hosting the coordinator
@@ -19,12 +23,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
+import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import bench_cluster, durable_postgres, percentile, report  # noqa: E402
+from _common import (  # noqa: E402
+    bench_cluster,
+    cpu_seconds,
+    durable_postgres,
+    percentile,
+    postmaster_pid,
+    report,
+)
 
 import magnetar.asyncio as magnetar  # noqa: E402
 
@@ -77,7 +90,8 @@ async def commit_latency(client, size: int, rounds: int) -> float:
 
 
 async def consume_transform_produce(client, workers: int, seconds: float, warmup: float = 0,
-                                    database_url: str = "") -> dict:
+                                    database_url: str = "", sessions: dict[str, int] | None = None,
+                                    postmaster: int | None = None) -> dict:
     # Single-message input entries, as in every earlier round (send() sealed each message
     # then); a 1,000-message entry split among 16 Shared consumers is another workload.
     source = await client.create_producer("bench-ctp-in", batching_enabled=False,
@@ -118,14 +132,93 @@ async def consume_transform_produce(client, workers: int, seconds: float, warmup
         print(f"  warmed up for {warmup:g} s, then ANALYZE", flush=True)
     deadline = time.monotonic() + seconds
     print(f"  input ready; {workers} workers start", flush=True)
+    cpu_before = cpu_seconds(sessions, postmaster)
     started = time.perf_counter()
     await asyncio.gather(*(worker(consumer) for consumer in consumers))
     elapsed = time.perf_counter() - started
+    cpu = per_transaction(cpu_before, cpu_seconds(sessions, postmaster), len(latencies))
     return {"clients": workers, "transactions": len(latencies), "txn_per_s": round(len(latencies) / elapsed),
             "p50_commit_ms": round(percentile(latencies, 50) * 1000, 2),
             "p99_commit_ms": round(percentile(latencies, 99) * 1000, 2),
             **{f"p50_{phase}_ms": round(percentile(took, 50) * 1000, 2)
-               for phase, took in phases.items()}}
+               for phase, took in phases.items()},
+            **cpu}
+
+
+def per_transaction(before: dict[str, float], after: dict[str, float], transactions: int) -> dict:
+    """CPU milliseconds per transaction of each process (and in all) between two readings."""
+    used = {name: (after[name] - before.get(name, 0)) * 1000 / max(transactions, 1) for name in after}
+    return {**{f"cpu_ms/txn {name}": round(ms, 2) for name, ms in used.items()},
+            "cpu_ms/txn total": round(sum(used.values()), 2)}
+
+
+CEILING_TABLES = """
+DROP TABLE IF EXISTS bench_ceiling_entries, bench_ceiling_cursors;
+CREATE TABLE bench_ceiling_entries (LIKE entries INCLUDING ALL);
+CREATE TABLE bench_ceiling_cursors (LIKE subscriptions INCLUDING ALL);
+"""
+# One round trip and one SQL transaction per loop: the two output rows and the cursor
+# row, as (c)'s commit makes them visible (the fewest statements PostgreSQL needs).
+CEILING_TXN = """
+WITH out1 AS (
+    INSERT INTO bench_ceiling_entries (topic_id, entry_id, producer_name, sequence_id,
+        highest_sequence_id, num_messages, publish_time, payload)
+    VALUES (1, $1, 'ceiling', $1, $1, 1, $3, $4)
+), out2 AS (
+    INSERT INTO bench_ceiling_entries (topic_id, entry_id, producer_name, sequence_id,
+        highest_sequence_id, num_messages, publish_time, payload)
+    VALUES (2, $1, 'ceiling', $1, $1, 1, $3, $4)
+)
+UPDATE bench_ceiling_cursors SET mark_delete_entry = mark_delete_entry + 1, updated_at = now()
+WHERE topic_id = 3 AND subscription = $2
+"""
+
+
+async def sql_ceiling(database_url: str, workers: int, seconds: float, sessions: dict[str, int],
+                      postmaster: int | None, warmup: float = 1.0) -> dict:
+    """(c)'s durable work done directly in PostgreSQL: each of ``workers`` connections
+    loops on one transaction inserting two 100-byte rows (two topics) in an
+    `entries`-shaped table and advancing its own cursor row (a row per connection: one
+    shared row would serialize the connections on its lock, which the broker's batched
+    cursor writes do not)."""
+    import asyncpg
+
+    payload = os.urandom(100)
+    pool = await asyncpg.create_pool(database_url, min_size=workers, max_size=workers)
+    try:
+        await pool.execute(CEILING_TABLES)
+        await pool.executemany(
+            "INSERT INTO bench_ceiling_cursors (topic_id, subscription, mark_delete_entry) "
+            "VALUES (3, $1, 0)", [(f"w{i}",) for i in range(workers)])
+        entry_ids = itertools.count()
+        latencies: list[float] = []
+
+        async def worker(index: int, until: float) -> None:
+            async with pool.acquire() as conn:
+                statement = await conn.prepare(CEILING_TXN)
+                while time.monotonic() < until:
+                    started = time.perf_counter()
+                    await statement.fetch(next(entry_ids), f"w{index}", int(time.time() * 1000), payload)
+                    latencies.append(time.perf_counter() - started)
+
+        until = time.monotonic() + warmup
+        await asyncio.gather(*(worker(i, until) for i in range(workers)))
+        latencies.clear()
+        cpu_before = cpu_seconds(sessions, postmaster)
+        started = time.perf_counter()
+        until = time.monotonic() + seconds
+        await asyncio.gather(*(worker(i, until) for i in range(workers)))
+        elapsed = time.perf_counter() - started
+        cpu = per_transaction(cpu_before, cpu_seconds(sessions, postmaster), len(latencies))
+        await pool.execute("DROP TABLE bench_ceiling_entries, bench_ceiling_cursors")
+    finally:
+        await pool.close()
+    return {"clients": workers, "transactions": len(latencies),
+            "txn_per_s": round(len(latencies) / elapsed),
+            "p50_commit_ms": round(percentile(latencies, 50) * 1000, 2),
+            "p99_commit_ms": round(percentile(latencies, 99) * 1000, 2),
+            "cpu_ms/txn postgresql": cpu.get("cpu_ms/txn postgresql"),
+            "cpu_ms/txn bench client": cpu["cpu_ms/txn bench client"]}
 
 
 async def analyze(database_url: str) -> None:
@@ -163,10 +256,16 @@ async def run(url: str, args) -> None:
                                                    "1,000 messages ms": round(large * 1000, 2),
                                                    "ratio": round(large / small, 2)}))
     if "c" in args.parts:
+        postmaster = await postmaster_pid(args.database_url)
+        print(f"(c) its ceiling: the same work in PostgreSQL, {args.clients} connections ...", flush=True)
+        ceiling = await sql_ceiling(args.database_url, args.clients, args.seconds, args.sessions,
+                                    postmaster)
+        results.append(("(c) ceiling: 2 rows + 1 cursor row per SQL transaction", ceiling))
         print(f"(c) consume-transform-produce with {args.clients} clients ...", flush=True)
         c = await consume_transform_produce(client, args.clients, args.seconds, args.warmup,
-                                            args.database_url)
+                                            args.database_url, args.sessions, postmaster)
         results.append(("(c) consume-transform-produce (1 ack + 2 sends)", c))
+        results.append(("(c) / its ceiling", {"ratio": round(c["txn_per_s"] / ceiling["txn_per_s"], 3)}))
     await client.close()
     for title, figures in results:
         report(f"{title} [{args.current_deployment}]", figures)
@@ -239,6 +338,8 @@ def main() -> None:
 
 
 def run_on(cluster, args) -> None:
+    # Each service runs in its own session (LocalCluster): its CPU is the session's.
+    args.sessions = {name: svc.pid for name, svc in cluster.services.items() if svc.pid}
     if args.profile:
         import asyncpg
 
