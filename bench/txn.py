@@ -291,15 +291,15 @@ async def print_profile(database_url: str, service_urls: dict[str, str]) -> None
     conn = await asyncpg.connect(database_url)
     try:
         rows = await conn.fetch(
-            "SELECT calls, round(total_exec_time::numeric, 1) AS ms, "
+            "SELECT calls, plans, round(total_exec_time::numeric, 1) AS ms, "
             "round(total_plan_time::numeric, 1) AS plan_ms, left(regexp_replace(query, "
             "'\\s+', ' ', 'g'), 90) AS query FROM pg_stat_statements "
             "ORDER BY total_exec_time + total_plan_time DESC LIMIT 15")
     finally:
         await conn.close()
-    print("  top statements (calls, total execution ms, total planning ms, query):")
+    print("  top statements (calls, times planned, total execution ms, total planning ms, query):")
     for r in rows:
-        print(f"  {r['calls']:>8} {r['ms']:>9} {r['plan_ms']:>8} {r['query']}")
+        print(f"  {r['calls']:>8} {r['plans']:>6} {r['ms']:>9} {r['plan_ms']:>8} {r['query']}")
 
 
 
