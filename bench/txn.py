@@ -265,7 +265,11 @@ async def run(url: str, args) -> None:
         c = await consume_transform_produce(client, args.clients, args.seconds, args.warmup,
                                             args.database_url, args.sessions, postmaster)
         results.append(("(c) consume-transform-produce (1 ack + 2 sends)", c))
-        results.append(("(c) / its ceiling", {"ratio": round(c["txn_per_s"] / ceiling["txn_per_s"], 3)}))
+        ratio = round(c["txn_per_s"] / ceiling["txn_per_s"], 3)
+        results.append(("(c) / its ceiling", {"ratio": ratio}))
+        args.summary[args.current_deployment] = (
+            f"ceiling {ceiling['txn_per_s']} txn/s, (c) {c['txn_per_s']} txn/s = {ratio}x, "
+            f"(c) commit p99 {c['p99_commit_ms']} ms, CPU ms/txn {c['cpu_ms/txn total']}")
     await client.close()
     for title, figures in results:
         report(f"{title} [{args.current_deployment}]", figures)
@@ -325,6 +329,7 @@ def main() -> None:
     pg_settings = ({"shared_preload_libraries": "pg_stat_statements",
                     "pg_stat_statements.track_planning": "on"} if args.profile else {})
     deployments = ["separate", "hosted"] if args.deployment == "both" else [args.deployment]
+    args.summary = {}
     with durable_postgres(**pg_settings) as url:
         args.database_url = url
         for deployment in deployments:
@@ -335,6 +340,8 @@ def main() -> None:
             with bench_cluster(url, brokers=1, coordinators=int(deployment == "separate"),
                                coordinator_in_broker=deployment == "hosted") as cluster:
                 run_on(cluster, args)
+    if args.summary:
+        report("(c) against its ceiling, both deployments of this run", args.summary)
 
 
 def run_on(cluster, args) -> None:
