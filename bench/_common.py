@@ -57,53 +57,53 @@ async def copy_ceiling(url: str, messages: int, size: int, rows_per_txn: int = 1
             "msgs_per_s": round(messages / elapsed), "mb_per_s": round(messages * size / elapsed / 1e6, 1)}
 
 
-def _cpu_ticks(pid: int, with_reaped_children: bool = False) -> int:
-    """utime + stime of ``pid`` (and of its children it has reaped), in clock ticks."""
+def _cpu(proc, with_reaped_children: bool = False) -> float:
+    """User + system CPU seconds of ``proc`` (and of the children it has reaped)."""
+    import psutil
+
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    ticks = int(fields[11]) + int(fields[12])
-    return ticks + (int(fields[13]) + int(fields[14]) if with_reaped_children else 0)
-
-
-def _processes() -> list[tuple[int, int, int]]:
-    """(pid, parent pid, session id) of every process."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            found.append((int(entry), int(fields[1]), int(fields[3])))
-    return found
+        times = proc.cpu_times()
+    except psutil.Error:
+        return 0.0  # gone since it was listed
+    used = times.user + times.system
+    return used + (times.children_user + times.children_system if with_reaped_children else 0.0)
 
 
 def cpu_seconds(sessions: dict[str, int], postmaster: int | None) -> dict[str, float]:
     """CPU seconds used so far by each named process session (a service started with its
     own session: every process of it), by PostgreSQL (the postmaster, its live children,
     and the children it reaped) and by this process (the benchmark client)."""
-    processes = _processes()
-    tick = os.sysconf("SC_CLK_TCK")
-    used = {name: sum(_cpu_ticks(pid) for pid, _, sid in processes if sid == session) / tick
+    import psutil
+
+    procs = list(psutil.process_iter(["ppid"]))
+
+    def session_of(proc) -> int | None:
+        try:
+            return os.getsid(proc.pid)
+        except OSError:
+            return None
+
+    sids = {proc.pid: session_of(proc) for proc in procs}
+    used = {name: sum(_cpu(proc) for proc in procs if sids[proc.pid] == session)
             for name, session in sessions.items()}
     if postmaster:
-        used["postgresql"] = (_cpu_ticks(postmaster, with_reaped_children=True) + sum(
-            _cpu_ticks(pid) for pid, parent, _ in processes if parent == postmaster)) / tick
-    used["bench client"] = _cpu_ticks(os.getpid()) / tick
+        used["postgresql"] = _cpu(psutil.Process(postmaster), with_reaped_children=True) + sum(
+            _cpu(proc) for proc in procs if proc.info["ppid"] == postmaster)
+    used["bench client"] = _cpu(psutil.Process())
     return used
 
 
 async def postmaster_pid(url: str) -> int | None:
     """The pid of the PostgreSQL server behind ``url`` when it runs on this machine (the
     parent of our backend), else None."""
+    import psutil
+
     conn = await asyncpg.connect(url)
     try:
         backend = await conn.fetchval("SELECT pg_backend_pid()")
         # Read while connected: the backend exits with the connection.
-        return int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except OSError:
+        return psutil.Process(backend).ppid()
+    except psutil.Error:
         return None  # a server elsewhere: its CPU is not ours to read
     finally:
         await conn.close()

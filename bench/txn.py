@@ -341,7 +341,7 @@ def main() -> None:
                                coordinator_in_broker=deployment == "hosted") as cluster:
                 run_on(cluster, args)
     if args.summary:
-        report("(c) against its ceiling, both deployments of this run", args.summary)
+        report("(c) against its ceiling, each deployment of this run", args.summary)
 
 
 def run_on(cluster, args) -> None:
