@@ -27,7 +27,8 @@ def test_plan_rejects_an_unknown_kind():
 
 def test_fixed_ports_are_the_documented_ones():
     assert fixed_ports({}) == {"broker-0": 8080, "broker-1": 8082, "coordinator-0": 8090,
-                               "registry": 8070, "admin": 8081}
+                               "registry": 8070, "admin": 8081,
+                               "broker-0/pulsar": 6650, "broker-1/pulsar": 6651}
     ports = fixed_ports({"broker": 4, "coordinator": 2})
     assert [ports[f"broker-{i}"] for i in range(4)] == [8080, 8082, 8083, 8084]
     assert len(set(ports.values())) == len(ports)
@@ -41,6 +42,9 @@ def test_free_ports_are_distinct_and_fixed_ports_are_kept(tmp_path):
     assert cluster.services["admin"].port == 18081
     assert cluster.admin_url == "http://127.0.0.1:18081"
     assert cluster.service_url == cluster.broker_urls[0] == cluster.url("broker-0")
+    pulsar = [svc.pulsar_port for svc in cluster.services.values() if svc.kind == "broker"]
+    assert len(pulsar) == 5 and not set(pulsar) & set(ports) and len(set(pulsar)) == 5
+    assert cluster.pulsar_service_url == f"pulsar://127.0.0.1:{pulsar[0]}"
 
 
 def test_each_kind_gets_exactly_its_variables(tmp_path):
@@ -52,6 +56,8 @@ def test_each_kind_gets_exactly_its_variables(tmp_path):
         "MAGNETAR_ADVERTISED_URL": "http://127.0.0.1:8082",
         "MAGNETAR_LOG_FORMAT": "text",
         "MAGNETAR_BROKER_ID": "broker-1",
+        "MAGNETAR_PULSAR_PORT": "6651",
+        "MAGNETAR_ADVERTISED_PULSAR_URL": "pulsar://127.0.0.1:6651",
     }
     assert set(cluster.env_for("coordinator-0")) == COMMON | {"MAGNETAR_COORDINATOR_ID"}
     assert cluster.env_for("coordinator-0")["MAGNETAR_COORDINATOR_ID"] == "0"

@@ -247,6 +247,7 @@ containers:
     command: [{{ .command | quote }}]
     ports:
       - {name: http, containerPort: 8080, protocol: TCP}
+      {{- with .extraPorts }}{{ toYaml . | nindent 6 }}{{ end }}
     env:
       {{- with .extraEnv }}{{ toYaml . | nindent 6 }}{{ end }}
       {{- include "magnetar.env" . | nindent 6 }}

@@ -176,3 +176,17 @@ def test_monitoring_toggles_and_bad_values():
     assert "brokr" in render("brokr.replicaCount=1", expect_failure=True)
     error = render("auth.jwt.publicKey=x", expect_failure=True)
     assert "auth.serviceToken" in error
+
+
+def test_brokers_expose_the_pulsar_port_and_advertise_their_pulsar_url():
+    objects = render()
+    broker = by_kind(objects, "StatefulSet")["rel-magnetar-broker"]
+    env = env_of(broker)
+    assert env["MAGNETAR_PULSAR_PORT"]["value"] == "6650"
+    assert env["MAGNETAR_ADVERTISED_PULSAR_URL"]["value"] == "pulsar://$(POD_NAME).rel-magnetar-broker.ns.svc:6650"
+    [container] = broker["spec"]["template"]["spec"]["containers"]
+    assert {"name": "pulsar", "containerPort": 6650, "protocol": "TCP"} in container["ports"]
+    service = by_kind(objects, "Service")["rel-magnetar-broker"]
+    assert {"name": "pulsar", "port": 6650, "targetPort": "pulsar"} in service["spec"]["ports"]
+    off = by_kind(render("broker.pulsar.enabled=false"), "StatefulSet")["rel-magnetar-broker"]
+    assert "MAGNETAR_PULSAR_PORT" not in env_of(off)

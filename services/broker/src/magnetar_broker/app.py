@@ -6,6 +6,7 @@ from fastapi import FastAPI
 
 from magnetar_broker import hosted_coordinator
 from magnetar_broker.api import add_routes
+from magnetar_broker.pulsar.server import PulsarServer
 from magnetar_broker.service import BrokerService
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
@@ -20,6 +21,8 @@ def build_app(settings: BrokerSettings | None = None) -> FastAPI:
 
     def make_service(pool, auth):
         service = BrokerService(BrokerStore(pool, settings.resolved_broker_id), settings, auth)
+        if settings.pulsar_port:
+            service.front_ends.append(PulsarServer(service, settings))
         if settings.host_coordinator:
             service = hosted_coordinator.BrokerWithCoordinator.build(service, pool, auth)
         # On SIGTERM, before open requests (long polls) are waited for: see serve.py.

@@ -115,6 +115,7 @@ class ProducerHandlers:
         producer.log.producers.pop(producer.producer_id, None)
         producer.log.access.detach(producer.producer_id)
         log.info("%s: fenced producer %r", producer.log.name.full, producer.name)
+        producer.detached("fenced: another exclusive producer took over")
 
     def _producer_reply(self, producer: Producer, last: int) -> pb.CreateProducerResponse:
         reply = pb.CreateProducerResponse(

@@ -35,6 +35,10 @@ SELECT topic_id, partition_index FROM topics WHERE topic = $1;
 -- name: get_partitioned_topic
 SELECT partitions FROM partitioned_topics WHERE topic = $1;
 
+-- name: namespace_topics
+-- A namespace's topics, partitions by their own names (Pulsar's GET_TOPICS_OF_NAMESPACE).
+SELECT topic FROM topics WHERE tenant = $1 AND namespace = $2 ORDER BY topic;
+
 -- name: get_namespace
 SELECT deduplication_enabled FROM namespaces WHERE tenant = $1 AND namespace = $2;
 

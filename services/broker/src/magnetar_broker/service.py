@@ -70,12 +70,17 @@ class BrokerService:
                                                 self.expire_idle_producers)
         self.ready = False
         self._released = False
+        # Other protocols' listeners on this service (the Pulsar listener): started
+        # before the broker registers live, stopped first on the way out.
+        self.front_ends: list = []
         self.producer_handlers = ProducerHandlers(self.sessions, self.authz, self.ownership,
                                                   self.producers, self.broker_id, settings)
 
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
+        for front_end in self.front_ends:
+            await front_end.start()
         await self.store.register(self.settings.url)
         self.heartbeat_loop.start()
         self.session_loop.start()
@@ -90,6 +95,8 @@ class BrokerService:
             return
         self._released = True
         self.ready = False
+        for front_end in self.front_ends:
+            await front_end.stop()
         await self.heartbeat_loop.stop()
         for plog in list(self.ownership.logs.values()):
             plog.lose("broker shutting down")
@@ -248,6 +255,7 @@ class BrokerService:
         producer.log.wake()  # a WaitForExclusive producer may be next
         if session := self.sessions.sessions.get(producer.session_id):
             session.producers.discard(producer.producer_id)
+        producer.detached("closed")
 
     # ---------------------------------------------------------------- consumers
 

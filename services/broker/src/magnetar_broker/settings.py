@@ -8,6 +8,9 @@ from pydantic import Field
 
 from magnetar_runtime.settings import ServiceSettings
 
+# The advertised listener holding a broker's pulsar:// URL.
+PULSAR_LISTENER = "pulsar"
+
 
 class BrokerSettings(ServiceSettings):
     # Stable identity (the StatefulSet pod name in Kubernetes); default: the hostname+port.
@@ -38,6 +41,31 @@ class BrokerSettings(ServiceSettings):
     # How long a topic's permissions (grants, tenant admins, subscription roles) are
     # cached: the longest a revoke takes to reach new producers and consumers.
     auth_policy_cache_ms: int = Field(3000, ge=0)
+
+    # Pulsar's binary protocol (docs/pulsar-protocol.md): the port unmodified Pulsar
+    # clients connect to (Pulsar's is 6650); 0: no Pulsar listener.
+    pulsar_port: int = Field(0, ge=0, le=65535)
+    # The pulsar:// URL lookups answer for this broker; default pulsar://HOST:PULSAR_PORT.
+    advertised_pulsar_url: str = ""
+    # A Pulsar connection that sends nothing (not even a PONG to our PING) for this long
+    # is closed; Pulsar clients PING every 30 s by default.
+    pulsar_keepalive_s: float = Field(30.0, gt=0)
+
+    @property
+    def pulsar_url(self) -> str:
+        """This broker's advertised pulsar:// URL ("" when the listener is off)."""
+        if not self.pulsar_port:
+            return ""
+        return (self.advertised_pulsar_url or f"pulsar://{self.host}:{self.pulsar_port}").rstrip("/")
+
+    @property
+    def listeners(self) -> dict[str, str]:
+        """The advertised listeners plus ``pulsar``, this broker's pulsar:// URL, so a
+        Pulsar LOOKUP on any broker finds the owner's (the advertised-listeners table)."""
+        listeners = super().listeners
+        if self.pulsar_url:
+            listeners[PULSAR_LISTENER] = self.pulsar_url
+        return listeners
 
     @property
     def resolved_broker_id(self) -> str:

@@ -83,6 +83,9 @@ class BrokerStore:
     async def partitions(self, topic: str) -> int | None:
         return await self.pool.fetchval(Q["get_partitioned_topic"], topic)
 
+    async def namespace_topics(self, tenant: str, namespace: str) -> list[str]:
+        return [row["topic"] for row in await self.pool.fetch(Q["namespace_topics"], tenant, namespace)]
+
     async def namespace(self, tenant: str, namespace: str) -> tuple[bool, bool | None]:
         """(exists, deduplication_enabled policy or None)."""
         row = await self.pool.fetchrow(Q["get_namespace"], tenant, namespace)

@@ -69,6 +69,8 @@ def banner(cluster: LocalCluster) -> str:
         "",
         f"  service URL (clients)  {cluster.service_url}",
         f"  admin URL              {cluster.admin_url}" if cluster.names("admin") else None,
+        f"  Pulsar service URL     {cluster.pulsar_service_url}  (unmodified Pulsar clients; "
+        "docs/pulsar-protocol.md)" if cluster.names("broker") else None,
         f"  PostgreSQL             {redact(cluster.database_url)}",
         f"  logs                   {cluster.log_dir}/<service>.log"
         + (f" and {pg_log}" if cluster.postgres else ""),
@@ -78,7 +80,8 @@ def banner(cluster: LocalCluster) -> str:
     for name, svc in cluster.services.items():
         hosted = (f" (and coordinator {svc.index})"
                   if cluster.coordinator_in_broker and svc.kind == "broker" else "")
-        lines.append(f"    {name:<16} {svc.url:<24} pid {svc.process.pid}{hosted}")
+        pulsar = f" and {svc.pulsar_url}" if svc.pulsar_url else ""
+        lines.append(f"    {name:<16} {svc.url:<24} pid {svc.process.pid}{hosted}{pulsar}")
     tour = _here(EXAMPLES / "produce_consume.py") if EXAMPLES.is_dir() else None
     lines += [
         "",

@@ -31,7 +31,7 @@ from magnetar_runtime.local.processes import (
     run_sync,
 )
 
-__all__ = ["KINDS", "Kind", "LocalCluster", "ServiceFailed", "ServiceProcess", "fixed_ports",
+__all__ = ["KINDS", "Kind", "LocalCluster", "ServiceFailed", "ServiceProcess", "fixed_ports", "PULSAR_PORT_SUFFIX",
            "plan", "port_in_use", "run_sync"]
 
 
@@ -80,11 +80,21 @@ def default_counts() -> dict[str, int]:
     return {kind: k.count for kind, k in KINDS.items()}
 
 
+# A broker's Pulsar protocol port is keyed "<broker>/pulsar" in ``ports``; under
+# ``magnetar-local run`` broker-i listens on 6650 + i (Pulsar's port for the first).
+PULSAR_PORT_SUFFIX = "/pulsar"
+
+
 def fixed_ports(counts: Mapping[str, int]) -> dict[str, int]:
-    """The well-known ports ``magnetar-local run`` uses: broker-0 8080, admin 8081, ...
-    (``counts`` overrides the default number of instances per kind)."""
-    return {name: KINDS[kind].fixed_port(i)
-            for name, kind, i in plan(default_counts() | dict(counts))}
+    """The well-known ports ``magnetar-local run`` uses: broker-0 8080, admin 8081, ...,
+    broker-0's Pulsar port 6650 (``counts`` overrides the default number of instances
+    per kind)."""
+    ports = {}
+    for name, kind, i in plan(default_counts() | dict(counts)):
+        ports[name] = KINDS[kind].fixed_port(i)
+        if kind == "broker":
+            ports[name + PULSAR_PORT_SUFFIX] = 6650 + i
+    return ports
 
 
 class ServiceFailed(RuntimeError):
@@ -100,6 +110,7 @@ class ServiceProcess:
     log_path: Path
     process: subprocess.Popen | None = field(default=None, repr=False)
     env: dict[str, str] = field(default_factory=dict)  # what the running process got
+    pulsar_port: int = 0  # brokers: the Pulsar protocol listener's
     starts: int = 0
     started_at: float = 0.0  # time.monotonic() of the last start
     frozen: bool = False
@@ -107,6 +118,10 @@ class ServiceProcess:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pulsar_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.pulsar_port}" if self.pulsar_port else ""
 
     @property
     def alive(self) -> bool:
@@ -164,6 +179,12 @@ class LocalCluster:
             taken.add(port)
             self.services[name] = ServiceProcess(name, kind, index, port,
                                                  self.data_dir / "logs" / f"{name}.log")
+            if kind == "broker":
+                pulsar = ports.get(name + PULSAR_PORT_SUFFIX)
+                while pulsar is None or (pulsar in taken and name + PULSAR_PORT_SUFFIX not in ports):
+                    pulsar = free_port()
+                taken.add(pulsar)
+                self.services[name].pulsar_port = pulsar
 
     # ---------------------------------------------------------------- addresses
 
@@ -181,6 +202,16 @@ class LocalCluster:
     def service_url(self) -> str:
         """What a client connects to (as Pulsar's serviceUrl): the first broker."""
         return self.broker_urls[0]
+
+    @property
+    def pulsar_urls(self) -> list[str]:
+        """Each broker's pulsar:// URL (Pulsar's binary protocol)."""
+        return [self.services[n].pulsar_url for n in self.names("broker")]
+
+    @property
+    def pulsar_service_url(self) -> str:
+        """What a Pulsar client connects to: the first broker's pulsar:// URL."""
+        return self.pulsar_urls[0]
 
     @property
     def admin_url(self) -> str:
@@ -208,6 +239,9 @@ class LocalCluster:
         }
         if kind.id_env:
             env[kind.id_env] = kind.id_format.format(i=svc.index)
+        if svc.pulsar_port:
+            env["MAGNETAR_PULSAR_PORT"] = str(svc.pulsar_port)
+            env["MAGNETAR_ADVERTISED_PULSAR_URL"] = svc.pulsar_url
         if self.coordinator_in_broker and svc.kind == "broker":
             env["MAGNETAR_HOST_COORDINATOR"] = "true"
             env["MAGNETAR_COORDINATOR_ID"] = str(svc.index)

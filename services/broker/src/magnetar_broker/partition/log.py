@@ -57,6 +57,13 @@ class Producer:
     created_at: float = field(default_factory=time.time)
     closed: bool = False
     fenced: bool = False  # lost exclusivity: every later send fails with ProducerFenced
+    # Called with the reason when the broker detaches it (fenced, topic lost, session
+    # gone): a front end that pushes closes to its client (the Pulsar listener) sets it.
+    on_detached: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+
+    def detached(self, reason: str) -> None:
+        if self.on_detached is not None:
+            self.on_detached(reason)
 
     def check_not_fenced(self) -> None:
         if self.fenced:

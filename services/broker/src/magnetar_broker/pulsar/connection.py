@@ -1,0 +1,257 @@
+"""One Pulsar client connection: framing, CONNECT (version negotiation, token auth),
+PING/PONG, error answers, and the routing of every other command to its role module
+(discovery, producers, consumers).  One connection is one Magnetar session: its
+producers and consumers belong to it and go when it closes, as over HTTP.
+
+Every command becomes the same call the HTTP route makes (``BrokerService`` methods
+with the same protobuf requests), under the connection's role, so dedup, fencing,
+dispatch and acks have one implementation (DESIGN.md §8)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from magnetar_broker.pulsar.errors import error_frame
+from magnetar_protocol import magnetar_pb2 as mpb
+from magnetar_protocol import pulsar_api_pb2 as pb
+from magnetar_protocol.errors import AuthenticationError, MagnetarError, UnknownError
+from magnetar_protocol.pulsar import frames
+from magnetar_protocol.pulsar.errors import server_error
+from magnetar_runtime.auth import set_role
+from magnetar_runtime.roles import ANONYMOUS
+
+log = logging.getLogger("magnetar.broker.pulsar")
+
+Type = pb.BaseCommand.Type
+# The newest protocol version this listener speaks (Pulsar 2.x/3.x/4.x brokers: 21).
+SERVER_PROTOCOL_VERSION = 21
+SERVER_VERSION = "Magnetar"
+READ_CHUNK = 256 * 1024
+
+
+class Closed(Exception):
+    """Stop serving this connection; the message is the logged reason."""
+
+
+class Connection:
+    def __init__(self, service, settings, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 handlers_factory) -> None:
+        self.service = service
+        self.settings = settings
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.decoder = frames.FrameDecoder(settings.max_message_size + frames.FRAME_PADDING)
+        self.role = ANONYMOUS
+        self.session_id = ""
+        self.protocol_version = 0
+        self.connected = False
+        self.last_heard = time.monotonic()
+        self.tasks: set[asyncio.Task] = set()
+        self._closers: list = []                # role modules' cleanup, run at close
+        self.handlers = handlers_factory(self)   # Type -> async handler(frame)
+
+    # ---------------------------------------------------------------- writing
+
+    def send(self, sub_command, metadata=None, payload: bytes = b"") -> None:
+        if not self.writer.is_closing():
+            self.writer.write(frames.encode(sub_command, metadata, payload))
+
+    def send_raw(self, data: bytes) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(data)
+
+    def error(self, request_id: int, exc: BaseException) -> None:
+        self.send(error_frame(request_id, exc))
+
+    def spawn(self, coro) -> asyncio.Task:
+        """A task of this connection: cancelled when it closes, failures logged."""
+        task = asyncio.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("pulsar connection %s: task failed: %r", self.peer, exc, exc_info=exc)
+
+    def on_close(self, closer) -> None:
+        self._closers.append(closer)
+
+    # ---------------------------------------------------------------- the loop
+
+    async def serve(self) -> None:
+        reason = "the client closed the connection"
+        keepalive = None
+        try:
+            while True:
+                data = await self.reader.read(READ_CHUNK)
+                if not data:
+                    try:
+                        self.decoder.finish()
+                    except frames.FrameError as exc:
+                        reason = f"the client closed the connection inside a frame ({exc})"
+                    break
+                self.last_heard = time.monotonic()
+                self.decoder.feed(data)
+                while True:
+                    try:
+                        frame = self.decoder.next_frame()
+                    except frames.FrameError as exc:
+                        self._refuse(exc)
+                        if exc.fatal:
+                            raise Closed(f"unreadable frame: {exc}") from None
+                        continue
+                    if frame is None:
+                        break
+                    await self._dispatch(frame)
+                    if keepalive is None and self.connected:
+                        keepalive = self.spawn(self._keepalive())
+                await self.writer.drain()
+        except Closed as exc:
+            reason = str(exc)
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            reason = f"connection lost: {exc!r}"
+        except asyncio.CancelledError:
+            reason = "the broker is stopping"
+            raise
+        finally:
+            await self._close(reason)
+
+    def _refuse(self, exc: frames.FrameError) -> None:
+        """Answer a frame the codec refused: SEND_ERROR for a SEND, else ERROR."""
+        log.warning("pulsar connection %s: refused a frame: %s", self.peer, exc)
+        cmd = exc.command
+        if cmd is not None and cmd.type == Type.SEND and cmd.HasField("send"):
+            self.send(pb.CommandSendError(producer_id=cmd.send.producer_id, sequence_id=cmd.send.sequence_id,
+                                          error=exc.server_error, message=str(exc)))
+            return
+        request_id = 0
+        if cmd is not None:
+            body = getattr(cmd, frames._FIELD_OF_TYPE.get(cmd.type, ""), None)
+            request_id = getattr(body, "request_id", 0) or 0
+        self.send(pb.CommandError(request_id=request_id, error=exc.server_error, message=str(exc)))
+
+    async def _dispatch(self, frame: frames.Frame) -> None:
+        kind = frame.type
+        if kind == Type.CONNECT:
+            await self._connect(frame.body)
+            return
+        if not self.connected:
+            self.send(pb.CommandError(request_id=getattr(frame.body, "request_id", 0) or 0,
+                                      error=pb.NotAllowedError,
+                                      message="send CONNECT first"))
+            raise Closed(f"{Type.Name(kind)} before CONNECT")
+        if kind == Type.PING:
+            self.send(pb.CommandPong())
+            return
+        if kind == Type.PONG:
+            return
+        handler = self.handlers.get(kind)
+        if handler is None:
+            self.send(pb.CommandError(request_id=getattr(frame.body, "request_id", 0) or 0,
+                                      error=pb.NotAllowedError,
+                                      message=f"Magnetar does not support {Type.Name(kind)} yet "
+                                              "(docs/pulsar-protocol.md lists what it does)"))
+            return
+        await handler(frame)
+
+    # ---------------------------------------------------------------- CONNECT
+
+    async def _connect(self, cmd: pb.CommandConnect) -> None:
+        if self.connected:
+            self.send(pb.CommandError(request_id=0, error=pb.NotAllowedError,
+                                      message="this connection is already connected"))
+            return
+        try:
+            self.role = self._authenticate(cmd)
+        except MagnetarError as exc:
+            self.send(pb.CommandError(request_id=0, error=server_error(exc), message=exc.message))
+            raise Closed(f"CONNECT refused: {exc.message}") from None
+        # The role holds for everything this connection's task (and its tasks) do.
+        set_role(self.role)
+        reply = await self.service.open_session(mpb.OpenSessionRequest(client_name=cmd.client_version[:200]))
+        self.session_id = reply.session_id
+        self.protocol_version = min(cmd.protocol_version, SERVER_PROTOCOL_VERSION)
+        self.connected = True
+        log.info("pulsar connection %s: %s connected as %r (protocol v%d)", self.peer, cmd.client_version,
+                 self.role, self.protocol_version)
+        self.send(pb.CommandConnected(server_version=SERVER_VERSION, protocol_version=self.protocol_version,
+                                      max_message_size=self.settings.max_message_size,
+                                      feature_flags=pb.FeatureFlags(supports_auth_refresh=False)))
+
+    def _authenticate(self, cmd: pb.CommandConnect) -> str:
+        """The role the CONNECT proves: a Magnetar JWT sent with method "token"."""
+        auth = self.service.auth
+        if not auth.enabled:
+            return ANONYMOUS
+        method = cmd.auth_method_name if cmd.HasField("auth_method_name") else ""
+        if method != "token":
+            raise AuthenticationError(
+                f"authentication is required: connect with a token (auth_method_name 'token', "
+                f"e.g. pulsar.AuthenticationToken(jwt)); got method {method or 'none'!r}")
+        try:
+            token = cmd.auth_data.decode()
+        except UnicodeDecodeError:
+            raise AuthenticationError("the token is not UTF-8 text") from None
+        return auth.role_of(f"Bearer {token}")
+
+    # ---------------------------------------------------------------- liveness
+
+    async def _keepalive(self) -> None:
+        """Keep the Magnetar session alive while the TCP connection is, PING the client
+        and close it when it stays silent for two keep-alive periods."""
+        interval = self.settings.keepalive_interval_ms / 1000
+        period = self.settings.pulsar_keepalive_s
+        last_ping = time.monotonic()
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            try:
+                await self.service.keepalive(mpb.KeepAliveRequest(session_id=self.session_id))
+            except MagnetarError as exc:
+                log.warning("pulsar connection %s: session lost (%s); closing", self.peer, exc)
+                self.writer.close()
+                return
+            if now - self.last_heard > 2 * period:
+                log.warning("pulsar connection %s: nothing heard for %.0f s; closing", self.peer,
+                            now - self.last_heard)
+                self.writer.close()
+                return
+            if now - last_ping >= period:
+                last_ping = now
+                self.send(pb.CommandPing())
+
+    async def _close(self, reason: str) -> None:
+        log.info("pulsar connection %s closed: %s", self.peer, reason)
+        for task in list(self.tasks):
+            task.cancel()
+        for closer in self._closers:
+            try:
+                closer()
+            except Exception:  # cleanup must reach the session close
+                log.exception("pulsar connection %s: cleanup failed", self.peer)
+        if self.session_id:
+            try:
+                await self.service.close_session(mpb.CloseSessionRequest(session_id=self.session_id))
+            except MagnetarError as exc:
+                log.info("pulsar connection %s: closing its session: %s", self.peer, exc)
+        self.writer.close()
+
+
+async def answer(conn: Connection, request_id: int, call, on_success) -> None:
+    """Run ``call()`` and send ``on_success(result)``, or an ERROR carrying the request id."""
+    try:
+        result = await call()
+    except MagnetarError as exc:
+        conn.error(request_id, exc)
+        return
+    except Exception as exc:  # a bug must not end the connection silently
+        log.exception("pulsar connection %s: request %d failed", conn.peer, request_id)
+        conn.error(request_id, UnknownError(f"internal error: {exc!r}"))
+        return
+    conn.send(on_success(result))

@@ -1,0 +1,284 @@
+"""SUBSCRIBE, FLOW (pushed MESSAGEs), ACK, REDELIVER_UNACKNOWLEDGED_MESSAGES, SEEK,
+GET_LAST_MESSAGE_ID, UNSUBSCRIBE and CLOSE_CONSUMER on the service's subscribe, fetch,
+ack, redeliver, seek, last_message_id and close_consumer (the routes /v1/consumers/*):
+who gets which message, cursors and redelivery counts are the subscription's.
+
+Each consumer has one dispatch task: while it holds permits it long-polls the service's
+fetch (as the Magnetar client does) and pushes one MESSAGE per delivered entry; an entry
+only partly due (redelivery, Key_Shared, partly acknowledged) carries an ``ack_set``
+marking the messages to deliver."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from magnetar_broker.pulsar.connection import Connection, answer
+from magnetar_broker.pulsar.producers import BROKER_REQUEST
+from magnetar_protocol import magnetar_pb2 as mpb
+from magnetar_protocol import pulsar_api_pb2 as pb
+from magnetar_protocol.errors import BadRequest, ConsumerNotFound, MagnetarError, NotAllowedError
+from magnetar_protocol.pulsar import batches, ids
+from magnetar_protocol.pulsar.errors import server_error
+
+log = logging.getLogger("magnetar.broker.pulsar")
+
+Type = pb.BaseCommand.Type
+Sub = pb.CommandSubscribe
+SUB_TYPES = {Sub.Exclusive: mpb.SUB_EXCLUSIVE, Sub.Shared: mpb.SUB_SHARED, Sub.Failover: mpb.SUB_FAILOVER,
+             Sub.Key_Shared: mpb.SUB_KEY_SHARED}
+# Entry sizes remembered per consumer, to read batch-index acks (ack_set) exactly.
+SIZES_KEPT = 100_000
+# While a consumer has no permits, how often its dispatch task checks whether the
+# broker closed it (the topic moved): the client is then told to reconnect.
+IDLE_CHECK_S = 1.0
+
+
+@dataclass
+class PulsarConsumer:
+    pulsar_id: int
+    magnetar_id: int
+    partition: int
+    permits: int = 0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    sizes: OrderedDict = field(default_factory=OrderedDict)   # entry id -> messages
+    task: asyncio.Task | None = None
+
+
+class Consumers:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.service = conn.service
+        self.consumers: dict[int, PulsarConsumer] = {}
+
+    def handlers(self) -> dict:
+        return {Type.SUBSCRIBE: self.subscribe, Type.FLOW: self.flow, Type.ACK: self.ack,
+                Type.REDELIVER_UNACKNOWLEDGED_MESSAGES: self.redeliver, Type.SEEK: self.seek,
+                Type.GET_LAST_MESSAGE_ID: self.last_message_id, Type.UNSUBSCRIBE: self.unsubscribe,
+                Type.CLOSE_CONSUMER: self.close}
+
+    def _get(self, consumer_id: int) -> PulsarConsumer:
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            raise ConsumerNotFound(f"consumer {consumer_id} is not subscribed on this connection")
+        return consumer
+
+    # ---------------------------------------------------------------- SUBSCRIBE
+
+    async def subscribe(self, frame) -> None:
+        cmd = frame.body
+        if cmd.consumer_id in self.consumers:   # a retried SUBSCRIBE
+            self.conn.send(pb.CommandSuccess(request_id=cmd.request_id))
+            return
+
+        async def call():
+            if cmd.sub_type not in SUB_TYPES:
+                raise BadRequest(f"unknown subscription type {cmd.sub_type}")
+            req = mpb.SubscribeRequest(
+                session_id=self.conn.session_id, topic=cmd.topic, subscription=cmd.subscription,
+                sub_type=SUB_TYPES[cmd.sub_type], consumer_name=cmd.consumer_name,
+                priority_level=cmd.priority_level, durable=cmd.durable,
+                initial_position=mpb.INITIAL_EARLIEST if cmd.initial_position == Sub.Earliest
+                else mpb.INITIAL_LATEST)
+            if not cmd.durable and cmd.HasField("start_message_id") and not ids.is_latest(cmd.start_message_id):
+                start = cmd.start_message_id
+                if ids.is_earliest(start):
+                    req.start_position.CopyFrom(mpb.Position(entry_id=0, batch_index=ids.WHOLE))
+                else:
+                    # The whole entry holding the start id: the client drops what comes
+                    # before its start id in a batch, as with a Pulsar broker.
+                    req.start_position.CopyFrom(mpb.Position(entry_id=start.entry_id, batch_index=ids.WHOLE))
+                req.start_inclusive = True
+            return await self.service.subscribe(req)
+
+        def subscribed(reply: mpb.SubscribeResponse) -> pb.CommandSuccess:
+            served = self.service.consumers[reply.consumer_id]
+            consumer = PulsarConsumer(cmd.consumer_id, reply.consumer_id, served.subscription.log.partition_index)
+            self.consumers[cmd.consumer_id] = consumer
+            consumer.task = self.conn.spawn(self._dispatch(consumer))
+            return pb.CommandSuccess(request_id=cmd.request_id)
+
+        await answer(self.conn, cmd.request_id, call, subscribed)
+
+    # ---------------------------------------------------------------- FLOW and dispatch
+
+    async def flow(self, frame) -> None:
+        cmd = frame.body
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is None:
+            return   # FLOW has no answer; a late one for a closed consumer is harmless
+        consumer.permits += cmd.message_permits
+        consumer.wake.set()
+
+    async def _dispatch(self, consumer: PulsarConsumer) -> None:
+        wait_ms = self.conn.settings.max_fetch_wait_ms
+        while self.consumers.get(consumer.pulsar_id) is consumer:
+            served = self.service.consumers.get(consumer.magnetar_id)
+            if served is None or served.closed:
+                self._closed_by_broker(consumer, "the topic moved or the consumer was closed")
+                return
+            if consumer.permits <= 0:
+                consumer.wake.clear()
+                try:
+                    await asyncio.wait_for(consumer.wake.wait(), IDLE_CHECK_S)
+                except TimeoutError:
+                    pass
+                continue
+            try:
+                reply = await self.service.fetch(mpb.FetchRequest(
+                    consumer_id=consumer.magnetar_id, max_messages=consumer.permits, wait_ms=wait_ms,
+                    session_id=self.conn.session_id))
+            except MagnetarError as exc:
+                self._closed_by_broker(consumer, str(exc))
+                return
+            for entry in reply.entries:
+                consumer.permits -= self._push(consumer, entry)
+            await self.conn.writer.drain()
+
+    def _push(self, consumer: PulsarConsumer, entry: mpb.DeliveredEntry) -> int:
+        """Send one MESSAGE for ``entry``; the number of messages it delivers."""
+        batch = mpb.MessageBatch.FromString(entry.batch)
+        metadata, payload = batches.to_pulsar_entry(batch, producer_name=entry.producer_name or "magnetar",
+                                                    publish_time=entry.publish_time)
+        consumer.sizes[entry.entry_id] = entry.num_messages
+        if len(consumer.sizes) > SIZES_KEPT:
+            consumer.sizes.popitem(last=False)
+        message = pb.CommandMessage(consumer_id=consumer.pulsar_id,
+                                    message_id=ids.message_id(entry.entry_id, consumer.partition))
+        if entry.indices:
+            message.redelivery_count = max(entry.redelivery_counts, default=0)
+            if len(entry.indices) < entry.num_messages:
+                message.ack_set.extend(ids.indices_to_words(entry.indices, entry.num_messages))
+        self.conn.send(message, metadata, payload)
+        return len(entry.indices) or entry.num_messages
+
+    def _closed_by_broker(self, consumer: PulsarConsumer, reason: str) -> None:
+        if self.consumers.pop(consumer.pulsar_id, None) is None:
+            return
+        log.info("pulsar connection %s: consumer %d closed by the broker: %s", self.conn.peer,
+                 consumer.pulsar_id, reason)
+        self.conn.spawn(self.service.close_consumer(mpb.CloseConsumerRequest(
+            consumer_id=consumer.magnetar_id, session_id=self.conn.session_id)))
+        self.conn.send(pb.CommandCloseConsumer(consumer_id=consumer.pulsar_id, request_id=BROKER_REQUEST))
+
+    # ---------------------------------------------------------------- acks
+
+    async def ack(self, frame) -> None:
+        cmd = frame.body
+        request_id = cmd.request_id if cmd.HasField("request_id") else None
+
+        async def call():
+            consumer = self._get(cmd.consumer_id)
+            if cmd.txnid_most_bits or cmd.txnid_least_bits:
+                raise NotAllowedError("transactional acks over the Pulsar protocol are not supported yet")
+            cumulative = cmd.ack_type == pb.CommandAck.Cumulative
+            positions = []
+            for mid in cmd.message_id:
+                positions += ids.ack_positions(mid, cumulative, consumer.sizes.get(mid.entry_id))
+            if positions:
+                await self.service.ack(mpb.AckRequest(
+                    consumer_id=consumer.magnetar_id, positions=positions, session_id=self.conn.session_id,
+                    ack_type=mpb.ACK_CUMULATIVE if cumulative else mpb.ACK_INDIVIDUAL))
+
+        try:
+            await call()
+        except MagnetarError as exc:
+            if request_id is None:
+                log.info("pulsar connection %s: ack refused: %s", self.conn.peer, exc)
+                return
+            self.conn.send(pb.CommandAckResponse(consumer_id=cmd.consumer_id, request_id=request_id,
+                                                 error=server_error(exc), message=exc.message))
+            return
+        if request_id is not None:
+            self.conn.send(pb.CommandAckResponse(consumer_id=cmd.consumer_id, request_id=request_id))
+
+    async def redeliver(self, frame) -> None:
+        cmd = frame.body
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is None:
+            return
+        positions = [mpb.Position(entry_id=mid.entry_id, batch_index=ids.WHOLE) for mid in cmd.message_ids]
+        try:
+            await self.service.redeliver(mpb.RedeliverRequest(
+                consumer_id=consumer.magnetar_id, positions=positions, session_id=self.conn.session_id))
+        except MagnetarError as exc:   # no answer exists for this command
+            log.info("pulsar connection %s: redelivery refused: %s", self.conn.peer, exc)
+
+    # ---------------------------------------------------------------- SEEK, last id
+
+    async def seek(self, frame) -> None:
+        cmd = frame.body
+
+        async def call():
+            consumer = self._get(cmd.consumer_id)
+            req = mpb.SeekRequest(consumer_id=consumer.magnetar_id, session_id=self.conn.session_id)
+            if cmd.HasField("message_id"):
+                mid = cmd.message_id
+                if ids.is_earliest(mid):
+                    req.position.CopyFrom(mpb.Position(entry_id=0, batch_index=ids.WHOLE))
+                elif ids.is_latest(mid):
+                    req.position.CopyFrom(mpb.Position(entry_id=ids.LATEST_ENTRY, batch_index=ids.WHOLE))
+                else:
+                    index = mid.batch_index if mid.HasField("batch_index") and mid.batch_index >= 0 else ids.WHOLE
+                    req.position.CopyFrom(mpb.Position(entry_id=mid.entry_id, batch_index=index))
+            elif cmd.HasField("message_publish_time"):
+                req.publish_time = cmd.message_publish_time
+            else:
+                raise BadRequest("SEEK needs a message_id or a message_publish_time")
+            await self.service.seek(req)
+            return consumer
+
+        def sought(consumer: PulsarConsumer) -> pb.CommandSuccess:
+            # As a Pulsar broker does: the client drops what arrives until it has
+            # reconnected, so close the consumer; it subscribes again at the new position.
+            self.conn.spawn(self._close_after_seek(consumer))
+            return pb.CommandSuccess(request_id=cmd.request_id)
+
+        await answer(self.conn, cmd.request_id, call, sought)
+
+    async def _close_after_seek(self, consumer: PulsarConsumer) -> None:
+        self._closed_by_broker(consumer, "seek: it subscribes again at the new position")
+
+    async def last_message_id(self, frame) -> None:
+        cmd = frame.body
+
+        async def call():
+            consumer = self._get(cmd.consumer_id)
+            reply = await self.service.last_message_id(mpb.LastMessageIdRequest(
+                consumer_id=consumer.magnetar_id, session_id=self.conn.session_id))
+            if reply.has_message:
+                last = reply.last
+                index = last.batch_index if last.batch_size > 1 else ids.WHOLE
+                last_id = ids.message_id(last.entry_id, consumer.partition, index)
+            else:   # nothing yet: (-1, -1), which equals the client's "earliest"
+                last_id = pb.MessageIdData(ledger_id=ids.U64, entry_id=ids.U64, partition=consumer.partition)
+            return pb.CommandGetLastMessageIdResponse(
+                request_id=cmd.request_id, last_message_id=last_id,
+                consumer_mark_delete_position=ids.message_id(reply.mark_delete.entry_id, consumer.partition))
+
+        await answer(self.conn, cmd.request_id, call, lambda reply: reply)
+
+    # ---------------------------------------------------------------- closing
+
+    async def unsubscribe(self, frame) -> None:
+        await self._close(frame.body, unsubscribe=True)
+
+    async def close(self, frame) -> None:
+        await self._close(frame.body, unsubscribe=False)
+
+    async def _close(self, cmd, unsubscribe: bool) -> None:
+        async def call():
+            consumer = self.consumers.get(cmd.consumer_id)
+            if consumer is None:
+                if unsubscribe:
+                    raise ConsumerNotFound(f"consumer {cmd.consumer_id} is not subscribed on this connection")
+                return
+            await self.service.close_consumer(mpb.CloseConsumerRequest(
+                consumer_id=consumer.magnetar_id, session_id=self.conn.session_id, unsubscribe=unsubscribe))
+            self.consumers.pop(cmd.consumer_id, None)
+            if consumer.task is not None:
+                consumer.task.cancel()
+
+        await answer(self.conn, cmd.request_id, call, lambda _: pb.CommandSuccess(request_id=cmd.request_id))

@@ -1,0 +1,86 @@
+"""Discovery over Pulsar's protocol: PARTITIONED_METADATA, LOOKUP and
+GET_TOPICS_OF_NAMESPACE, on the service's metadata and lookup (the routes'
+/v1/topics/metadata and /v1/topics/lookup)."""
+
+from __future__ import annotations
+
+from magnetar_broker.pulsar.connection import Connection, answer
+from magnetar_broker.pulsar.errors import message_of
+from magnetar_broker.settings import PULSAR_LISTENER
+from magnetar_protocol import magnetar_pb2 as mpb
+from magnetar_protocol import pulsar_api_pb2 as pb
+from magnetar_protocol.errors import AuthorizationError, BadRequest, MagnetarError, ServiceNotReady
+from magnetar_protocol.pulsar.errors import server_error
+from magnetar_protocol.topics import TopicName
+from magnetar_runtime.permissions import LOOKUP
+
+Type = pb.BaseCommand.Type
+Lookup = pb.CommandLookupTopicResponse
+Metadata = pb.CommandPartitionedTopicMetadataResponse
+
+
+class Discovery:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.service = conn.service
+
+    def handlers(self) -> dict:
+        return {Type.PARTITIONED_METADATA: self.partitioned_metadata, Type.LOOKUP: self.lookup,
+                Type.GET_TOPICS_OF_NAMESPACE: self.topics_of_namespace}
+
+    async def partitioned_metadata(self, frame) -> None:
+        cmd = frame.body
+        try:
+            reply = await self.service.metadata(mpb.PartitionMetadataRequest(topic=cmd.topic))
+        except MagnetarError as exc:
+            self.conn.send(Metadata(request_id=cmd.request_id, response=Metadata.Failed,
+                                    error=server_error(exc), message=message_of(exc)))
+            return
+        self.conn.send(Metadata(request_id=cmd.request_id, partitions=reply.partitions,
+                                response=Metadata.Success))
+
+    async def lookup(self, frame) -> None:
+        cmd = frame.body
+        try:
+            url = await self.owner_url(cmd.topic)
+        except MagnetarError as exc:
+            self.conn.send(Lookup(request_id=cmd.request_id, response=Lookup.Failed,
+                                  error=server_error(exc), message=message_of(exc)))
+            return
+        # The owner's URL with Connect (not Redirect): the answer is authoritative, as a
+        # Pulsar broker's is once it found the owner; any broker answers any topic.
+        self.conn.send(Lookup(request_id=cmd.request_id, response=Lookup.Connect, broker_service_url=url,
+                              authoritative=True))
+
+    async def owner_url(self, topic: str) -> str:
+        reply = await self.service.lookup(mpb.LookupRequest(topic=topic))
+        if reply.broker_id == self.service.broker_id:
+            return self.conn.settings.pulsar_url
+        try:
+            [url] = await self.service.advertised(PULSAR_LISTENER, [(reply.broker_url, f"broker {reply.broker_id}")])
+        except BadRequest:
+            raise ServiceNotReady(f"{topic} is served by broker {reply.broker_id}, which has no Pulsar "
+                                  "listener (MAGNETAR_PULSAR_PORT unset there)") from None
+        return url
+
+    async def topics_of_namespace(self, frame) -> None:
+        cmd = frame.body
+
+        async def listing() -> list[str]:
+            tenant, sep, namespace = cmd.namespace.partition("/")
+            if not sep or not tenant or not namespace or "/" in namespace:
+                raise BadRequest(f"namespace {cmd.namespace!r} must be TENANT/NAMESPACE")
+            if cmd.mode == pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
+                return []   # Magnetar has persistent topics only
+            visible = []
+            for topic in await self.service.store.namespace_topics(tenant, namespace):
+                try:   # only what the caller may look up
+                    await self.service.authz.require(TopicName.parse(topic), LOOKUP)
+                except AuthorizationError:
+                    continue
+                visible.append(topic)
+            return visible
+
+        await answer(self.conn, cmd.request_id, listing,
+                     lambda topics: pb.CommandGetTopicsOfNamespaceResponse(
+                         request_id=cmd.request_id, topics=topics, filtered=False, changed=True))

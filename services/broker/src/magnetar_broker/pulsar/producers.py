@@ -1,0 +1,231 @@
+"""PRODUCER, SEND and CLOSE_PRODUCER on the service's create_producer, send_batches and
+close_producer (the routes /v1/producers/*): access modes, topic epochs, fencing and
+dedup are the service's.  A producer's SENDs are handed over in arrival order, as many
+as have queued while the previous group was being written, so they share a group
+commit and their receipts go out in order (a Pulsar client requires that)."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+
+from magnetar_broker.pulsar.connection import Connection
+from magnetar_broker.pulsar.errors import message_of
+from magnetar_protocol import magnetar_pb2 as mpb
+from magnetar_protocol import pulsar_api_pb2 as pb
+from magnetar_protocol.errors import MagnetarError, NotAllowedError, UnknownError, error_for_code
+from magnetar_protocol.pulsar import batches, ids
+from magnetar_protocol.pulsar.errors import server_error
+
+log = logging.getLogger("magnetar.broker.pulsar")
+
+Type = pb.BaseCommand.Type
+# Sends handed to the service in one send_batches call at most (its group commit takes
+# up to max_batches_per_commit batches per partition anyway).
+MAX_SENDS_PER_CALL = 256
+BROKER_REQUEST = ids.U64   # request id of a close the broker starts (Pulsar's -1)
+
+
+@dataclass
+class PulsarProducer:
+    pulsar_id: int
+    request_id: int
+    name: str = ""
+    magnetar_id: int = 0
+    ready: bool = False
+    topic_epoch: int | None = None
+    last_sequence_id: int = -1
+    queue: deque = field(default_factory=deque)   # (CommandSend, SendRequest | error)
+    pumping: bool = False
+
+
+class Producers:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.service = conn.service
+        self.producers: dict[int, PulsarProducer] = {}
+        conn.on_close(self._forget_all)
+
+    def handlers(self) -> dict:
+        return {Type.PRODUCER: self.create, Type.SEND: self.send, Type.CLOSE_PRODUCER: self.close}
+
+    def _forget_all(self) -> None:
+        self.producers.clear()   # the session's close detaches them in the service
+
+    # ---------------------------------------------------------------- PRODUCER
+
+    async def create(self, frame) -> None:
+        cmd = frame.body
+        existing = self.producers.get(cmd.producer_id)
+        if existing is not None:
+            if existing.ready:   # a retried PRODUCER: answer it again
+                self.conn.send(self._success(cmd.request_id, existing))
+            else:
+                self.conn.error(cmd.request_id, NotAllowedError(
+                    f"producer id {cmd.producer_id} is already in use on this connection"))
+            return
+        if cmd.encrypted:
+            self.conn.error(cmd.request_id, NotAllowedError("encrypted producers are not supported"))
+            return
+        producer = PulsarProducer(cmd.producer_id, cmd.request_id)
+        self.producers[cmd.producer_id] = producer
+        req = mpb.CreateProducerRequest(
+            session_id=self.conn.session_id, topic=cmd.topic,
+            producer_name=cmd.producer_name if cmd.HasField("producer_name") else "",
+            access_mode=cmd.producer_access_mode, user_provided_name=cmd.user_provided_producer_name,
+            client_producer_id=cmd.producer_id)
+        if cmd.HasField("topic_epoch"):
+            req.topic_epoch = cmd.topic_epoch
+        try:
+            reply = await self.service.create_producer(req)
+        except Exception as exc:
+            self.producers.pop(cmd.producer_id, None)
+            self.conn.error(cmd.request_id, exc if isinstance(exc, MagnetarError) else UnknownError(repr(exc)))
+            return
+        if reply.waiting:
+            # WaitForExclusive, queued: say so now (producer_ready false), then answer
+            # again with the same request id once the slot is ours.
+            producer.name = reply.producer_name
+            self.conn.send(pb.CommandProducerSuccess(request_id=cmd.request_id, producer_name=reply.producer_name,
+                                                     producer_ready=False))
+            req.producer_name = reply.producer_name
+            self.conn.spawn(self._wait_for_exclusive(producer, req))
+            return
+        self._created(producer, reply)
+
+    async def _wait_for_exclusive(self, producer: PulsarProducer, req: mpb.CreateProducerRequest) -> None:
+        req.wait_ms = self.conn.settings.max_fetch_wait_ms
+        while self.producers.get(producer.pulsar_id) is producer:
+            try:
+                reply = await self.service.create_producer(req)
+            except MagnetarError as exc:
+                self.producers.pop(producer.pulsar_id, None)
+                self.conn.error(producer.request_id, exc)
+                return
+            if not reply.waiting:
+                self._created(producer, reply)
+                return
+
+    def _created(self, producer: PulsarProducer, reply: mpb.CreateProducerResponse) -> None:
+        if self.producers.get(producer.pulsar_id) is not producer:   # closed meanwhile
+            self.conn.spawn(self.service.close_producer(mpb.CloseProducerRequest(
+                producer_id=reply.producer_id, session_id=self.conn.session_id)))
+            return
+        producer.name = reply.producer_name
+        producer.magnetar_id = reply.producer_id
+        producer.last_sequence_id = reply.last_sequence_id
+        producer.topic_epoch = reply.topic_epoch if reply.HasField("topic_epoch") else None
+        producer.ready = True
+        served = self.service.producers.get(reply.producer_id)
+        if served is not None:
+            served.on_detached = lambda reason, p=producer: self._detached(p, reason)
+        self.conn.send(self._success(producer.request_id, producer))
+
+    def _success(self, request_id: int, producer: PulsarProducer) -> pb.CommandProducerSuccess:
+        reply = pb.CommandProducerSuccess(request_id=request_id, producer_name=producer.name,
+                                          last_sequence_id=producer.last_sequence_id, producer_ready=True)
+        if producer.topic_epoch is not None:
+            reply.topic_epoch = producer.topic_epoch
+        return reply
+
+    def _detached(self, producer: PulsarProducer, reason: str) -> None:
+        """The service let the producer go (fenced, topic moved, session expired): tell
+        the client, which reconnects (and learns ProducerFenced if it was fenced)."""
+        if self.producers.get(producer.pulsar_id) is not producer:
+            return   # the client closed it itself
+        del self.producers[producer.pulsar_id]
+        log.info("pulsar connection %s: producer %r closed by the broker: %s", self.conn.peer,
+                 producer.name, reason)
+        for cmd, _ in producer.queue:
+            self.conn.send(pb.CommandSendError(producer_id=cmd.producer_id, sequence_id=cmd.sequence_id,
+                                               error=pb.ProducerFenced if "fenced" in reason else pb.NotAllowedError,
+                                               message=f"producer {producer.name!r} {reason}"))
+        producer.queue.clear()
+        self.conn.send(pb.CommandCloseProducer(producer_id=producer.pulsar_id, request_id=BROKER_REQUEST))
+
+    # ---------------------------------------------------------------- SEND
+
+    async def send(self, frame) -> None:
+        cmd = frame.body
+        producer = self.producers.get(cmd.producer_id)
+        if producer is None or not producer.ready:
+            self.conn.send(pb.CommandSendError(producer_id=cmd.producer_id, sequence_id=cmd.sequence_id,
+                                               error=pb.NotAllowedError,
+                                               message=f"producer {cmd.producer_id} is not ready on this "
+                                                       "connection; create it first"))
+            return
+        producer.queue.append((cmd, self._request(producer, cmd, frame)))
+        if not producer.pumping:
+            producer.pumping = True
+            self.conn.spawn(self._pump(producer))
+
+    def _request(self, producer: PulsarProducer, cmd: pb.CommandSend, frame) -> mpb.SendRequest | Exception:
+        """The Magnetar send of one Pulsar entry (translated on write: see the docs), or
+        why it cannot be stored."""
+        if cmd.txnid_most_bits or cmd.txnid_least_bits:
+            return NotAllowedError("transactional sends over the Pulsar protocol are not supported yet")
+        if cmd.is_chunk:
+            return NotAllowedError("chunked messages are not supported")
+        try:
+            batch = batches.to_message_batch(frame.metadata, frame.payload, self.conn.settings.max_message_size)
+        except MagnetarError as exc:
+            return exc
+        count = len(batch.messages)
+        # The wheel leaves highest_sequence_id unset when the ids are consecutive.
+        highest = cmd.highest_sequence_id if cmd.highest_sequence_id > cmd.sequence_id \
+            else cmd.sequence_id + count - 1
+        return mpb.SendRequest(producer_id=producer.magnetar_id, batch=batch.SerializeToString(),
+                               num_messages=count, sequence_id=cmd.sequence_id, highest_sequence_id=highest,
+                               session_id=self.conn.session_id)
+
+    async def _pump(self, producer: PulsarProducer) -> None:
+        try:
+            while producer.queue and self.producers.get(producer.pulsar_id) is producer:
+                group = [producer.queue.popleft() for _ in range(min(len(producer.queue), MAX_SENDS_PER_CALL))]
+                results = await self._write(producer, [req for _, req in group])
+                for (cmd, req), result in zip(group, results):
+                    if isinstance(result, BaseException):
+                        self.conn.send(pb.CommandSendError(
+                            producer_id=cmd.producer_id, sequence_id=cmd.sequence_id,
+                            error=server_error(result), message=message_of(result)))
+                        continue
+                    entry = ids.DUPLICATE_ID if result.duplicate else (ids.LEDGER, result.entry_id)
+                    self.conn.send(pb.CommandSendReceipt(
+                        producer_id=cmd.producer_id, sequence_id=cmd.sequence_id,
+                        highest_sequence_id=req.highest_sequence_id,
+                        message_id=pb.MessageIdData(ledger_id=entry[0], entry_id=entry[1],
+                                                    partition=result.partition)))
+                await self.conn.writer.drain()
+        finally:
+            producer.pumping = False
+
+    async def _write(self, producer: PulsarProducer, reqs: list) -> list:
+        """One result (a SendResponse or an exception) per request, in order."""
+        valid = [r for r in reqs if isinstance(r, mpb.SendRequest)]
+        answers: list = []
+        if valid:
+            try:
+                reply = await self.service.send_batches(
+                    mpb.SendBatchesRequest(batches=valid, session_id=self.conn.session_id))
+                answers = [_result(r) for r in reply.results]
+            except MagnetarError as exc:
+                answers = [exc] * len(valid)
+        it = iter(answers)
+        return [next(it) if isinstance(r, mpb.SendRequest) else r for r in reqs]
+
+    # ---------------------------------------------------------------- CLOSE_PRODUCER
+
+    async def close(self, frame) -> None:
+        cmd = frame.body
+        producer = self.producers.pop(cmd.producer_id, None)
+        if producer is not None and producer.magnetar_id:
+            await self.service.close_producer(mpb.CloseProducerRequest(
+                producer_id=producer.magnetar_id, session_id=self.conn.session_id))
+        self.conn.send(pb.CommandSuccess(request_id=cmd.request_id))
+
+
+def _result(result: mpb.SendResult):
+    if result.HasField("error"):
+        return error_for_code(result.error.code, result.error.message)
+    return result.response

@@ -1,0 +1,379 @@
+"""The real `pulsar-client` wheel against a real local Magnetar (two brokers, each with
+its Pulsar listener): discovery, produce with dedup and access modes, each consumer
+kind, readers and seek, interop with Magnetar's own client, and bad frames.
+
+One cluster for the module (starting one costs ~5 s); each test uses its own topics.
+Every client call has a timeout; waits are deadlines (tests/waiting.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+import struct
+import threading
+import urllib.request
+
+import pulsar
+import pytest
+
+from magnetar_protocol import pulsar_api_pb2 as pb
+from magnetar_protocol.pulsar import frames
+from magnetar_runtime.local.cluster import LocalCluster
+from tests.e2e.conftest import TEST_ENV
+from tests.waiting import wait_until
+
+TIMEOUT_MS = 10_000
+_topics = itertools.count()
+
+
+def new_topic(prefix: str = "t") -> str:
+    return f"persistent://public/default/pulsar-{prefix}-{next(_topics)}"
+
+
+@pytest.fixture(scope="module")
+def magnetar(postgres, migrated_template, tmp_path_factory):
+    url = postgres.create_database("e2e_pulsar_protocol", template=migrated_template)
+    cluster = LocalCluster(tmp_path_factory.mktemp("pulsar-cluster"), database_url=url, brokers=2,
+                           registry=False, env=TEST_ENV)
+    cluster.start()
+    yield cluster
+    cluster.close()
+    postgres.drop_database("e2e_pulsar_protocol")
+
+
+def pulsar_client(url: str, **options) -> pulsar.Client:
+    return pulsar.Client(url, operation_timeout_seconds=10, connection_timeout_ms=5000,
+                         logger=logging.getLogger("pulsar-client"), **options)
+
+
+@pytest.fixture
+def client(magnetar):
+    c = pulsar_client(magnetar.pulsar_service_url)
+    yield c
+    c.close()
+
+
+def receive_all(consumer, count: int) -> list:
+    return [consumer.receive(timeout_millis=TIMEOUT_MS) for _ in range(count)]
+
+
+# ---------------------------------------------------------------- produce and consume
+
+
+def test_messages_round_trip_with_their_metadata(client):
+    topic = new_topic("roundtrip")
+    consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=5)
+    for i in range(12):
+        producer.send_async(f"m{i}".encode(), None, properties={"i": str(i)}, partition_key=f"k{i % 3}",
+                            event_timestamp=1_700_000_000_000 + i)
+    producer.flush()
+    got = receive_all(consumer, 12)
+    assert [m.data() for m in got] == [f"m{i}".encode() for i in range(12)]
+    assert [m.properties() for m in got] == [{"i": str(i)} for i in range(12)]
+    assert [m.partition_key() for m in got] == [f"k{i % 3}" for i in range(12)]
+    assert [m.event_timestamp() for m in got] == [1_700_000_000_000 + i for i in range(12)]
+    assert all(m.publish_timestamp() > 0 for m in got)
+    for m in got:
+        consumer.acknowledge(m)
+    consumer.close()
+    # Acknowledged on the broker: a new consumer of the subscription gets nothing old.
+    producer.send(b"after")
+    again = client.subscribe(topic, "sub")
+    assert again.receive(timeout_millis=TIMEOUT_MS).data() == b"after"
+
+
+def test_dedup_across_producer_re_creation(client):
+    topic = new_topic("dedup")
+    producer = client.create_producer(topic, producer_name="dedup-p", batching_enabled=False)
+    for i in range(5):
+        producer.send(f"m{i}".encode(), sequence_id=i)
+    producer.close()
+    producer = client.create_producer(topic, producer_name="dedup-p", batching_enabled=False)
+    assert producer.last_sequence_id() == 4           # PRODUCER_SUCCESS's last_sequence_id
+    producer.send(b"duplicate", sequence_id=3)         # dropped: stored once already
+    producer.send(b"m5", sequence_id=5)
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    got = [reader.read_next(TIMEOUT_MS).data() for _ in range(6)]
+    assert got == [b"m0", b"m1", b"m2", b"m3", b"m4", b"m5"]
+    assert not reader.has_message_available()
+
+
+def test_lookup_through_either_broker_reaches_the_owner(magnetar):
+    topic = new_topic("lookup")
+    clients = [pulsar_client(url) for url in magnetar.pulsar_urls]
+    try:
+        producers = [c.create_producer(topic, batching_enabled=False) for c in clients]
+        for i, p in enumerate(producers):
+            p.send(f"via broker {i}".encode())
+        consumer = clients[1].subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        assert sorted(m.data() for m in receive_all(consumer, 2)) == [b"via broker 0", b"via broker 1"]
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_partitioned_topic_metadata_and_routing(magnetar, client):
+    name = f"pulsar-parted-{next(_topics)}"
+    urllib.request.urlopen(urllib.request.Request(
+        f"{magnetar.admin_url}/admin/v2/persistent/public/default/{name}/partitions", data=b"3",
+        method="PUT", headers={"content-type": "application/json"}), timeout=10).close()
+    topic = f"persistent://public/default/{name}"
+    assert client.get_topic_partitions(topic) == [f"{topic}-partition-{i}" for i in range(3)]
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(9):
+        producer.send(f"m{i}".encode(), partition_key=f"key-{i}")
+    got = receive_all(consumer, 9)
+    assert sorted(m.data() for m in got) == sorted(f"m{i}".encode() for i in range(9))
+    assert {m.topic_name() for m in got} <= {f"{topic}-partition-{i}" for i in range(3)}
+
+
+# ---------------------------------------------------------------- access modes
+
+
+def test_exclusive_producer_refuses_a_second_and_fencing_closes_the_first(client):
+    topic = new_topic("exclusive")
+    first = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive,
+                                   batching_enabled=False)
+    first.send(b"one")
+    with pytest.raises(pulsar.ProducerFenced):   # Pulsar's answer to a second Exclusive
+        client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    fencer = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
+                                    batching_enabled=False)
+    fencer.send(b"two")
+    with pytest.raises((pulsar.ProducerFenced, pulsar.AlreadyClosed)):
+        first.send(b"fenced")
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert [reader.read_next(TIMEOUT_MS).data() for _ in range(2)] == [b"one", b"two"]
+    assert not reader.has_message_available()
+
+
+def test_wait_for_exclusive_gets_the_topic_when_the_holder_leaves(client):
+    topic = new_topic("wait")
+    holder = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+    waiting = []
+    thread = threading.Thread(target=lambda: waiting.append(client.create_producer(
+        topic, access_mode=pulsar.ProducerAccessMode.WaitForExclusive, batching_enabled=False)))
+    thread.start()
+    with pytest.raises(AssertionError):   # queued behind the holder (producer_ready false)
+        wait_until(lambda: waiting, 1, "the WaitForExclusive producer to be created")
+    holder.close()
+    thread.join(timeout=15)
+    assert waiting, "the WaitForExclusive producer was not created once the holder left"
+    waiting[0].send(b"mine now")
+
+
+# ---------------------------------------------------------------- consumers
+
+
+def test_shared_consumers_split_and_nack_redelivers_with_a_count(client):
+    topic = new_topic("shared")
+    a = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=2,
+                         negative_ack_redelivery_delay_ms=100)
+    b = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=2)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(4):
+        producer.send(f"m{i}".encode())
+    first = a.receive(timeout_millis=TIMEOUT_MS)
+    assert first.redelivery_count() == 0
+    a.negative_acknowledge(first)
+    seen = wait_until(lambda: _find(a, first.data()), 15, "the nacked message to come back")
+    assert seen.redelivery_count() == 1
+    b.receive(timeout_millis=TIMEOUT_MS)   # the other consumer got its share
+
+
+def _find(consumer, data: bytes):
+    try:
+        m = consumer.receive(timeout_millis=500)
+    except pulsar.Timeout:
+        return None
+    if m.data() == data:
+        return m
+    consumer.acknowledge(m)
+    return None
+
+
+def test_failover_moves_to_the_next_consumer(client):
+    topic = new_topic("failover")
+    producer = client.create_producer(topic, batching_enabled=False)
+    a = client.subscribe(topic, "f", consumer_type=pulsar.ConsumerType.Failover, consumer_name="a")
+    b = client.subscribe(topic, "f", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b")
+    producer.send(b"x")
+    got = a.receive(timeout_millis=TIMEOUT_MS)   # "a" sorts first: active
+    with pytest.raises(pulsar.Timeout):
+        b.receive(timeout_millis=300)
+    a.close()                                     # unacked "x" goes to "b"
+    assert b.receive(timeout_millis=TIMEOUT_MS).data() == got.data()
+
+
+def test_batch_index_ack_keeps_the_rest_of_the_batch(magnetar):
+    c = pulsar_client(magnetar.pulsar_service_url)
+    try:
+        topic = new_topic("batchack")
+        consumer = c.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest,
+                               batch_index_ack_enabled=True)
+        producer = c.create_producer(topic, batching_enabled=True, batching_max_messages=4,
+                                     batching_max_publish_delay_ms=1000)
+        for i in range(4):
+            producer.send_async(f"m{i}".encode(), None)
+        producer.flush()
+        got = receive_all(consumer, 4)
+        consumer.acknowledge(got[1])
+        consumer.close()
+        wait_until(lambda: _redelivered(c, topic) == [b"m0", b"m2", b"m3"], 15,
+                   "the unacknowledged messages of the batch (not m1) to be redelivered")
+    finally:
+        c.close()
+
+
+def _redelivered(c, topic):
+    consumer = c.subscribe(topic, "s", batch_index_ack_enabled=True)
+    try:
+        out = []
+        while True:
+            try:
+                out.append(consumer.receive(timeout_millis=1000).data())
+            except pulsar.Timeout:
+                return out
+    finally:
+        consumer.close()
+
+
+def test_cumulative_ack_and_seek(client):
+    topic = new_topic("seek")
+    producer = client.create_producer(topic, batching_enabled=False)
+    ids = [producer.send(f"m{i}".encode()) for i in range(5)]
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    got = receive_all(consumer, 5)
+    consumer.acknowledge_cumulative(got[4])
+    consumer.seek(got[0].publish_timestamp())     # by time: from the first at or after it
+    assert consumer.receive(timeout_millis=TIMEOUT_MS).data() == b"m0"
+    consumer.seek(ids[2])
+    # The broker restarts at m2 (Magnetar's seek, as Pulsar's resetCursor); the wheel
+    # then drops its seek id itself (its startMessageId is exclusive), as with Pulsar.
+    assert consumer.receive(timeout_millis=TIMEOUT_MS).data() == b"m3"
+
+
+def test_reader_from_a_message_id(client):
+    topic = new_topic("reader")
+    producer = client.create_producer(topic, batching_enabled=False)
+    ids = [producer.send(f"m{i}".encode()) for i in range(4)]
+    reader = client.create_reader(topic, ids[1])
+    assert reader.read_next(TIMEOUT_MS).data() == b"m2"   # exclusive of the start id
+    inclusive = client.create_reader(topic, ids[1], start_message_id_inclusive=True)
+    assert inclusive.read_next(TIMEOUT_MS).data() == b"m1"
+    latest = client.create_reader(topic, pulsar.MessageId.latest)
+    assert not latest.has_message_available()
+
+
+def test_unsubscribe_forgets_the_subscription(client):
+    topic = new_topic("unsub")
+    producer = client.create_producer(topic, batching_enabled=False)
+    consumer = client.subscribe(topic, "gone", initial_position=pulsar.InitialPosition.Earliest)
+    producer.send(b"old")
+    consumer.unsubscribe()
+    producer.send(b"new")
+    again = client.subscribe(topic, "gone", initial_position=pulsar.InitialPosition.Latest)
+    producer.send(b"newest")
+    assert again.receive(timeout_millis=TIMEOUT_MS).data() == b"newest"
+
+
+# ---------------------------------------------------------------- one log, two protocols
+
+
+def test_magnetar_and_pulsar_clients_read_each_other(magnetar, client):
+    import magnetar as mclient
+
+    topic = new_topic("interop")
+    m = mclient.Client(",".join(magnetar.broker_urls))
+    try:
+        pulsar_producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=3,
+                                                 compression_type=pulsar.CompressionType.LZ4)
+        for i in range(3):
+            pulsar_producer.send_async(f"p{i}".encode(), None, properties={"from": "pulsar"},
+                                       partition_key="pk", event_timestamp=1000 + i)
+        pulsar_producer.flush()
+        m_producer = m.create_producer(topic)
+        m_producer.send(b"m0", properties={"from": "magnetar"}, partition_key="mk")
+        m_producer.flush()
+        m_consumer = m.subscribe(topic, "mc", initial_position=mclient.InitialPosition.Earliest)
+        got = [m_consumer.receive(timeout_millis=TIMEOUT_MS) for _ in range(4)]
+        assert [g.data() for g in got] == [b"p0", b"p1", b"p2", b"m0"]
+        assert got[0].properties() == {"from": "pulsar"} and got[0].partition_key() == "pk"
+        p_consumer = client.subscribe(topic, "pc", initial_position=pulsar.InitialPosition.Earliest)
+        back = receive_all(p_consumer, 4)
+        assert [b.data() for b in back] == [b"p0", b"p1", b"p2", b"m0"]
+        assert back[3].properties() == {"from": "magnetar"} and back[3].partition_key() == "mk"
+    finally:
+        m.close()
+
+
+# ---------------------------------------------------------------- bad frames
+
+
+def _raw(magnetar) -> socket.socket:
+    host, port = magnetar.pulsar_service_url.removeprefix("pulsar://").split(":")
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(frames.encode(pb.CommandConnect(client_version="raw-test", protocol_version=20)))
+    assert _read_frame(s).type == pb.BaseCommand.CONNECTED
+    return s
+
+
+def _read_frame(s: socket.socket):
+    size = struct.unpack(">I", _read_exactly(s, 4))[0]
+    return frames.decode_frame(struct.pack(">I", size) + _read_exactly(s, size))
+
+
+def _read_exactly(s: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(data)} of {n} bytes")
+        data += chunk
+    return data
+
+
+def test_bad_frames_get_errors_and_the_broker_serves_on(magnetar, client):
+    # An unknown command type: ERROR, and the connection goes on.
+    s = _raw(magnetar)
+    unknown = pb.BaseCommand(type=pb.BaseCommand.PING).SerializeToString().replace(b"\x08\x12", b"\x08\x7f")
+    s.sendall(struct.pack(">II", len(unknown) + 4, len(unknown)) + unknown)
+    assert _read_frame(s).type == pb.BaseCommand.ERROR
+    s.sendall(frames.encode(pb.CommandPing()))
+    assert _read_frame(s).type == pb.BaseCommand.PONG
+    # A SEND with a wrong checksum: SEND_ERROR ChecksumError, and the connection goes on.
+    good = frames.encode(pb.CommandSend(producer_id=1, sequence_id=7), pb.MessageMetadata(
+        producer_name="x", sequence_id=7, publish_time=1), b"payload")
+    s.sendall(good[:-1] + bytes([good[-1] ^ 1]))
+    answer = _read_frame(s)
+    assert answer.type == pb.BaseCommand.SEND_ERROR and answer.body.error == pb.ChecksumError
+    s.sendall(frames.encode(pb.CommandPing()))
+    assert _read_frame(s).type == pb.BaseCommand.PONG
+    # Oversize: refused from the size prefix, ERROR, then closed.
+    s.sendall(struct.pack(">I", 64 * 1024 * 1024))
+    assert _read_frame(s).type == pb.BaseCommand.ERROR
+    assert s.recv(1) == b""
+    s.close()
+    # Truncated: the client goes away inside a frame.
+    t = _raw(magnetar)
+    t.sendall(frames.encode(pb.CommandPing())[:-1])
+    t.close()
+    # Nothing before CONNECT.
+    u = socket.create_connection(magnetar.pulsar_service_url.removeprefix("pulsar://").split(":"), timeout=10) \
+        if False else _unconnected(magnetar)
+    u.sendall(frames.encode(pb.CommandPing()))
+    assert _read_frame(u).type == pb.BaseCommand.ERROR
+    u.close()
+    # The broker still serves everyone else.
+    topic = new_topic("after-bad")
+    client.create_producer(topic).send(b"fine")
+    assert magnetar.services["broker-0"].alive
+
+
+def _unconnected(magnetar) -> socket.socket:
+    host, port = magnetar.pulsar_service_url.removeprefix("pulsar://").split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
