@@ -44,8 +44,8 @@ def magnetar(postgres, migrated_template, tmp_path_factory):
 
 
 def pulsar_client(url: str, **options) -> pulsar.Client:
-    return pulsar.Client(url, operation_timeout_seconds=10, connection_timeout_ms=5000,
-                         logger=logging.getLogger("pulsar-client"), **options)
+    options = {"operation_timeout_seconds": 10, "connection_timeout_ms": 5000} | options
+    return pulsar.Client(url, logger=logging.getLogger("pulsar-client"), **options)
 
 
 @pytest.fixture
@@ -314,8 +314,8 @@ def test_magnetar_and_pulsar_clients_read_each_other(magnetar, client):
 # ---------------------------------------------------------------- bad frames
 
 
-def _raw(magnetar) -> socket.socket:
-    host, port = magnetar.pulsar_service_url.removeprefix("pulsar://").split(":")
+def _raw(magnetar, url: str = "") -> socket.socket:
+    host, port = (url or magnetar.pulsar_service_url).removeprefix("pulsar://").split(":")
     s = socket.create_connection((host, int(port)), timeout=10)
     s.sendall(frames.encode(pb.CommandConnect(client_version="raw-test", protocol_version=20)))
     assert _read_frame(s).type == pb.BaseCommand.CONNECTED
@@ -377,3 +377,88 @@ def test_bad_frames_get_errors_and_the_broker_serves_on(magnetar, client):
 def _unconnected(magnetar) -> socket.socket:
     host, port = magnetar.pulsar_service_url.removeprefix("pulsar://").split(":")
     return socket.create_connection((host, int(port)), timeout=10)
+
+
+# ---------------------------------------------------------------- authentication
+
+
+AUTH_SECRET = "pulsar-test-secret-of-at-least-32-bytes"
+
+
+def test_token_auth_maps_onto_magnetar_roles(cluster_factory):
+    import jwt
+
+    auth = cluster_factory(brokers=1, coordinators=0, admin=False, registry=False, env={
+        "MAGNETAR_AUTH_ENABLED": "true", "MAGNETAR_AUTH_JWT_SECRET": AUTH_SECRET,
+        "MAGNETAR_AUTH_SUPERUSER_ROLES": "admin"})
+    url = auth.pulsar_service_url
+    topic = new_topic("auth")
+
+    def token(role: str, secret: str = AUTH_SECRET) -> pulsar.AuthenticationToken:
+        return pulsar.AuthenticationToken(jwt.encode({"sub": role}, secret, algorithm="HS256"))
+
+    admin = pulsar_client(url, authentication=token("admin"))
+    try:
+        admin.create_producer(topic).send(b"as admin")
+    finally:
+        admin.close()
+    for options, error in (({}, "no token"), ({"authentication": token("admin", "x" * 40)}, "a forged token")):
+        # The wheel retries a refused CONNECT until its operation timeout: keep it short.
+        c = pulsar_client(url, operation_timeout_seconds=2, **options)
+        try:
+            with pytest.raises(pulsar.PulsarException):
+                c.create_producer(topic)
+        finally:
+            c.close()
+    nobody = pulsar_client(url, operation_timeout_seconds=3, authentication=token("nobody"))
+    try:
+        with pytest.raises(pulsar.AuthorizationError):   # authenticated, but no grant
+            nobody.create_producer(topic)
+    finally:
+        nobody.close()
+    log = auth.log_tail("broker-0", 200)
+    assert "CONNECT refused: authentication is required" in log
+    assert "CONNECT refused: the bearer token was refused" in log
+
+
+def test_key_shared_keeps_each_key_on_one_consumer(client):
+    topic = new_topic("keyshared")
+    consumers = [client.subscribe(topic, "k", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=f"c{i}")
+                 for i in range(2)]
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(40):
+        producer.send(f"m{i}".encode(), partition_key=f"key-{i % 8}")
+    keys_of = []
+    for consumer in consumers:
+        got = []
+        while True:
+            try:
+                got.append(consumer.receive(timeout_millis=1000))
+            except pulsar.Timeout:
+                break
+        keys_of.append({m.partition_key() for m in got})
+    assert sum(1 for keys in keys_of if keys) == 2, f"one consumer got every key: {keys_of}"
+    assert not keys_of[0] & keys_of[1] and keys_of[0] | keys_of[1] == {f"key-{i}" for i in range(8)}
+
+
+def test_a_send_over_the_size_limit_gets_send_error(magnetar):
+    topic = new_topic("big")
+    s = _raw(magnetar)
+    s.sendall(frames.encode(pb.CommandLookupTopic(topic=topic, request_id=1)))
+    found = _read_frame(s)
+    s.close()
+    assert found.type == pb.BaseCommand.LOOKUP_RESPONSE and found.body.response == found.body.Connect
+    s = _raw(magnetar, found.body.broker_service_url)     # the owner
+    s.sendall(frames.encode(pb.CommandProducer(topic=topic, producer_id=1, request_id=1)))
+    created = _read_frame(s)
+    assert created.type == pb.BaseCommand.PRODUCER_SUCCESS
+    big = b"x" * (5 * 1024 * 1024 + 1)     # over MAGNETAR_MAX_MESSAGE_SIZE, inside the frame limit
+    s.sendall(frames.encode(pb.CommandSend(producer_id=1, sequence_id=0), pb.MessageMetadata(
+        producer_name=created.body.producer_name, sequence_id=0, publish_time=1), big))
+    answer = _read_frame(s)
+    assert answer.type == pb.BaseCommand.SEND_ERROR and answer.body.error == pb.NotAllowedError
+    assert "5242880" in answer.body.message or "too" in answer.body.message.lower()
+    s.sendall(frames.encode(pb.CommandSend(producer_id=1, sequence_id=1), pb.MessageMetadata(
+        producer_name=created.body.producer_name, sequence_id=1, publish_time=1), b"small"))
+    assert _read_frame(s).type == pb.BaseCommand.SEND_RECEIPT
+    s.close()

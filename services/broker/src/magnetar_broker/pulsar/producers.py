@@ -14,7 +14,7 @@ from magnetar_broker.pulsar.connection import Connection
 from magnetar_broker.pulsar.errors import message_of
 from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
-from magnetar_protocol.errors import MagnetarError, NotAllowedError, UnknownError, error_for_code
+from magnetar_protocol.errors import MagnetarError, MessageTooBig, NotAllowedError, UnknownError, error_for_code
 from magnetar_protocol.pulsar import batches, ids
 from magnetar_protocol.pulsar.errors import server_error
 
@@ -167,6 +167,11 @@ class Producers:
             return NotAllowedError("transactional sends over the Pulsar protocol are not supported yet")
         if cmd.is_chunk:
             return NotAllowedError("chunked messages are not supported")
+        size = len(frame.raw_metadata) + len(frame.payload)
+        if size > self.conn.settings.max_message_size:
+            # Pulsar's rule, on the entry as sent (metadata + payload, compressed).
+            return MessageTooBig(f"the message is {size} bytes; the maximum message size is "
+                                 f"{self.conn.settings.max_message_size} bytes (MAGNETAR_MAX_MESSAGE_SIZE)")
         try:
             batch = batches.to_message_batch(frame.metadata, frame.payload, self.conn.settings.max_message_size)
         except MagnetarError as exc:
