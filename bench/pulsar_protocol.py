@@ -1,0 +1,145 @@
+"""The `pulsar-client` wheel over Pulsar's protocol vs Magnetar's own client, same cluster,
+same run (issue 17; target: the Pulsar path reaches >= 0.8x the Magnetar client's
+produce throughput).
+
+A local cluster (1 broker with its Pulsar listener, fsync on); both clients in this
+process, one after the other, each round in both orders so neither always runs on a
+warmer cache.  Prints per client:
+  - produce: msgs/s of send_async at full speed and p99 publish latency (every 100th
+    message timed from the call to its receipt);
+  - consume: msgs/s draining the backlog with receive + acknowledge;
+and the ratios Pulsar / Magnetar.  The wheel's own ceiling is measured in the same run:
+the same produce against a stub broker that answers every SEND at once and stores
+nothing (tests/unit/pulsar/stub_broker.py), so "pulsar / wheel ceiling" says how much of
+the wheel's speed the broker keeps, apart from what the wheel itself costs.
+
+    .venv/bin/python bench/pulsar_protocol.py [--messages 100000] [--size 100] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(1, str(Path(__file__).parent.parent))   # the stub broker of the tests
+import pulsar  # noqa: E402
+from _common import bench_cluster, durable_postgres, percentile, report  # noqa: E402
+
+import magnetar  # noqa: E402
+from tests.unit.pulsar.stub_broker import StubBroker  # noqa: E402
+
+
+def produce(name: str, client, ok, topic: str, messages: int, size: int, **options) -> dict:
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=1000,
+                                      batching_max_publish_delay_ms=5, max_pending_messages=20000, **options)
+    payload = b"x" * size
+    latencies: list[float] = []
+    done = threading.Event()
+    settled = itertools.count(1)
+    failures: list = []
+
+    def on_sent(result, _msg_id):
+        if result != ok:
+            failures.append(result)
+        if next(settled) == messages:
+            done.set()
+
+    def on_sampled(result, msg_id, t):
+        latencies.append(time.perf_counter() - t)
+        on_sent(result, msg_id)
+
+    started = time.perf_counter()
+    for i in range(messages):
+        if i % 100 == 0:
+            t = time.perf_counter()
+            producer.send_async(payload, lambda r, m, t=t: on_sampled(r, m, t))
+        else:
+            producer.send_async(payload, on_sent)
+    producer.flush()
+    if not done.wait(120):
+        raise SystemExit(f"{name}: only {next(settled) - 1} of {messages} sends settled within 120 s")
+    elapsed = time.perf_counter() - started
+    producer.close()
+    if failures:
+        raise SystemExit(f"{name}: {len(failures)} sends failed, e.g. {failures[0]}")
+    return {"msgs_per_s": round(messages / elapsed), "p99_publish_ms": round(percentile(latencies, 99) * 1000, 2)}
+
+
+def consume(name: str, client, topic: str, messages: int, **options) -> dict:
+    consumer = client.subscribe(topic, f"bench-{name}", receiver_queue_size=5000, **options)
+    started = time.perf_counter()
+    for _ in range(messages):
+        consumer.acknowledge(consumer.receive(timeout_millis=30000))
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return {"msgs_per_s": round(messages / elapsed)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+
+    with durable_postgres() as url, bench_cluster(url) as cluster:
+        m_client = magnetar.Client(cluster.service_url)
+        p_client = pulsar.Client(cluster.pulsar_service_url, operation_timeout_seconds=60)
+        runs = {
+            "magnetar": lambda topic: (
+                produce("magnetar", m_client, magnetar.Result.Ok, topic, args.messages, args.size),
+                consume("magnetar", m_client, topic, args.messages,
+                        initial_position=magnetar.InitialPosition.Earliest)),
+            "pulsar": lambda topic: (
+                produce("pulsar", p_client, pulsar.Result.Ok, topic, args.messages, args.size,
+                        block_if_queue_full=True),
+                consume("pulsar", p_client, topic, args.messages,
+                        initial_position=pulsar.InitialPosition.Earliest)),
+        }
+        results: dict[str, list] = {"magnetar": [], "pulsar": [], "stub": []}
+        topics = (f"persistent://public/default/bench-pulsar-{i}" for i in itertools.count())
+        for round_ in range(args.rounds):
+            order = ["magnetar", "pulsar"] if round_ % 2 == 0 else ["pulsar", "magnetar"]
+            for name in order:
+                produced, consumed = runs[name](next(topics))
+                print(f"  round {round_ + 1} {name:<8} produce {produced['msgs_per_s']:>8,} msgs/s "
+                      f"p99 {produced['p99_publish_ms']} ms; consume {consumed['msgs_per_s']:>8,} msgs/s",
+                      flush=True)
+                results[name].append((produced, consumed))
+            with StubBroker() as stub:
+                s_client = pulsar.Client(stub.url, operation_timeout_seconds=60)
+                produced = produce("stub", s_client, pulsar.Result.Ok, next(topics), args.messages, args.size,
+                                   block_if_queue_full=True)
+                s_client.close()
+            print(f"  round {round_ + 1} wheel ceiling (stub broker) produce {produced['msgs_per_s']:>8,} msgs/s",
+                  flush=True)
+            results["stub"].append((produced, None))
+        p_client.close()
+        m_client.close()
+
+    def best(name: str, part: int, key: str) -> float:
+        values = [r[part][key] for r in results[name]]
+        return max(values) if key == "msgs_per_s" else min(values)
+
+    figures = {"messages": args.messages, "size": args.size, "rounds": args.rounds}
+    for name in ("magnetar", "pulsar"):
+        figures[f"{name}_produce_msgs_per_s"] = best(name, 0, "msgs_per_s")
+        figures[f"{name}_produce_p99_ms"] = best(name, 0, "p99_publish_ms")
+        figures[f"{name}_consume_msgs_per_s"] = best(name, 1, "msgs_per_s")
+    figures["wheel_ceiling_produce_msgs_per_s"] = best("stub", 0, "msgs_per_s")
+    figures["produce_ratio_pulsar_over_wheel_ceiling"] = round(
+        figures["pulsar_produce_msgs_per_s"] / figures["wheel_ceiling_produce_msgs_per_s"], 2)
+    figures["produce_ratio_pulsar_over_magnetar"] = round(
+        figures["pulsar_produce_msgs_per_s"] / figures["magnetar_produce_msgs_per_s"], 2)
+    figures["consume_ratio_pulsar_over_magnetar"] = round(
+        figures["pulsar_consume_msgs_per_s"] / figures["magnetar_consume_msgs_per_s"], 2)
+    report("Pulsar protocol (pulsar-client wheel) vs Magnetar client, best of rounds", figures)
+
+
+if __name__ == "__main__":
+    main()
