@@ -462,3 +462,35 @@ def test_a_send_over_the_size_limit_gets_send_error(magnetar):
         producer_name=created.body.producer_name, sequence_id=1, publish_time=1), b"small"))
     assert _read_frame(s).type == pb.BaseCommand.SEND_RECEIPT
     s.close()
+
+
+def _owner_socket(magnetar, topic: str) -> socket.socket:
+    s = _raw(magnetar)
+    s.sendall(frames.encode(pb.CommandLookupTopic(topic=topic, request_id=1)))
+    found = _read_frame(s)
+    s.close()
+    assert found.type == pb.BaseCommand.LOOKUP_RESPONSE and found.body.response == found.body.Connect
+    return _raw(magnetar, found.body.broker_service_url)
+
+
+def _next_of(s: socket.socket, kind: int):
+    while (frame := _read_frame(s)).type != kind:
+        pass
+    return frame.body
+
+
+def test_failover_pushes_active_consumer_change(magnetar):
+    # The wheel has no consumer event listener in Python: two raw connections instead.
+    topic = new_topic("active")
+    a, b = _owner_socket(magnetar, topic), _owner_socket(magnetar, topic)
+    for s, name in ((a, "a"), (b, "b")):
+        s.sendall(frames.encode(pb.CommandSubscribe(
+            topic=topic, subscription="f", sub_type=pb.CommandSubscribe.Failover, consumer_id=1, request_id=2,
+            consumer_name=name)))
+        _next_of(s, pb.BaseCommand.SUCCESS)
+    assert _next_of(a, pb.BaseCommand.ACTIVE_CONSUMER_CHANGE).is_active          # "a" sorts first
+    assert not _next_of(b, pb.BaseCommand.ACTIVE_CONSUMER_CHANGE).is_active
+    a.sendall(frames.encode(pb.CommandCloseConsumer(consumer_id=1, request_id=3)))
+    assert _next_of(b, pb.BaseCommand.ACTIVE_CONSUMER_CHANGE).is_active          # "b" takes over
+    a.close()
+    b.close()

@@ -254,4 +254,6 @@ async def answer(conn: Connection, request_id: int, call, on_success) -> None:
         log.exception("pulsar connection %s: request %d failed", conn.peer, request_id)
         conn.error(request_id, UnknownError(f"internal error: {exc!r}"))
         return
-    conn.send(on_success(result))
+    reply = on_success(result)
+    if reply is not None:   # None: on_success answered itself
+        conn.send(reply)

@@ -98,9 +98,17 @@ class Consumers:
             consumer = PulsarConsumer(cmd.consumer_id, reply.consumer_id, served.subscription.log.partition_index)
             self.consumers[cmd.consumer_id] = consumer
             consumer.task = self.conn.spawn(self._dispatch(consumer))
-            return pb.CommandSuccess(request_id=cmd.request_id)
+            self.conn.send(pb.CommandSuccess(request_id=cmd.request_id))
+            if served.subscription.sub_type == mpb.SUB_FAILOVER:
+                served.on_active_change = lambda active, c=consumer: self._active_change(c, active)
+                self._active_change(consumer, served.subscription.active_consumer_id == served.consumer_id)
+            return None
 
         await answer(self.conn, cmd.request_id, call, subscribed)
+
+    def _active_change(self, consumer: PulsarConsumer, active: bool) -> None:
+        if self.consumers.get(consumer.pulsar_id) is consumer:
+            self.conn.send(pb.CommandActiveConsumerChange(consumer_id=consumer.pulsar_id, is_active=active))
 
     # ---------------------------------------------------------------- FLOW and dispatch
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
@@ -55,6 +56,9 @@ class Consumer:
     msg_out: int = 0
     connected_since: float = field(default_factory=time.time)
     closed: bool = False
+    # Failover: told whether it is the active consumer whenever that may have changed
+    # (a front end that pushes it to its client, the Pulsar listener, sets it).
+    on_active_change: Callable[[bool], None] | None = field(default=None, repr=False)
     seeks: int = 0  # the highest seek count its client has sent (FetchRequest.seeks)
 
 
@@ -122,9 +126,17 @@ class Subscription:
                 # The new active consumer must see what the old one had not acknowledged.
                 self.deliveries.release(self._active, None, count=True)
             self._active = active
+            for c in self.consumers.values():
+                if c.on_active_change is not None:
+                    c.on_active_change(c.consumer_id == active)
         elif self.sub_type == pb.SUB_KEY_SHARED:
             self._ring = HashRing((c.consumer_id, c.name) for c in self.consumers.values())
         self.log.wake()
+
+    @property
+    def active_consumer_id(self) -> int | None:
+        """Failover: the consumer that receives; None for other types."""
+        return self._active if self.sub_type == pb.SUB_FAILOVER else None
 
     def _may_receive(self, consumer: Consumer) -> bool:
         if self.sub_type == pb.SUB_FAILOVER and consumer.consumer_id != self._active:
