@@ -68,13 +68,14 @@ def test_messages_round_trip_with_their_metadata(client):
     producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=5)
     for i in range(12):
         producer.send_async(f"m{i}".encode(), None, properties={"i": str(i)}, partition_key=f"k{i % 3}",
-                            event_timestamp=1_700_000_000_000 + i)
+                            ordering_key=f"o{i % 2}", event_timestamp=1_700_000_000_000 + i)
     producer.flush()
     got = receive_all(consumer, 12)
     assert [m.data() for m in got] == [f"m{i}".encode() for i in range(12)]
     assert [m.properties() for m in got] == [{"i": str(i)} for i in range(12)]
     assert [m.partition_key() for m in got] == [f"k{i % 3}" for i in range(12)]
     assert [m.event_timestamp() for m in got] == [1_700_000_000_000 + i for i in range(12)]
+    assert [m.ordering_key() for m in got] == [f"o{i % 2}" for i in range(12)]
     assert all(m.publish_timestamp() > 0 for m in got)
     for m in got:
         consumer.acknowledge(m)
@@ -294,7 +295,7 @@ def test_magnetar_and_pulsar_clients_read_each_other(magnetar, client):
                                                  compression_type=pulsar.CompressionType.LZ4)
         for i in range(3):
             pulsar_producer.send_async(f"p{i}".encode(), None, properties={"from": "pulsar"},
-                                       partition_key="pk", event_timestamp=1000 + i)
+                                       partition_key="pk", ordering_key=f"ok{i}", event_timestamp=1000 + i)
         pulsar_producer.flush()
         m_producer = m.create_producer(topic)
         m_producer.send(b"m0", properties={"from": "magnetar"}, partition_key="mk")
@@ -303,6 +304,8 @@ def test_magnetar_and_pulsar_clients_read_each_other(magnetar, client):
         got = [m_consumer.receive(timeout_millis=TIMEOUT_MS) for _ in range(4)]
         assert [g.data() for g in got] == [b"p0", b"p1", b"p2", b"m0"]
         assert got[0].properties() == {"from": "pulsar"} and got[0].partition_key() == "pk"
+        assert [g.ordering_key() for g in got[:3]] == [b"ok0", b"ok1", b"ok2"]
+        assert [g.event_timestamp() for g in got[:3]] == [1000, 1001, 1002]
         p_consumer = client.subscribe(topic, "pc", initial_position=pulsar.InitialPosition.Earliest)
         back = receive_all(p_consumer, 4)
         assert [b.data() for b in back] == [b"p0", b"p1", b"p2", b"m0"]

@@ -51,7 +51,7 @@ def test_single_message_fields_travel_in_the_entry_metadata():
     assert forced.num_messages_in_batch == 1
 
 
-def test_ordering_key_and_null_value_survive_unpacking_but_not_the_magnetar_batch():
+def test_null_value_survives_unpacking_but_not_the_magnetar_batch_and_the_ordering_key_both():
     single = pb.SingleMessageMetadata(payload_size=0, ordering_key=b"\x00ord", null_value=True,
                                       properties=[pb.KeyValue(key="k", value="1"),
                                                   pb.KeyValue(key="k", value="2")])
@@ -62,7 +62,7 @@ def test_ordering_key_and_null_value_survive_unpacking_but_not_the_magnetar_batc
     assert (message.ordering_key, message.null_value, message.sequence_id) == (b"\x00ord", True, 3)
     assert message.properties == {"k": "2"}, "a repeated key keeps its last value"
     assert batches.to_message_batch(metadata, struct.pack(">I", len(raw)) + raw) == \
-        mpb.MessageBatch(messages=[mpb.SingleMessage(sequence_id=3, properties={"k": "2"})])
+        mpb.MessageBatch(messages=[mpb.SingleMessage(sequence_id=3, properties={"k": "2"}, ordering_key=b"\x00ord")])
 
 
 def test_sequence_ids_default_to_the_entrys_first_plus_index():

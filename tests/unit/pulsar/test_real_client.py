@@ -69,7 +69,7 @@ def _assert_decoded(sends, expected: list[dict]) -> None:
     assert magnetar == mpb.MessageBatch(messages=[
         mpb.SingleMessage(payload=e["content"], properties=e["properties"],
                           partition_key=e["partition_key"], event_time=e["event_timestamp"],
-                          sequence_id=e["sequence_id"])
+                          sequence_id=e["sequence_id"], ordering_key=e["ordering_key"].encode())
         for e in expected])
 
 
@@ -129,7 +129,8 @@ def test_unbatched_compressed_send_decodes(broker, client, compression):
 def _magnetar_batch(first: int, count: int) -> mpb.MessageBatch:
     return mpb.MessageBatch(messages=[
         mpb.SingleMessage(payload=f"magnetar {i} ".encode() * 8, properties={"n": str(i)},
-                          partition_key=f"k{i}", event_time=1_600_000_000_000 + i, sequence_id=i)
+                          partition_key=f"k{i}", event_time=1_600_000_000_000 + i, sequence_id=i,
+                          ordering_key=f"o{i}".encode())
         for i in range(first, first + count)])
 
 
@@ -158,6 +159,7 @@ def test_consumer_receives_entries_encoded_from_magnetar_batches(broker, client)
     assert [m.properties() for m in received] == [dict(e.properties) for e in expected]
     assert [m.partition_key() for m in received] == [e.partition_key for e in expected]
     assert [m.event_timestamp() for m in received] == [e.event_time for e in expected]
+    assert [m.ordering_key().encode() for m in received] == [e.ordering_key for e in expected]
     assert {m.publish_timestamp() for m in received} == {1_650_000_000_000}
     # Acks are grouped by the client: wait until every entry is acknowledged.
     broker.wait_for(

@@ -57,6 +57,10 @@ class Message:
         """The key it was routed by, '' when none."""
         return self._msg.partition_key
 
+    def ordering_key(self) -> bytes:
+        """A Pulsar producer's ordering key, b'' when none."""
+        return self._msg.ordering_key
+
     def properties(self) -> dict[str, str]:
         """Its properties, as a new dict."""
         return dict(self._msg.properties)

@@ -159,7 +159,7 @@ class BatchResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[BatchResult, _Mapping]]] = ...) -> None: ...
 
 class SingleMessage(_message.Message):
-    __slots__ = ("payload", "partition_key", "properties", "sequence_id", "event_time")
+    __slots__ = ("payload", "partition_key", "properties", "sequence_id", "event_time", "ordering_key")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -172,12 +172,14 @@ class SingleMessage(_message.Message):
     PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     EVENT_TIME_FIELD_NUMBER: _ClassVar[int]
+    ORDERING_KEY_FIELD_NUMBER: _ClassVar[int]
     payload: bytes
     partition_key: str
     properties: _containers.ScalarMap[str, str]
     sequence_id: int
     event_time: int
-    def __init__(self, payload: _Optional[bytes] = ..., partition_key: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., sequence_id: _Optional[int] = ..., event_time: _Optional[int] = ...) -> None: ...
+    ordering_key: bytes
+    def __init__(self, payload: _Optional[bytes] = ..., partition_key: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., sequence_id: _Optional[int] = ..., event_time: _Optional[int] = ..., ordering_key: _Optional[bytes] = ...) -> None: ...
 
 class MessageBatch(_message.Message):
     __slots__ = ("messages",)

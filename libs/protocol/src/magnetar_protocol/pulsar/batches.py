@@ -16,6 +16,7 @@ message bytes                                   ``payload``
                                                 its last value)
 ``partition_key``                               ``partition_key``
 ``event_time`` (0 = unset)                      ``event_time`` (0 = unset)
+``ordering_key``                                ``ordering_key``
 ``sequence_id`` (single; batch: per message,    ``sequence_id``
 or the entry's first id + index when absent)
 ``MessageMetadata.producer_name``               the entry's producer (``DeliveredEntry``)
@@ -24,8 +25,7 @@ or the entry's first id + index when absent)
 ==============================================  ===========================================
 
 What ``SingleMessage`` lacks, so it is dropped on the way in and absent on the way out
-(proto additions proposed in docs/pulsar-protocol.md): ``ordering_key`` (Key_Shared
-routes by it before the partition key), the producer-set ``publish_time``, ``null_value``
+(proto additions proposed in docs/pulsar-protocol.md): the producer-set ``publish_time``, ``null_value``
 and ``null_partition_key`` (a null payload or key is not an empty one),
 ``partition_key_b64_encoded`` (a bytes key; the base64 text is kept as the key),
 ``deliver_at_time`` (delayed delivery), ``schema_version``, ``replicate_to`` and the
@@ -154,6 +154,8 @@ def to_message_batch(metadata: pb.MessageMetadata, payload: bytes,
             # A proto2 string that is not UTF-8 reads as bytes; proto3 refuses it here.
             if single.HasField("partition_key"):
                 message.partition_key = single.partition_key
+            if single.HasField("ordering_key"):
+                message.ordering_key = single.ordering_key
             properties = message.properties
             for kv in single.properties:
                 properties[kv.key] = kv.value
@@ -187,6 +189,8 @@ def to_pulsar_entry(batch: mpb.MessageBatch, *, producer_name: str, publish_time
             metadata.partition_key = first.partition_key
         if first.event_time:
             metadata.event_time = first.event_time
+        if first.HasField("ordering_key"):
+            metadata.ordering_key = first.ordering_key
         data = first.payload
     else:
         metadata.num_messages_in_batch = len(messages)
@@ -203,6 +207,8 @@ def to_pulsar_entry(batch: mpb.MessageBatch, *, producer_name: str, publish_time
                 single.partition_key = message.partition_key
             if message.event_time:
                 single.event_time = message.event_time
+            if message.HasField("ordering_key"):
+                single.ordering_key = message.ordering_key
             single_bytes = single.SerializeToString()
             parts += (_U32.pack(len(single_bytes)), single_bytes, message.payload)
         data = b"".join(parts)
