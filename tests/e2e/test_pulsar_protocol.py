@@ -497,3 +497,24 @@ def test_failover_pushes_active_consumer_change(magnetar):
     assert _next_of(b, pb.BaseCommand.ACTIVE_CONSUMER_CHANGE).is_active          # "b" takes over
     a.close()
     b.close()
+
+
+@pytest.mark.parametrize("codec", ["LZ4", "ZLib", "ZSTD", "SNAPPY"])
+def test_compressed_batches_are_readable_by_both_clients(magnetar, client, codec):
+    import magnetar as mclient
+
+    topic = new_topic(f"codec-{codec}")
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=50,
+                                      compression_type=getattr(pulsar.CompressionType, codec))
+    payloads = [f"{codec} message {i} ".encode() * 20 for i in range(50)]
+    for data in payloads:
+        producer.send_async(data, None)
+    producer.flush()
+    m = mclient.Client(",".join(magnetar.broker_urls))
+    try:
+        m_consumer = m.subscribe(topic, "m", initial_position=mclient.InitialPosition.Earliest)
+        assert [m_consumer.receive(timeout_millis=TIMEOUT_MS).data() for _ in payloads] == payloads
+    finally:
+        m.close()
+    p_consumer = client.subscribe(topic, "p", initial_position=pulsar.InitialPosition.Earliest)
+    assert [msg.data() for msg in receive_all(p_consumer, len(payloads))] == payloads
