@@ -518,3 +518,16 @@ def test_compressed_batches_are_readable_by_both_clients(magnetar, client, codec
         m.close()
     p_consumer = client.subscribe(topic, "p", initial_position=pulsar.InitialPosition.Earliest)
     assert [msg.data() for msg in receive_all(p_consumer, len(payloads))] == payloads
+
+
+def test_a_pattern_subscription_finds_the_namespace_topics(client):
+    import re
+
+    prefix = f"pulsar-pattern{next(_topics)}"
+    producers = [client.create_producer(f"persistent://public/default/{prefix}-{name}", batching_enabled=False)
+                 for name in ("a", "b")]
+    consumer = client.subscribe(re.compile(f"persistent://public/default/{prefix}-.*"), "p",
+                                initial_position=pulsar.InitialPosition.Earliest)   # GET_TOPICS_OF_NAMESPACE
+    for p, name in zip(producers, ("a", "b")):
+        p.send(name.encode())
+    assert sorted(m.data() for m in receive_all(consumer, 2)) == [b"a", b"b"]
