@@ -531,3 +531,27 @@ def test_a_pattern_subscription_finds_the_namespace_topics(client):
     for p, name in zip(producers, ("a", "b")):
         p.send(name.encode())
     assert sorted(m.data() for m in receive_all(consumer, 2)) == [b"a", b"b"]
+
+
+def test_bad_requests_get_typed_errors(magnetar):
+    s = _raw(magnetar)
+    s.sendall(frames.encode(pb.CommandLookupTopic(topic="persistent://public/default/bad..name", request_id=1)))
+    looked = _next_of(s, pb.BaseCommand.LOOKUP_RESPONSE)
+    assert looked.response == looked.Failed and looked.error == pb.InvalidTopicName
+    s.sendall(frames.encode(pb.CommandPartitionedTopicMetadata(topic="not a topic", request_id=2)))
+    meta = _next_of(s, pb.BaseCommand.PARTITIONED_METADATA_RESPONSE)
+    assert meta.response == meta.Failed and meta.error == pb.InvalidTopicName
+    # A SEND for a producer this connection never created: SEND_ERROR, nothing stored.
+    s.sendall(frames.encode(pb.CommandSend(producer_id=99, sequence_id=5), pb.MessageMetadata(
+        producer_name="ghost", sequence_id=5, publish_time=1), b"x"))
+    refused = _next_of(s, pb.BaseCommand.SEND_ERROR)
+    assert (refused.producer_id, refused.sequence_id, refused.error) == (99, 5, pb.NotAllowedError)
+    # An ACK asking for an answer, for a consumer that does not exist here.
+    s.sendall(frames.encode(pb.CommandAck(consumer_id=42, ack_type=pb.CommandAck.Individual, request_id=3,
+                                          message_id=[pb.MessageIdData(ledger_id=0, entry_id=0)])))
+    acked = _next_of(s, pb.BaseCommand.ACK_RESPONSE)
+    assert acked.request_id == 3 and acked.error == pb.ConsumerNotFound
+    s.sendall(frames.encode(pb.CommandSeek(consumer_id=42, request_id=4, message_publish_time=1)))
+    error = _next_of(s, pb.BaseCommand.ERROR)
+    assert (error.request_id, error.error) == (4, pb.ConsumerNotFound)
+    s.close()
