@@ -14,8 +14,9 @@ import pytest
 from magnetar_broker.partition.dedup import drop_persisted
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import AuthenticationError, BadRequest, PersistenceError
-from magnetar_runtime.app import FastPath, as_magnetar_error, create_app, proto_route, write_failure
+from magnetar_runtime.app import FastPath, create_app, proto_route
 from magnetar_runtime.auth import Authenticator
+from magnetar_runtime.error_answers import as_magnetar_error, write_failure
 from magnetar_runtime.settings import ServiceSettings
 from tests.unit.test_fast_path import call
 

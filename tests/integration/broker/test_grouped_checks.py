@@ -39,7 +39,12 @@ async def _buffer(broker, topic_id, epoch=0):
 
     epoch = await broker.assign_owner(topic_id, "b", epoch)
     buffer = TxnBuffer(broker, topic_id, TOPIC, Roles("", enabled=False))
-    return buffer, SimpleNamespace(next_entry_id=0, dedup=True, epoch=epoch, persisted_seq={})
+    return buffer, SimpleNamespace(next_entry_id=0, dedup=True, epoch=epoch)
+
+
+async def _commit(buffer, plog, items):
+    """A group written as the partition log writes it: its head, dedup setting, lease epoch."""
+    return await buffer.commit_group(items, plog.next_entry_id, plog.dedup, plog.epoch, None)
 
 
 def _send(txn_id, actor, producer="p", seq=0, payload=b"x"):
@@ -65,7 +70,8 @@ async def test_first_sends_register_in_their_write_only_for_open_transactions_of
     group.append(_send(0, ANYONE, producer="p0", seq=8, payload=b"y"))  # a second one
 
     counting.statements = 0
-    results, _ = await buffer.commit_group(plog, group, None)
+    settled = await _commit(buffer, plog, group)
+    results = settled.results
     assert counting.statements == 1
     assert results[:3] == [0, 0, 0] and results[6] == 1
     assert isinstance(results[3], InvalidTxnStatusError)
@@ -78,12 +84,12 @@ async def test_first_sends_register_in_their_write_only_for_open_transactions_of
     assert [tuple(r) for r in rows] == [(0, 0, b"x"), (0, 1, b"y"), (1, 0, b"x"), (2, 0, b"x")]
     sequences = await pool.fetch("SELECT producer_name FROM producer_sequences ORDER BY 1")
     assert [r[0] for r in sequences] == ["p0", "p1", "p2"]
-    assert sorted(plog.persisted_seq) == ["p0", "p1", "p2"] and plog.persisted_seq["p0"] == 8
+    assert sorted(settled.sequences) == ["p0", "p1", "p2"] and settled.sequences["p0"] == 8
     assert sorted(buffer.txns) == [(0, 0), (0, 1), (0, 2)]
     assert buffer.txns[(0, 0)].registered and buffer.txns[(0, 0)].batches == 2
 
     # The next send of a registered transaction registers nothing more.
-    results, _ = await buffer.commit_group(plog, [_send(0, ANYONE, seq=9)], None)
+    results = (await _commit(buffer, plog, [_send(0, ANYONE, seq=9)])).results
     assert results == [2]
     assert await pool.fetchval("SELECT count(*) FROM txn_partitions") == 3
     await pool.close()
@@ -93,10 +99,9 @@ async def test_a_first_send_after_a_takeover_is_numbered_after_the_earlier_owner
     pool, coordinator, _, broker, topic_id = await _stores(database_url)
     await coordinator.new_txn(1, 60000, None)
     earlier, plog = await _buffer(broker, topic_id)
-    assert (await earlier.commit_group(plog, [_send(1, ANYONE, seq=0), _send(1, ANYONE, seq=1)],
-                                       None))[0] == [0, 1]
+    assert (await _commit(earlier, plog, [_send(1, ANYONE, seq=0), _send(1, ANYONE, seq=1)])).results == [0, 1]
     later, plog = await _buffer(broker, topic_id, epoch=plog.epoch)  # a new owner: no memory
-    results, _ = await later.commit_group(plog, [_send(1, ANYONE, seq=2, payload=b"z")], None)
+    results = (await _commit(later, plog, [_send(1, ANYONE, seq=2, payload=b"z")])).results
     assert results == [2]
     buf = later.txns[(0, 1)]
     assert (buf.batches, buf.messages, buf.payloads) == (3, 3, None)  # not all in memory
@@ -151,7 +156,7 @@ async def test_an_ending_in_progress_makes_a_first_send_wait_then_fail(database_
     tx = ending.transaction()
     await tx.start()
     await ending.execute("UPDATE transactions SET status = 1 WHERE coordinator_id = 0 AND txn_id = 9")
-    write = asyncio.create_task(buffer.commit_group(plog, [_send(9, ANYONE)], None))
+    write = asyncio.create_task(_commit(buffer, plog, [_send(9, ANYONE)]))
     deadline = asyncio.get_running_loop().time() + 10
     while not await pool.fetchval(  # the write is blocked on the row lock
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"):
@@ -159,7 +164,7 @@ async def test_an_ending_in_progress_makes_a_first_send_wait_then_fail(database_
         await asyncio.sleep(0.01)
     assert not write.done()
     await tx.commit()
-    results, _ = await asyncio.wait_for(write, 10)
+    results = (await asyncio.wait_for(write, 10)).results
     assert isinstance(results[0], InvalidTxnStatusError)
     assert await coordinator.participants(9) == ([], [])
     assert await pool.fetchval("SELECT count(*) FROM txn_entries") == 0
@@ -180,8 +185,7 @@ async def test_an_ending_in_the_same_group_refuses_the_first_sends_before_it(dat
     await coordinator.transition(4, pb.TXN_OPEN, pb.TXN_ABORTING)
     buffer, plog = await _buffer(broker, topic_id)
     await buffer.state((0, 4))  # what EndTxnOnPartition does first
-    results, _ = await buffer.commit_group(
-        plog, [_send(4, ANYONE), TxnEnd((0, 4), commit=False)], None)
+    results = (await _commit(buffer, plog, [_send(4, ANYONE), TxnEnd((0, 4), commit=False)])).results
     assert isinstance(results[0], InvalidTxnStatusError) and results[1] is None
     assert await pool.fetchval("SELECT count(*) FROM txn_entries") == 0
     assert await pool.fetchval("SELECT count(*) FROM producer_sequences") == 0

@@ -24,7 +24,7 @@ async def _buffer(database_url):
     buffer = TxnBuffer(store, topic_id, TOPIC, Roles("", enabled=False))
     for txn in ((0, 1), (0, 2)):
         buffer.txns[txn] = TxnBuf(registered=True)
-    plog = SimpleNamespace(next_entry_id=0, dedup=True, epoch=epoch, persisted_seq={})
+    plog = SimpleNamespace(next_entry_id=0, dedup=True, epoch=epoch)
     return pool, store, topic_id, buffer, plog
 
 
@@ -36,7 +36,8 @@ def _group():
 
 async def test_append_and_abort_in_one_group_leave_only_the_committed_marker(database_url):
     pool, _, topic_id, buffer, plog = await _buffer(database_url)
-    results, cached = await buffer.commit_group(plog, _group(), None)
+    settled = await buffer.commit_group(_group(), plog.next_entry_id, plog.dedup, plog.epoch, None)
+    results, cached = settled.results, settled.cached
     assert results == [0, 0, None, None]
     assert await pool.fetchval("SELECT count(*) FROM txn_entries WHERE txn_least = 1") == 0
     assert await pool.fetchval("SELECT count(*) FROM txn_entries WHERE txn_least = 2") == 1
@@ -55,7 +56,7 @@ async def test_a_group_after_a_takeover_writes_nothing(database_url):
     other = BrokerStore(pool, "c")
     await other.register("http://c")
     assert await other.assign_owner(topic_id, "c", plog.epoch) == plog.epoch + 1
-    assert await buffer.commit_group(plog, _group(), None) is None
+    assert await buffer.commit_group(_group(), plog.next_entry_id, plog.dedup, plog.epoch, None) is None
     for table in ("entries", "txn_entries", "txn_outcomes", "producer_sequences"):
         assert await pool.fetchval(f"SELECT count(*) FROM {table}") == 0, table
     await pool.close()

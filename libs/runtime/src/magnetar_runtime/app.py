@@ -28,12 +28,9 @@ from magnetar_protocol.errors import (
 from magnetar_protocol.validate import check_message
 from magnetar_protocol.wire import PROTOBUF
 from magnetar_runtime.auth import Authenticator, AuthMiddleware
-
-# as_magnetar_error, refused_data and write_failure are re-exported: services import them from here.
-from magnetar_runtime.error_answers import as_magnetar_error as as_magnetar_error
-from magnetar_runtime.error_answers import error_response
-from magnetar_runtime.error_answers import refused_data as refused_data
-from magnetar_runtime.error_answers import write_failure as write_failure
+from magnetar_runtime.error_answers import as_magnetar_error, error_response
+from magnetar_storage.db import create_pool
+from magnetar_storage.listeners import publish_listeners
 
 log = logging.getLogger("magnetar.app")
 
@@ -227,9 +224,6 @@ def service_app(name: str, settings, make_service, add_routes) -> FastAPI:
     ``start()``, ``stop()`` and ``ready``: the pool and service live as long as the app,
     routes are added once the service exists, /readyz follows ``service.ready``.
     ``make_service(pool, auth)`` gets the app's Authenticator."""
-    from magnetar_storage.db import create_pool
-    from magnetar_storage.listeners import publish_listeners
-
     state: dict = {}
     auth = Authenticator(settings)
 

@@ -30,8 +30,9 @@ from magnetar_protocol.errors import (
     PersistenceError,
     UnknownError,
 )
-from magnetar_runtime.app import create_app, error_response, refused_data
+from magnetar_runtime.app import create_app
 from magnetar_runtime.auth import Authenticator
+from magnetar_runtime.error_answers import error_response, refused_data
 from magnetar_runtime.serve import serve
 from magnetar_storage.db import create_pool
 

@@ -16,8 +16,8 @@ from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import to_wire
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_protocol.txnid import TxnID
-from magnetar_runtime.app import as_magnetar_error
 from magnetar_runtime.auth import Authenticator
+from magnetar_runtime.error_answers import as_magnetar_error
 
 # (listener, [(internal URL, what it is)]) -> that listener's URLs, in that order
 Advertised = Callable[[str, list[tuple[str, str]]], Awaitable[list[str]]]

@@ -10,7 +10,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 
 from magnetar_broker import metrics
 from magnetar_broker.entry import Entry
@@ -31,9 +31,12 @@ from magnetar_protocol.errors import (
 )
 from magnetar_protocol.topics import TopicName
 from magnetar_protocol.txnid import TxnID
-from magnetar_runtime.app import write_failure
+from magnetar_runtime.error_answers import write_failure
 from magnetar_runtime.groupcommit import GroupCommit
 from magnetar_runtime.roles import Roles
+
+if TYPE_CHECKING:  # an annotation only: subscription/ builds on this package, not back
+    from magnetar_broker.subscription.subscription import Subscription
 
 log = logging.getLogger("magnetar.broker.topic")
 T = TypeVar("T")
@@ -92,8 +95,7 @@ class PartitionLog:
         self.access = AccessState()
         self.fenced_waiters: set[str] = set()
         self.producer_lock = asyncio.Lock()
-        # name -> subscription.Subscription (that package builds on this one, not back)
-        self.subscriptions: dict[str, object] = {}
+        self.subscriptions: dict[str, Subscription] = {}  # by name; opened by subscription/
         self.cache: deque[Entry] = deque()
         self.cache_bytes = 0
         self.max_cache_bytes = cache_bytes
@@ -322,17 +324,21 @@ class PartitionLog:
     async def _commit_mixed(self, items: list) -> list:
         exclusive_epoch = self.access.topic_epoch if self.access.exclusive is not None else None
         try:
-            outcome = await self.txnbuf.commit_group(self, items, exclusive_epoch)
+            settled = await self.txnbuf.commit_group(items, self.next_entry_id, self.dedup, self.epoch,
+                                                     exclusive_epoch)
         except ProducerFenced:
             self.lose("topic epoch changed under this broker")
             raise
         except Exception as exc:
             self.lose(f"write failed: {exc}")
             raise write_failure(exc, f"could not write to {self.name.full}") from exc
-        if outcome is None:
+        if settled is None:
             self.lose("fenced: another broker took the topic over")
             raise NotOwner(f"{self.name.full} moved to another broker; look it up again")
-        results, cached = outcome
+        self.next_entry_id = settled.next_entry_id
+        for name, seq in settled.sequences.items():
+            self.persisted_seq[name] = max(seq, self.persisted_seq.get(name, -1))
+        cached = settled.cached
         total = 0
         for entry in cached:
             self._cache(entry)
@@ -342,7 +348,7 @@ class PartitionLog:
         metrics.COMMIT_BATCHES.observe(len(items))
         if cached:
             self.wake()
-        return results
+        return settled.results
 
     # ---------------------------------------------------------------- reading
 

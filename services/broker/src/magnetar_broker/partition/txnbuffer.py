@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 from magnetar_broker import metrics
-from magnetar_broker.partition.planner import plan_group, settle_group
+from magnetar_broker.partition.planner import Settled, plan_group, settle_group
 from magnetar_broker.partition.txnrules import Actor, TxnBuf, ended_error, expired_error
 from magnetar_broker.store import BrokerStore
 from magnetar_protocol.errors import MagnetarError, ProducerFenced
@@ -69,18 +69,19 @@ class TxnBuffer:
             raise await ended_txn_error(self.store, txn, buf.committed)
         return txn_actor(self.roles)  # checked against the owner by the planner
 
-    async def commit_group(self, plog, items: list, exclusive_epoch: int | None):
+    async def commit_group(self, items: list, next_entry_id: int, dedup: bool, epoch: int,
+                           exclusive_epoch: int | None) -> Settled | None:
         """Write a group holding transactional work in one SQL transaction: the
-        planner's rows, then its changes to this buffer and to ``plog``'s log head and
-        dedup state.  ``items`` are the writer's queue in order: plain appends,
-        transactional appends and ends.  Returns (one result per item: entry id, txn
-        sequence, None or error; the new entries), or None when fenced."""
-        plan = plan_group(items, self.txns, plog.next_entry_id, plog.dedup,
-                          int(time.time() * 1000), self.topic)
+        planner's rows, then its changes to this buffer.  ``items`` are the writer's
+        queue in order: plain appends, transactional appends and ends; ``next_entry_id``
+        and ``dedup`` the log's head and setting, ``epoch`` its lease epoch.  Returns what
+        the log applies (``Settled``: one result per item, the new entries, its new head
+        and persisted sequences), or None when fenced."""
+        plan = plan_group(items, self.txns, next_entry_id, dedup, int(time.time() * 1000), self.topic)
         if plan.rows.outcomes:
             failpoint("broker.end_txn_on_partition")
         owned, allowed, registered = await self.store.write_txn_group(
-            self.topic_id, plog.epoch, exclusive_epoch, plan.rows, topic=self.topic)
+            self.topic_id, epoch, exclusive_epoch, plan.rows, topic=self.topic)
         if not owned:
             return None  # the caller treats None as "fenced"
         if not allowed:
@@ -96,10 +97,7 @@ class TxnBuffer:
                 self.aborted_count += 1
                 metrics.TB_ABORTED.inc()
         self.txns.update(settled.txns)
-        for name, seq in settled.sequences.items():
-            plog.persisted_seq[name] = max(seq, plog.persisted_seq.get(name, -1))
-        plog.next_entry_id = settled.next_entry_id
-        return settled.results, settled.cached
+        return settled
 
     def stats(self) -> dict:
         open_txns = [t for t, b in self.txns.items() if b.committed is None]
