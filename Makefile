@@ -58,8 +58,9 @@ bench: $(STAMP)  ## run every benchmark in bench/ (each prints its figures)
 	@set -e; for b in bench/[!_]*.py; do \
 		test -f "$$b" || continue; echo "== $$b"; $(BIN)/python "$$b"; done
 
-lint: $(STAMP)  ## ruff (pyflakes, line length, import order: pyproject.toml says which)
+lint: $(STAMP)  ## ruff (pyflakes, line length, import order), then the layer contracts (lint-imports); pyproject.toml says which
 	$(BIN)/ruff check libs services tests bench spark-jobs
+	$(BIN)/lint-imports --no-cache
 
 clean:  ## remove .venv and caches (keeps .magnetar, the local cluster's data)
 	rm -rf $(VENV) .pytest_cache
