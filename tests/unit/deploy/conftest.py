@@ -4,6 +4,7 @@ skip."""
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
@@ -27,10 +28,17 @@ def helm_binary() -> str:
                 "or set MAGNETAR_HELM")
 
 
+# Rendered charts by their inputs, for the whole session: helm takes ~0.5 s a render and
+# the deploy tests ask for the same few value sets dozens of times.  Each caller gets its
+# own deep copy, so a test that edits what it got changes nothing for the next one.
+_rendered: dict[tuple, tuple[int, str, list[dict] | None]] = {}
+
+
 def render(*sets: str, expect_failure: bool = False, values: tuple[Path, ...] = (),
-           kube_version: str | None = None) -> list[dict] | str:
+           kube_version: str | None = None, fresh: bool = False) -> list[dict] | str:
     """The chart rendered with ``--set`` values (after the ``values`` files): every
-    object, or helm's error text."""
+    object, or helm's error text.  The same inputs render once per session unless
+    ``fresh`` (a test of what differs between two renders)."""
     args = [helm_binary(), "template", "rel", str(CHART), "--namespace", "ns"]
     for path in values:
         args += ["--values", str(path)]
@@ -38,12 +46,19 @@ def render(*sets: str, expect_failure: bool = False, values: tuple[Path, ...] = 
         args += ["--kube-version", kube_version]
     for s in sets:
         args += ["--set", s]
-    result = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    # A values file is part of the input by its content: tests write them to temporary paths.
+    key = (tuple(args), tuple(Path(p).read_bytes() for p in values))
+    if fresh or key not in _rendered:
+        result = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        objects = ([doc for doc in yaml.safe_load_all(result.stdout) if doc]
+                   if result.returncode == 0 else None)
+        _rendered[key] = (result.returncode, result.stderr, objects)
+    returncode, stderr, objects = _rendered[key]
     if expect_failure:
-        assert result.returncode != 0, "helm template should have failed"
-        return result.stderr
-    assert result.returncode == 0, result.stderr
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+        assert returncode != 0, "helm template should have failed"
+        return stderr
+    assert returncode == 0, stderr
+    return copy.deepcopy(objects)
 
 
 def by_kind(objects: list[dict], kind: str) -> dict[str, dict]:

@@ -80,7 +80,8 @@ def test_an_explicit_password_is_rendered_as_given_every_time():
     """What a GitOps render (no lookup) can rely on besides existingSecret: the same
     input gives the same Secret, render after render."""
     def password() -> str:
-        secret = by_kind(render("postgresql.password=from-values"), "Secret")["rel-magnetar-database"]
+        secret = by_kind(render("postgresql.password=from-values", fresh=True), "Secret")[
+            "rel-magnetar-database"]
         return base64.b64decode(secret["data"]["password"]).decode()
     assert password() == password() == "from-values"
 
@@ -89,5 +90,5 @@ def test_without_lookup_a_render_invents_a_new_password_each_time():
     """Why GitOps must give existingSecret or a password (docs/kubernetes.md): with no
     cluster to look up, every render draws a new one."""
     def password() -> bytes:
-        return by_kind(render(), "Secret")["rel-magnetar-database"]["data"]["password"]
+        return by_kind(render(fresh=True), "Secret")["rel-magnetar-database"]["data"]["password"]
     assert password() != password()
