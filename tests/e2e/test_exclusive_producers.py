@@ -13,6 +13,7 @@ import pytest
 import magnetar
 from magnetar import ProducerAccessMode as Mode
 from tests.e2e.helpers import exclusive_producer_process, read_all, send_line
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -117,7 +118,4 @@ def test_frozen_exclusive_producer_is_fenced_after_takeover(cluster, client):
 
 
 def _until(condition, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
+    wait_until(condition, timeout, "condition met")

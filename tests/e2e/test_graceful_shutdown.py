@@ -16,6 +16,7 @@ import magnetar
 from magnetar import _partition_consumer
 from magnetar_protocol import magnetar_pb2 as pb
 from tests.e2e.helpers import commit_in_background, read_all
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -135,17 +136,12 @@ def _commit_through_sigterm(cluster, client, producer, topic: str, coordinator: 
     # waiting on it when SIGTERM arrives.
     cluster.freeze(owner)
     committer, outcome = commit_in_background(txn)
-    deadline = time.monotonic() + 20
-    while _status(cluster, txn.txn_id) != COMMITTING:
-        assert time.monotonic() < deadline, "the commit never became COMMITTING"
-        time.sleep(0.05)
+    wait_until(lambda: _status(cluster, txn.txn_id) == COMMITTING, 20, "the commit becoming COMMITTING")
 
     url = cluster.url(coordinator)
     cluster.kill(coordinator, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while not _healthz_refused(url):  # it has stopped taking new connections
-        assert time.monotonic() < deadline, f"{coordinator} did not begin shutting down"
-        time.sleep(0.05)
+    # It has stopped taking new connections.
+    wait_until(lambda: _healthz_refused(url), 10, f"{coordinator} beginning to shut down")
     # The fan-out stays stuck for SLOW_FANOUT_S of the coordinator's shutdown (the
     # scenario's length, not a wait for something to settle): longer than uvicorn
     # would keep an open request if it did not wait for it.

@@ -13,6 +13,7 @@ import pytest
 import magnetar
 from magnetar_protocol import magnetar_pb2 as pb
 from tests.e2e.helpers import read_all
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -162,19 +163,18 @@ def test_unknown_ids_and_limits_are_clear_errors(cluster):
 
 def _until_resubscribed(cluster, topic: str, old_owner: str, timeout: float = 30.0) -> None:
     """Wait until the consumer has subscribed again on the topic's new owner."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def resubscribed() -> bool:
         owner = cluster.owner_of(topic)
-        if owner not in (None, old_owner):
-            try:
-                with urllib.request.urlopen(f"{cluster.url(owner)}/internal/v1/topic-stats?topic={topic}",
-                                            timeout=5) as resp:
-                    if json.loads(resp.read())["subscriptions"].get("s", {}).get("consumers"):
-                        return
-            except urllib.error.HTTPError:
-                pass
-        time.sleep(0.05)
-    raise AssertionError("the consumer never subscribed on the new owner")
+        if owner in (None, old_owner):
+            return False
+        try:
+            with urllib.request.urlopen(f"{cluster.url(owner)}/internal/v1/topic-stats?topic={topic}",
+                                        timeout=5) as resp:
+                return bool(json.loads(resp.read())["subscriptions"].get("s", {}).get("consumers"))
+        except urllib.error.HTTPError:
+            return False
+
+    wait_until(resubscribed, timeout, "the consumer subscribing on the new owner")
 
 
 def test_messages_queued_before_a_reconnect_are_not_received_twice(cluster):
@@ -236,10 +236,7 @@ def test_an_idle_disconnected_producer_name_loses_its_dedup_state(cluster, clien
     def names() -> set[str]:
         return {r[0] for r in cluster.query("SELECT producer_name FROM producer_sequences")}
 
-    deadline = time.monotonic() + 30
-    while "gone" in names():
-        assert time.monotonic() < deadline, "the idle name was never forgotten"
-        time.sleep(0.1)
+    wait_until(lambda: "gone" not in names(), 30, "the idle name being forgotten", interval=0.1)
     assert "kept" in names()  # idle as long, but connected
     again = client.create_producer(topic, producer_name="gone")
     assert again.last_sequence_id() == -1

@@ -8,6 +8,7 @@ import pytest
 import magnetar
 from magnetar_protocol import magnetar_pb2 as pb
 from tests.e2e.helpers import commit_in_background, read_all
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -68,24 +69,21 @@ def test_coordinator_killed_before_committing_times_out_and_nothing_is_visible(c
 
 def _commit_when_coordinator_answers(client, txn) -> None:
     """Wait until the restarted coordinator has timed the transaction out, then commit."""
-    import time
-
     from magnetar._transaction import Transaction as AsyncTxn
     from magnetar_protocol import magnetar_pb2 as pb
 
     core = client._client.core
     status_req = pb.TxnStatusRequest(txn=txn.txn_id.to_wire())
-    deadline = time.monotonic() + 20
-    while True:
+
+    def timed_out() -> bool:
         try:
             reply = client._io.run(core.call(txn._t.coordinator_url, "/v1/txn/status", status_req,
                                              pb.TxnStatusResponse))
-            if reply.status == pb.TXN_ABORTED:
-                break
         except (magnetar.ConnectError, magnetar.ServiceNotReady):
-            pass
-        assert time.monotonic() < deadline, "the restarted coordinator never timed the transaction out"
-        time.sleep(0.1)
+            return False
+        return reply.status == pb.TXN_ABORTED
+
+    wait_until(timed_out, 20, "the restarted coordinator timing the transaction out", interval=0.1)
     again = AsyncTxn(core, txn.txn_id, txn._t.coordinator_url, txn._t.timeout_ms)
     client._io.run(again.commit())
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -54,11 +53,11 @@ class ServerThread:
 
     def start(self, timeout: float = 30.0) -> "ServerThread":
         self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
+        def started() -> bool:
             assert self.thread.is_alive(), f"server {self.url} exited during startup"
-            assert time.monotonic() < deadline, f"server {self.url} did not start in {timeout}s"
-            time.sleep(0.01)
+            return self.server.started
+
+        wait_until(started, timeout, f"server {self.url} starting", interval=0.01)
         return self
 
     def stop(self) -> None:

@@ -4,8 +4,6 @@ so nothing it writes afterwards lands in the database."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 import magnetar
@@ -13,19 +11,14 @@ from magnetar_broker.app import build_app as build_broker
 from magnetar_broker.settings import BrokerSettings
 from magnetar_runtime.local.postgres import free_port
 from tests.integration.admin.conftest import ServerThread, http
+from tests.waiting import wait_until
 
 P = "/admin/v2/persistent/public/default"
 TOPIC = "persistent://public/default/live"
 
 
 def until(condition, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    return wait_until(condition, timeout, what)
 
 
 @pytest.fixture

@@ -6,24 +6,22 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 
 from magnetar_runtime.local.cluster import command_path
 from magnetar_runtime.local.postgres import free_port
 from tests.integration.admin.conftest import http
+from tests.waiting import wait_until
 
 
 def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+    def ready() -> bool:
         assert proc.poll() is None, f"the service exited with {proc.returncode}"
         try:
-            if http("GET", url + "/readyz", timeout=2)[0] == 200:
-                return
+            return http("GET", url + "/readyz", timeout=2)[0] == 200
         except OSError:
-            pass
-        assert time.monotonic() < deadline, "the service never became ready"
-        time.sleep(0.05)
+            return False
+
+    wait_until(ready, timeout, "the service becoming ready")
 
 
 def test_service_runs_from_environment_and_stops_on_sigterm(database_url, tmp_path):
