@@ -11,6 +11,13 @@ Per-test options go in a marker, e.g.::
 
     @pytest.mark.cluster(brokers=3, service_env={"broker-2": {"MAGNETAR_FAILPOINTS": "x"}})
 
+A module whose tests leave the cluster as they found it (no process killed, stopped or
+restarted, no namespace policy or other cluster-wide setting changed, each test on topics
+of its own) shares one cluster between them: ``pytestmark = pytest.mark.shared_cluster``
+(with the module's ``cluster`` marker, if any, for its options).  Starting a cluster costs
+a few seconds; a test that needs its own (it kills a broker, say) keeps one with a
+``cluster`` marker of its own, even an empty ``@pytest.mark.cluster()``.
+
 ``cluster_factory(**options)`` starts more clusters in one test; ``client`` is a
 ``magnetar.Client`` connected to ``cluster``'s brokers.
 """
@@ -42,6 +49,8 @@ _cluster_numbers = itertools.count()
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "cluster(**options): LocalCluster options for the `cluster` fixture")
+    config.addinivalue_line(
+        "markers", "shared_cluster: the module's tests share one cluster (tests/e2e/conftest.py)")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -65,32 +74,66 @@ def _print_logs(cluster: LocalCluster) -> None:
         print(f"\n---- PostgreSQL log: {cluster.postgres.data_dir / 'postgres.log'}")
 
 
-@pytest.fixture
-def cluster_factory(postgres, migrated_template, request, tmp_path_factory):
-    """``make(**LocalCluster options)`` -> a started cluster with its own database."""
-    made: list[tuple[LocalCluster, str]] = []
+class _Clusters:
+    """Clusters started for one test or one module, each on its own database copy."""
 
-    def make(**options) -> LocalCluster:
-        test = re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())
-        db_name = f"e2e_{next(_cluster_numbers)}_{test}"[:63]
-        url = postgres.create_database(db_name, template=migrated_template)
+    def __init__(self, postgres, migrated_template, tmp_path_factory, label: str):
+        self.postgres, self.template, self.tmp = postgres, migrated_template, tmp_path_factory
+        self.label = re.sub(r"[^a-z0-9]+", "_", label.lower())
+        self.made: list[tuple[LocalCluster, str]] = []
+
+    def make(self, **options) -> LocalCluster:
+        db_name = f"e2e_{next(_cluster_numbers)}_{self.label}"[:63]
+        url = self.postgres.create_database(db_name, template=self.template)
         options["env"] = TEST_ENV | dict(options.get("env") or {})
-        cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), database_url=url, **options)
-        made.append((cluster, db_name))
+        cluster = LocalCluster(self.tmp.mktemp("cluster"), database_url=url, **options)
+        self.made.append((cluster, db_name))
         cluster.start()  # migrating finds nothing left to apply: the copy has it all
         return cluster
 
-    yield make
-    failed = _failed(request.node)
-    for cluster, db_name in made:
-        cluster.close()
-        if failed:
-            _print_logs(cluster)
-        postgres.drop_database(db_name)
+    def close(self, failed: bool) -> None:
+        for cluster, db_name in self.made:
+            cluster.close()
+            if failed:
+                _print_logs(cluster)
+            self.postgres.drop_database(db_name)
+
+
+@pytest.fixture
+def cluster_factory(postgres, migrated_template, request, tmp_path_factory):
+    """``make(**LocalCluster options)`` -> a started cluster with its own database."""
+    clusters = _Clusters(postgres, migrated_template, tmp_path_factory, request.node.name)
+    yield clusters.make
+    clusters.close(_failed(request.node))
+
+
+@pytest.fixture(scope="module")
+def module_cluster_factory(postgres, migrated_template, request, tmp_path_factory):
+    """``cluster_factory`` for clusters a module's tests share (a module-scoped fixture of
+    the module's own); their logs are printed when any of its tests failed."""
+    clusters = _Clusters(postgres, migrated_template, tmp_path_factory, request.module.__name__)
+    yield clusters.make
+    clusters.close(any(_failed(item) for item in request.session.items
+                       if item.module is request.module))
+
+
+@pytest.fixture(scope="module")
+def module_cluster(module_cluster_factory, request):
+    """The cluster the tests of a ``shared_cluster`` module share (the module's ``cluster``
+    marker gives its options)."""
+    marker = request.node.get_closest_marker("cluster")
+    return module_cluster_factory(**(marker.kwargs if marker else {}))
 
 
 @pytest.fixture
 def cluster(cluster_factory, request) -> LocalCluster:
+    own = any(m.name == "cluster" for m in request.node.own_markers)  # on the test itself
+    if not own and request.node.get_closest_marker("shared_cluster"):
+        cluster = request.getfixturevalue("module_cluster")
+        # Failed fast (a process died in an earlier test): say so instead of a timeout.
+        dead = [name for name, svc in cluster.services.items() if not svc.alive]
+        assert not dead, f"the module's shared cluster lost {dead} in an earlier test"
+        return cluster
     marker = request.node.get_closest_marker("cluster")
     return cluster_factory(**(marker.kwargs if marker else {}))
 

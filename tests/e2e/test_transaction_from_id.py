@@ -8,7 +8,9 @@ import pytest
 import magnetar
 from tests.e2e.helpers import read_all
 
-pytestmark = pytest.mark.e2e
+# No test here stops a service or changes a cluster-wide setting, and each has its own
+# topics: one cluster for the module (tests/e2e/conftest.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_cluster]
 
 
 def _other_client(cluster, **kwargs) -> magnetar.Client:

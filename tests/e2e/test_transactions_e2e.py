@@ -11,7 +11,9 @@ import pytest
 
 import magnetar
 
-pytestmark = pytest.mark.e2e
+# No test here stops a service or changes a cluster-wide setting, and each has its own
+# topics: one cluster for the module (tests/e2e/conftest.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_cluster]
 
 
 def _receive_all(consumer, limit: int = 1000, quiet_ms: int = 1500) -> list:
