@@ -33,9 +33,10 @@ def _on_two_networks(cluster_factory, names, **options):
                      for name, port in ports.items()}, **options)
 
 
-@pytest.fixture
-def two_networks(cluster_factory):
-    return _on_two_networks(cluster_factory, NAMES)
+@pytest.fixture(scope="module")
+def two_networks(module_cluster_factory):
+    """One for the module: its tests only look services up and send on topics of their own."""
+    return _on_two_networks(module_cluster_factory, NAMES)
 
 
 def _hosts(urls) -> set[str]:

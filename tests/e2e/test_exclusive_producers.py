@@ -15,7 +15,9 @@ from magnetar import ProducerAccessMode as Mode
 from tests.e2e.helpers import exclusive_producer_process, read_all, send_line
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.e2e
+# One cluster for the module (tests/e2e/conftest.py): each test has its own topics, and
+# the one that kills a broker has a cluster of its own.
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_cluster]
 
 
 def _stats(cluster, topic: str) -> dict:
@@ -86,6 +88,7 @@ def test_exclusive_with_fencing_takes_over_at_once(cluster, client):
     assert read_all(client, "fence") == [b"old", b"boss"]
 
 
+@pytest.mark.cluster()  # kills a broker: a cluster of its own
 def test_reconnect_keeps_epoch_through_broker_sigkill(cluster, client):
     topic = "persistent://public/default/epoch-survives"
     producer = client.create_producer(topic, access_mode=Mode.Exclusive)
