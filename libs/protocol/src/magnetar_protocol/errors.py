@@ -188,6 +188,15 @@ class TransactionHasOperationFailed(Conflict):
     """Client side: commit() of a transaction one of whose operations failed."""
 
 
+class ProducerBlockedQuotaExceeded(MagnetarError):
+    """A backlog quota refuses the send: policy producer_exception at once, or
+    producer_request_hold once the hold outlasted its limit (Pulsar's
+    ProducerBlockedQuotaExceededException / ...Error).  Not retried by the client:
+    the backlog must shrink first (consumers, TTL, or an operator)."""
+    code = Code.PRODUCER_BLOCKED_QUOTA_EXCEEDED
+    http_status = 429
+
+
 class TooManyRequests(MagnetarError):
     code = Code.TOO_MANY_REQUESTS
     http_status = 429

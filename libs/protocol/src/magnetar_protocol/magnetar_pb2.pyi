@@ -37,6 +37,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NAMESPACE_NOT_FOUND: _ClassVar[ErrorCode]
     CONFLICT: _ClassVar[ErrorCode]
     TRANSACTION_KEY_NOT_FOUND: _ClassVar[ErrorCode]
+    PRODUCER_BLOCKED_QUOTA_EXCEEDED: _ClassVar[ErrorCode]
 
 class ProducerAccessMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -102,6 +103,7 @@ TENANT_NOT_FOUND: ErrorCode
 NAMESPACE_NOT_FOUND: ErrorCode
 CONFLICT: ErrorCode
 TRANSACTION_KEY_NOT_FOUND: ErrorCode
+PRODUCER_BLOCKED_QUOTA_EXCEEDED: ErrorCode
 ACCESS_SHARED: ProducerAccessMode
 ACCESS_EXCLUSIVE: ProducerAccessMode
 ACCESS_WAIT_FOR_EXCLUSIVE: ProducerAccessMode

@@ -11,6 +11,7 @@ from sqlalchemy import (
     ARRAY,
     BigInteger,
     Boolean,
+    CheckConstraint,
     Column,
     ForeignKeyConstraint,
     Identity,
@@ -321,4 +322,26 @@ advertised_listeners = Table(
     Column("url", Text, nullable=False),
     Column("updated_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("internal_url", "listener"),
+)
+
+# ---------------------------------------------------------------- storage policies (0008)
+
+storage_policies = Table(
+    "storage_policies",
+    metadata,
+    Column("tenant", Text, nullable=False),
+    Column("namespace", Text, nullable=False),
+    Column("topic", Text, nullable=False, server_default=text("''")),
+    Column("retention_time_minutes", BigInteger, CheckConstraint("retention_time_minutes >= -1")),
+    Column("retention_size_mb", BigInteger, CheckConstraint("retention_size_mb >= -1")),
+    Column("message_ttl_seconds", BigInteger, CheckConstraint("message_ttl_seconds >= 0")),
+    Column("backlog_limit_size", BigInteger, CheckConstraint("backlog_limit_size >= -1")),
+    Column("backlog_limit_time", BigInteger, CheckConstraint("backlog_limit_time >= -1")),
+    Column("backlog_policy", Text, CheckConstraint(
+        "backlog_policy IN ('producer_request_hold', 'producer_exception', 'consumer_backlog_eviction')")),
+    Column("updated_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("tenant", "namespace", "topic"),
+    _namespace_fk(),
+    CheckConstraint("(retention_time_minutes IS NULL) = (retention_size_mb IS NULL)"),
+    CheckConstraint("(backlog_policy IS NULL) = (backlog_limit_size IS NULL)"),
 )

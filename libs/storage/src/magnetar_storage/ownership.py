@@ -22,6 +22,7 @@ OWNER: dict[str, str] = {
     "namespace_permissions": "admin",
     "topic_permissions": "admin",
     "subscription_permissions": "admin",
+    "storage_policies": "admin",
     # The partition log and its leases.
     "brokers": "broker",
     "topic_owners": "broker",

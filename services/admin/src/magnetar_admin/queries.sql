@@ -327,3 +327,37 @@ LIMIT $4;
 SELECT DISTINCT url FROM registries
 WHERE heartbeat_at > now() - make_interval(secs => $1::float8) ORDER BY url;
 
+
+-- ---------------------------------------------------------------- storage policies (0008)
+-- Namespace level: topic = ''; topic level: the topic's (or partitioned topic's) full name.
+-- A NULL written clears that policy at that level (remove-*).
+
+-- name: get_storage_policies
+SELECT retention_time_minutes, retention_size_mb, message_ttl_seconds,
+       backlog_limit_size, backlog_limit_time, backlog_policy
+FROM storage_policies WHERE tenant = $1 AND namespace = $2 AND topic = $3;
+
+-- name: set_retention
+INSERT INTO storage_policies (tenant, namespace, topic, retention_time_minutes, retention_size_mb)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (tenant, namespace, topic) DO UPDATE
+    SET retention_time_minutes = excluded.retention_time_minutes,
+        retention_size_mb = excluded.retention_size_mb, updated_at = now();
+
+-- name: set_message_ttl
+INSERT INTO storage_policies (tenant, namespace, topic, message_ttl_seconds)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (tenant, namespace, topic) DO UPDATE
+    SET message_ttl_seconds = excluded.message_ttl_seconds, updated_at = now();
+
+-- name: set_backlog_quota
+INSERT INTO storage_policies (tenant, namespace, topic, backlog_limit_size, backlog_limit_time,
+                              backlog_policy)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (tenant, namespace, topic) DO UPDATE
+    SET backlog_limit_size = excluded.backlog_limit_size,
+        backlog_limit_time = excluded.backlog_limit_time,
+        backlog_policy = excluded.backlog_policy, updated_at = now();
+
+-- name: delete_topic_storage_policies
+DELETE FROM storage_policies WHERE topic = $1;

@@ -22,6 +22,7 @@ from magnetar_protocol.errors import (
     AuthorizationError,
     BadRequest,
     Conflict,
+    ServiceNotReady,
     SubscriptionNotFound,
     TenantNotFound,
     TopicNotFound,
@@ -70,12 +71,12 @@ class AdminService:
     # ---------------------------------------------------------------- brokers
 
     async def broker_call(self, base_url: str, path: str, topic: str,
-                          method: str = "GET") -> tuple[int | None, dict | None]:
+                          method: str = "GET", params: dict | None = None) -> tuple[int | None, dict | None]:
         """One call to a broker's internal JSON API: (HTTP status or None when it did not
         answer, the JSON answer when the status is 200)."""
         try:
             async with self.http.request(method, base_url.rstrip("/") + path,
-                                         params={"topic": topic}) as resp:
+                                         params={"topic": topic} | (params or {})) as resp:
                 if resp.status == 200:
                     return 200, await resp.json()
                 log.info("broker %s%s?topic=%s answered HTTP %s", base_url, path, topic, resp.status)
@@ -259,3 +260,42 @@ class AdminService:
         if not deleted:
             raise SubscriptionNotFound(f"subscription {subscription!r} does not exist on {name.full}")
         await self._unload({tid: owners[tid] for tid in fenced if tid in owners}, units)
+
+    # ---------------------------------------------------------------- storage lifecycle
+
+    async def expire_messages(self, name: TopicName, subscription: str | None, seconds: int) -> int:
+        """expire-messages on every partition of ``name``: its owner (a live broker
+        takes it first when none is) acknowledges what is older than ``seconds`` on
+        ``subscription`` (every subscription for None); the entries expired."""
+        _, units = await self.existing_ids(name)
+        params = {"seconds": str(seconds)} | ({"subscription": subscription} if subscription else {})
+        expired, missing = 0, 0
+        for tid, unit in units.items():
+            status, answer = await self._owner_call(tid, unit, "/internal/v1/expire-messages", params)
+            if status == 404:
+                missing += 1
+            elif status != 200:
+                raise ServiceNotReady(f"no broker could expire messages on {unit.full} (HTTP {status}); retry")
+            else:
+                expired += answer["expiredEntries"]
+        if missing == len(units):
+            raise SubscriptionNotFound(f"subscription {subscription!r} does not exist on {name.full}")
+        return expired
+
+    async def _owner_call(self, topic_id: int, unit: TopicName, path: str, params: dict):
+        """POST ``path`` to the broker that owns ``unit``: its live owner, else any live
+        broker (which takes the lease through a lookup); once more if it moved meanwhile."""
+        status = None
+        for _ in range(2):
+            owner = (await self.store.owners([topic_id])).get(topic_id, {})
+            if owner.get("alive") and owner.get("url"):
+                url = owner["url"]
+            else:
+                live = await self.store.brokers()
+                if not live:
+                    raise ServiceNotReady(f"no live broker to serve {unit.full}; retry shortly")
+                url = live[0]["url"]
+            status, answer = await self.broker_call(url, path, unit.full, "POST", params)
+            if status != 409:  # 409: NotOwner (it moved); look again
+                return status, answer
+        return status, None

@@ -129,6 +129,7 @@ def topic_stats(log: dict, subs: list[dict], owner: dict, live: dict | None) -> 
         stats["accessMode"] = lv.get("accessMode", "Shared")
         stats["exclusiveProducer"] = lv.get("exclusiveProducer")
         stats["waitingProducers"] = list(lv.get("waitingProducers", []))
+        stats["backlogQuotaExceeded"] = lv.get("backlogQuotaExceeded")  # the refusing policy, or None
     return stats
 
 

@@ -17,6 +17,7 @@ from magnetar_protocol.errors import (
     TenantNotFound,
     TopicNotFound,
 )
+from magnetar_protocol.policies import Row
 from magnetar_protocol.topics import TopicName
 from magnetar_protocol.txnid import TxnID
 from magnetar_storage.queries import load_queries
@@ -176,6 +177,7 @@ class AdminStore:
                 raise TopicNotFound(f"topic {name.full} does not exist")
             await self._delete_topic_rows(conn, [r["topic_id"] for r in rows])
             await conn.execute(Q["delete_topic_grants"], name.base.full)
+            await conn.execute(Q["delete_topic_storage_policies"], name.base.full)
 
     @staticmethod
     async def _delete_topic_rows(conn: asyncpg.Connection, topic_ids: list[int]) -> None:
@@ -318,3 +320,21 @@ class AdminStore:
 
     async def live_registries(self) -> list[str]:
         return [r["url"] for r in await self.pool.fetch(Q["live_registries"], self.ttl_s)]
+
+    # ---------------------------------------------------------------- storage policies (0008)
+
+    async def storage_policies(self, tenant: str, namespace: str, topic: str = "") -> Row:
+        """The policies set at one level (topic '' = the namespace's); all None if none."""
+        row = await self.pool.fetchrow(Q["get_storage_policies"], tenant, namespace, topic)
+        return Row(*row.values()) if row else Row()
+
+    async def set_retention(self, tenant: str, namespace: str, topic: str,
+                            time_minutes: int | None, size_mb: int | None) -> None:
+        await self.pool.execute(Q["set_retention"], tenant, namespace, topic, time_minutes, size_mb)
+
+    async def set_message_ttl(self, tenant: str, namespace: str, topic: str, seconds: int | None) -> None:
+        await self.pool.execute(Q["set_message_ttl"], tenant, namespace, topic, seconds)
+
+    async def set_backlog_quota(self, tenant: str, namespace: str, topic: str, size: int | None,
+                                time_s: int | None, policy: str | None) -> None:
+        await self.pool.execute(Q["set_backlog_quota"], tenant, namespace, topic, size, time_s, policy)

@@ -70,6 +70,13 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
             raise NotOwner(f"{name.full} is not served by broker {service.broker_id}")
         return plog.txnbuf.stats()
 
+    @app.post("/internal/v1/expire-messages",
+              summary="Acknowledge messages older than `seconds` on one subscription (or all)")
+    async def expire_messages(topic: str, seconds: int, subscription: str | None = None) -> dict:
+        internal_only()
+        moved = await service.expire_messages(TopicName.parse(topic), subscription, seconds)
+        return {"expiredEntries": moved}
+
     @app.post("/internal/v1/unload", summary="Give up ownership of a topic now")
     async def unload(topic: str) -> dict:
         internal_only()

@@ -29,3 +29,12 @@ TP_COMMIT_LATENCY = Histogram(
     "pulsar_txn_tp_commit_latency_seconds", "EndTxnOnSubscription: request to durable",
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
 )
+# Storage lifecycle (lifecycle.py): what trimming deleted, TTL expired, quotas evicted.
+TRIMMED_ENTRIES = Counter("magnetar_broker_trimmed_entries_total", "Log entries deleted by trimming")
+TRIMMED_BYTES = Counter("magnetar_broker_trimmed_bytes_total", "Payload bytes deleted by trimming")
+LIFECYCLE_EXPIRED = Counter("magnetar_broker_expired_entries_total",
+                            "Entries acknowledged by messageTTL or expire-messages")
+LIFECYCLE_EVICTED = Counter("magnetar_broker_evicted_entries_total",
+                            "Entries acknowledged by consumer_backlog_eviction")
+LIFECYCLE_PASSES = Counter("magnetar_broker_lifecycle_passes_total",
+                           "Completed passes of the storage-lifecycle loop over the owned partitions")

@@ -417,3 +417,73 @@ SELECT (SELECT admin_roles FROM tenants WHERE tenant = $1) AS admin_roles,
         WHERE topic = $3) AS topic_grants,
        (SELECT coalesce(jsonb_object_agg(subscription, roles), '{}')::text FROM subscription_permissions
         WHERE tenant = $1 AND namespace = $2) AS subscription_roles;
+
+-- ---------------------------------------------------------------- storage lifecycle
+-- Retention, TTL, backlog quotas and trimming (docs/operations.md; the rules:
+-- partition/trimming.py).
+
+-- name: storage_policies
+-- A topic's lifecycle policy rows (migration 0008): the namespace's (topic '') and the
+-- topic's own ($3: the full name of the topic or of its partitioned topic).
+SELECT topic, retention_time_minutes, retention_size_mb, message_ttl_seconds,
+       backlog_limit_size, backlog_limit_time, backlog_policy
+FROM storage_policies
+WHERE tenant = $1 AND namespace = $2 AND topic IN ('', $3);
+
+-- name: first_entry_id
+SELECT min(entry_id) FROM entries WHERE topic_id = $1;
+
+-- name: trim_floor
+-- What protects entries from trimming: every durable subscription's mark-delete and the
+-- lowest entry pending in a transaction's acknowledgement.
+SELECT ARRAY(SELECT mark_delete_entry FROM subscriptions WHERE topic_id = $1) AS mark_deletes,
+       (SELECT min(entry_id) FROM pending_acks WHERE topic_id = $1) AS pending_min;
+
+-- name: entry_metas
+-- The oldest entries in [$2, $3), at most $4: id, publish time and bytes (a commit
+-- marker's: its transaction's batches).
+SELECT e.entry_id, e.publish_time,
+       CASE WHEN e.txn_most IS NULL THEN octet_length(e.payload)
+            ELSE coalesce((SELECT sum(octet_length(t.payload)) FROM txn_entries t
+                           WHERE t.topic_id = $1 AND t.txn_most = e.txn_most
+                             AND t.txn_least = e.txn_least), 0)::bigint END AS size
+FROM entries e
+WHERE e.topic_id = $1 AND e.entry_id >= $2 AND e.entry_id < $3
+ORDER BY e.entry_id
+LIMIT $4;
+
+-- name: log_bytes
+-- Bytes of the partition's log from entry $2 on (payloads; markers count their
+-- transaction's batches): the whole log for retention by size, a backlog for quotas.
+SELECT coalesce(sum(octet_length(e.payload)), 0)::bigint
+       + coalesce((SELECT sum(octet_length(t.payload)) FROM txn_entries t
+                   JOIN entries m ON m.topic_id = t.topic_id AND m.txn_most = t.txn_most
+                                 AND m.txn_least = t.txn_least AND m.entry_id >= $2
+                   WHERE t.topic_id = $1), 0)::bigint
+FROM entries e WHERE e.topic_id = $1 AND e.entry_id >= $2 AND e.txn_most IS NULL;
+
+-- name: trim_entries
+-- One bounded trim batch: the entries below $4 (the caller passes a bound at most a
+-- batch above the first entry) and the transaction-buffer rows of the commit markers
+-- among them, only while this broker holds the lease at epoch $3 (one statement: a crash
+-- leaves the batch all there or all gone).
+WITH owner AS (
+    SELECT 1 FROM topic_owners
+    WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
+    FOR SHARE
+), gone AS (
+    DELETE FROM entries
+    WHERE topic_id = $1 AND entry_id < $4 AND EXISTS (SELECT 1 FROM owner)
+    RETURNING txn_most, txn_least, octet_length(payload) AS size
+), buffered AS (
+    DELETE FROM txn_entries t USING gone g
+    WHERE t.topic_id = $1 AND g.txn_most IS NOT NULL
+      AND t.txn_most = g.txn_most AND t.txn_least = g.txn_least
+    RETURNING octet_length(t.payload) AS size
+)
+SELECT (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM gone) AS entries,
+       (SELECT coalesce(sum(size), 0) FROM gone)::bigint
+       + (SELECT coalesce(sum(size), 0) FROM buffered)::bigint AS bytes;
+
+-- name: subscription_names
+SELECT subscription FROM subscriptions WHERE topic_id = $1 ORDER BY subscription;

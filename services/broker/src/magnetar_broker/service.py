@@ -8,6 +8,7 @@ import uuid
 
 from magnetar_broker import metrics
 from magnetar_broker.authorization import Authorizer
+from magnetar_broker.lifecycle import StorageLifecycle
 from magnetar_broker.ownership import Ownership
 from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
 from magnetar_broker.partition.log import PartitionLog, Producer
@@ -23,6 +24,7 @@ from magnetar_protocol.errors import (
     ConsumerNotFound,
     MagnetarError,
     NotAllowedError,
+    NotOwner,
     ProducerNotFound,
     to_wire,
 )
@@ -68,6 +70,10 @@ class BrokerService:
         idle_s = settings.deduplication_producer_inactivity_timeout_s
         self.dedup_expiry_loop = BackgroundLoop("dedup-expiry", min(max(idle_s / 4, 0.2), 60),
                                                 self.expire_idle_producers)
+        self.lifecycle = StorageLifecycle(store, settings, lambda: list(self.ownership.logs.values()),
+                                          self.durable_subscription)
+        self.lifecycle_loop = BackgroundLoop("storage-lifecycle", settings.lifecycle_interval_ms / 1000,
+                                             self.lifecycle.run_once)
         self.ready = False
         self._released = False
         # Other protocols' listeners on this service (the Pulsar listener): started
@@ -85,6 +91,7 @@ class BrokerService:
         self.heartbeat_loop.start()
         self.session_loop.start()
         self.dedup_expiry_loop.start()
+        self.lifecycle_loop.start()
         self.ready = True
         log.info("broker %s serving at %s", self.broker_id, self.settings.url)
 
@@ -98,6 +105,7 @@ class BrokerService:
         for front_end in self.front_ends:
             await front_end.stop()
         await self.heartbeat_loop.stop()
+        await self.lifecycle_loop.stop()
         for plog in list(self.ownership.logs.values()):
             plog.lose("broker shutting down")
         await self.store.deregister()
@@ -282,7 +290,9 @@ class BrokerService:
 
     async def _open_subscription(self, plog: PartitionLog, name: str, req: pb.SubscribeRequest) -> Subscription:
         if req.durable:
-            initial = -1 if req.initial_position == pb.INITIAL_EARLIEST else plog.next_entry_id - 1
+            # Earliest: the first entry still stored (older ones were trimmed).
+            initial = (plog.first_entry_id - 1 if req.initial_position == pb.INITIAL_EARLIEST
+                       else plog.next_entry_id - 1)
             return await Subscription.open_durable(plog, name, initial)
         cursor = Cursor(plog.next_entry_id - 1)
         if req.HasField("start_position") and req.start_position.entry_id != LATEST:
@@ -293,9 +303,30 @@ class BrokerService:
             if pos.batch_index < 0 and not req.start_inclusive:
                 cursor = Cursor(pos.entry_id)
             cursor.ack_first(pos.entry_id, upto)
+        if cursor.mark_delete < plog.first_entry_id - 1:  # a start that was trimmed
+            cursor = Cursor(plog.first_entry_id - 1)
         sub = Subscription(plog, name, cursor, durable=False)
         plog.subscriptions[name] = sub
         return sub
+
+    async def durable_subscription(self, plog: PartitionLog, name: str) -> Subscription:
+        """Durable subscription ``name`` of ``plog``, loaded here if it was not (the
+        lifecycle's expiry and eviction act on every subscription, connected or not)."""
+        async with plog.subscriptions_lock:
+            sub = plog.subscriptions.get(name)
+            if sub is None:
+                sub = await Subscription.open_durable(plog, name, plog.next_entry_id - 1)
+        return sub
+
+    async def expire_messages(self, name: TopicName, subscription: str | None, seconds: int) -> int:
+        """The admin's expire-messages on a partition this broker serves (loaded on demand)."""
+        if seconds < 0:
+            raise BadRequest(f"expire-messages: {seconds} seconds is negative")
+        broker_id, url = await self.ownership.lookup(name)  # takes an unowned partition
+        if broker_id != self.broker_id:
+            raise NotOwner(f"{name.full} is served by broker {broker_id} at {url}")
+        plog = await self.ownership.get_log(name)
+        return await self.lifecycle.expire(plog, subscription, seconds)
 
     def _consumer(self, consumer_id: int, session_id: str) -> Consumer:
         """The caller's consumer; another role's id, or one named with another session,
@@ -408,6 +439,8 @@ class BrokerService:
             "bytesInCounter": plog.bytes_in,
             "msgOutCounter": sum(c.msg_out for s in plog.subscriptions.values() for c in s.consumers.values()),
             "lastEntryId": plog.next_entry_id - 1,
+            "firstEntryId": plog.first_entry_id,
+            "backlogQuotaExceeded": plog.quota_blocked,
             "deduplicationEnabled": plog.dedup,
             "accessMode": plog.access.access_mode,
             "exclusiveProducer": (plog.access.producers[plog.access.exclusive][1]

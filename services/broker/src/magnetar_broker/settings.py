@@ -41,6 +41,26 @@ class BrokerSettings(ServiceSettings):
     # How long a topic's permissions (grants, tenant admins, subscription roles) are
     # cached: the longest a revoke takes to reach new producers and consumers.
     auth_policy_cache_ms: int = Field(3000, ge=0)
+    # Storage lifecycle (docs/operations.md).  Defaults of namespaces that set no
+    # retention / messageTTL policy: Pulsar's defaultRetentionTimeInMinutes and
+    # defaultRetentionSizeInMB are 0 (acknowledged data goes), its TTL 0 (off).
+    default_retention_time_minutes: int = Field(0, ge=-1)
+    default_retention_size_mb: int = Field(0, ge=-1)
+    default_message_ttl_s: int = Field(0, ge=0)
+    # How often the owner of a partition trims it, expires TTL'd messages and checks its
+    # backlog quota (Pulsar: retentionCheckIntervalInSeconds 120, messageExpiryCheck 5 min,
+    # backlogQuotaCheckIntervalInSeconds 60; one loop here, so the smallest matters).
+    lifecycle_interval_ms: int = Field(10_000, gt=0)
+    # Entries deleted per statement: each statement holds the partition's lease row FOR
+    # SHARE, which a produce also takes, so a small batch keeps sends from waiting long.
+    trim_batch_entries: int = Field(500, gt=0)
+    # At most this many batches per partition per iteration (the next tick goes on).
+    trim_max_batches: int = Field(200, gt=0)
+    # How long lifecycle policies are cached: the longest a policy change takes to apply.
+    storage_policy_cache_ms: int = Field(3000, ge=0)
+    # producer_request_hold: a send waits at most this long for the backlog to shrink,
+    # then fails with ProducerBlockedQuotaExceeded (the client's send timeout may end it first).
+    backlog_quota_hold_max_ms: int = Field(30_000, ge=0)
 
     # Pulsar's binary protocol (docs/pulsar-protocol.md): the port unmodified Pulsar
     # clients connect to (Pulsar's is 6650); 0: no Pulsar listener.

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import asyncpg
 
 from magnetar_broker.entry import Entry
+from magnetar_broker.partition.trimming import EntryMeta
+from magnetar_protocol.policies import Row
 from magnetar_protocol.txnid import TxnID
 from magnetar_storage.listeners import listeners_of
 from magnetar_storage.queries import load_queries
@@ -249,3 +251,36 @@ class BrokerStore:
         return await self.pool.fetchval(
             Q["delete_subscription"], topic_id, self.broker_id, epoch, name
         ) is not None
+
+    # ---------------------------------------------------------------- storage lifecycle
+
+    async def storage_policies(self, tenant: str, namespace: str, topic: str) -> tuple:
+        """(namespace row, topic row) of storage_policies, each a policies.Row or None."""
+        rows = await self.pool.fetch(Q["storage_policies"], tenant, namespace, topic)
+        found = {r["topic"]: Row(*list(r.values())[1:]) for r in rows}
+        return found.get(""), found.get(topic) if topic else None
+
+    async def first_entry_id(self, topic_id: int) -> int | None:
+        return await self.pool.fetchval(Q["first_entry_id"], topic_id)
+
+    async def trim_floor(self, topic_id: int) -> tuple[list[int], int | None]:
+        """(every durable subscription's mark-delete, the lowest entry pending in a
+        transaction's ack or None)."""
+        row = await self.pool.fetchrow(Q["trim_floor"], topic_id)
+        return list(row["mark_deletes"]), row["pending_min"]
+
+    async def entry_metas(self, topic_id: int, start: int, end: int, limit: int) -> list[EntryMeta]:
+        rows = await self.pool.fetch(Q["entry_metas"], topic_id, start, end, limit)
+        return [EntryMeta(r[0], r[1], r[2]) for r in rows]
+
+    async def log_bytes(self, topic_id: int, start: int = 0) -> int:
+        return await self.pool.fetchval(Q["log_bytes"], topic_id, start)
+
+    async def trim_entries(self, topic_id: int, epoch: int, below: int) -> tuple[bool, int, int]:
+        """Delete the entries below ``below`` (and their commit markers' buffered
+        batches) while this broker holds the lease: (owned, entries, bytes)."""
+        row = await self.pool.fetchrow(Q["trim_entries"], topic_id, self.broker_id, epoch, below)
+        return bool(row["owned"]), row["entries"], row["bytes"]
+
+    async def subscription_names(self, topic_id: int) -> list[str]:
+        return [r[0] for r in await self.pool.fetch(Q["subscription_names"], topic_id)]

@@ -27,8 +27,10 @@ from magnetar_protocol.errors import (
     MagnetarError,
     MessageTooBig,
     NotOwner,
+    ProducerBlockedQuotaExceeded,
     ProducerFenced,
 )
+from magnetar_protocol.policies import EXCEPTION, HOLD
 from magnetar_protocol.topics import TopicName
 from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.error_answers import write_failure
@@ -89,6 +91,14 @@ class PartitionLog:
         self.max_batch_messages = max_batch_messages
         self.partition_index = name.partition_index
         self.next_entry_id = 0
+        # The oldest entry still stored (trimming moves it on); readers and subscriptions
+        # from Earliest start here.
+        self.first_entry_id = 0
+        # The backlog quota's verdict (the lifecycle loop sets it): None, or the policy
+        # (HOLD / EXCEPTION) that refuses sends while the backlog is over the limit.
+        self.quota_blocked: str | None = None
+        self.quota_reason = ""
+        self.quota_hold_s = 30.0
         self.persisted_seq: dict[str, int] = {}  # producer name -> last persisted sequence id
         self.pushed_seq: dict[str, int] = {}     # ... including batches not yet committed
         self.producers: dict[int, Producer] = {}
@@ -110,6 +120,8 @@ class PartitionLog:
 
     async def load(self) -> "PartitionLog":
         self.next_entry_id = await self.store.next_entry_id(self.topic_id)
+        first = await self.store.first_entry_id(self.topic_id)
+        self.first_entry_id = self.next_entry_id if first is None else first
         self.access.topic_epoch = await self.store.topic_epoch(self.topic_id)
         return self
 
@@ -221,6 +233,8 @@ class PartitionLog:
         """Validate and deduplicate one batch: a queue item, or the duplicate's answer."""
         self.check_open()
         producer.check_not_fenced()
+        if self.quota_blocked is not None:
+            await self._quota_gate()
         batch, n = req.batch, req.num_messages
         lowest, highest = req.sequence_id, req.highest_sequence_id
         if not batch or n == 0:
@@ -265,6 +279,33 @@ class PartitionLog:
         if txn is None:
             return Append(producer, name, lowest, highest, n, batch)
         return TxnAppend(producer, name, lowest, highest, n, batch, txn, actor)
+
+    async def _quota_gate(self) -> None:
+        """Backlog quota: producer_exception refuses at once; producer_request_hold waits
+        (up to ``quota_hold_s``) for the lifecycle loop to see the backlog shrink."""
+        if self.quota_blocked == HOLD:
+            await self.long_poll(self.quota_hold_s, self._quota_clear)
+        if self.quota_blocked in (HOLD, EXCEPTION):
+            raise ProducerBlockedQuotaExceeded(
+                f"{self.name.full}: backlog quota exceeded ({self.quota_reason}); policy {self.quota_blocked}. "
+                "Consume or expire the backlog (magnetar-admin topics expire-messages / clear-backlog) "
+                "or raise the quota (magnetar-admin namespaces set-backlog-quota)")
+
+    async def _quota_clear(self) -> bool | None:
+        return True if self.quota_blocked != HOLD else None
+
+    def set_quota(self, blocked: str | None, reason: str = "") -> None:
+        was, self.quota_blocked, self.quota_reason = self.quota_blocked, blocked, reason
+        if was != blocked:
+            log.info("%s: backlog quota %s%s", self.name.full,
+                     f"exceeded ({reason}), policy {blocked}" if blocked else "back within limits", "")
+            self.wake()  # held sends look again
+
+    def trimmed(self, first_entry_id: int) -> None:
+        """Entries below ``first_entry_id`` are gone from the database: forget them here."""
+        self.first_entry_id = max(self.first_entry_id, first_entry_id)
+        while self.cache and self.cache[0].entry_id < self.first_entry_id and len(self.cache) > 1:
+            self.cache_bytes -= self.cache.popleft().size()
 
     async def end_txn(self, txn: TxnID, commit: bool) -> None:
         """EndTxnOnPartition: idempotent; the opposite of a recorded outcome is refused."""

@@ -91,7 +91,12 @@ class Subscription:
         if row is None:
             log.lose("fenced while opening a subscription")
             log.check_open()
-        sub = cls(log, name, Cursor.decode(*row), durable=True)
+        cursor = Cursor.decode(*row)
+        if cursor.mark_delete < log.first_entry_id - 1:
+            # Entries below the first stored one are gone (trimmed); an acknowledgement
+            # never fills that hole, so the cursor starts past it.
+            cursor.ack_cumulative(log.first_entry_id - 1, WHOLE)
+        sub = cls(log, name, cursor, durable=True)
         sub.txn.pending.load(await log.store.load_pending_acks(log.topic_id, name))
         log.subscriptions[name] = sub
         return sub
@@ -286,7 +291,10 @@ class Subscription:
         return moved
 
     async def seek(self, entry_id: int, batch_index: int = WHOLE) -> None:
-        """Reset the cursor so the next message delivered is (entry_id, batch_index)."""
+        """Reset the cursor so the next message delivered is (entry_id, batch_index)
+        (or the first stored entry, when that one was trimmed)."""
+        if entry_id < self.log.first_entry_id:
+            entry_id, batch_index = self.log.first_entry_id, WHOLE
         await self.check_positions("seek", [pb.Position(entry_id=entry_id, batch_index=batch_index)])
         async with self.lock:
             self.cursor.reset(entry_id - 1)
@@ -296,6 +304,23 @@ class Subscription:
         self.log.wake()
         if self.durable:
             await self._saver.submit(None)
+
+    async def acknowledge_through(self, entry_id: int) -> int:
+        """Acknowledge every message up to and including entry ``entry_id`` (messageTTL
+        expiry, expire-messages, backlog-quota eviction); the entries it moved the cursor
+        over.  Messages pending in a transaction's ack are acknowledged too, as Pulsar's
+        expiry does; trimming still keeps them while their transaction is open."""
+        async with self.lock:
+            before = self.cursor.mark_delete
+            if entry_id <= before:
+                return 0
+            self.cursor.ack_cumulative(entry_id, WHOLE)
+            self.deliveries.acked_cumulative(entry_id, WHOLE)
+            self.read_position = max(self.read_position, entry_id + 1)
+        self.log.wake()
+        if self.durable:
+            await self._saver.submit(None)
+        return self.cursor.mark_delete - before
 
     async def _save(self, items: list[None]) -> list[None]:
         async with self.persist_lock:

@@ -1,0 +1,140 @@
+"""Storage-lifecycle policies (Pulsar's retention, messageTTL and backlogQuota): their
+JSON shapes, validation and how a topic's effective policy is resolved.  Pure: no I/O;
+the admin validates bodies with it and brokers resolve what they read with it.
+
+Semantics follow Apache Pulsar (docs/operations.md):
+- retention ``{"retentionTimeInMinutes", "retentionSizeInMB"}``: how long / how much
+  *acknowledged* data is kept; -1 is infinite; an acknowledged entry goes once either
+  limit is exceeded (Pulsar's ManagedLedger trims a ledger when it is expired OR over
+  the size quota); both 0 (the default) keeps nothing acknowledged.
+- messageTTL (seconds, 0 = off): unacknowledged messages older than it are acknowledged
+  (expired) for every subscription.
+- backlogQuota ``{"limitSize" (bytes), "limitTime" (seconds), "policy"}``: -1 = no limit
+  of that kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HOLD = "producer_request_hold"
+EXCEPTION = "producer_exception"
+EVICTION = "consumer_backlog_eviction"
+QUOTA_POLICIES = (HOLD, EXCEPTION, EVICTION)
+# Pulsar's BacklogQuotaType values; Magnetar measures one backlog (bytes and age), so
+# message_age is accepted as an alias of the same quota for clients that send it.
+QUOTA_TYPES = ("destination_storage", "message_age")
+MAX_VALUE = 2**62  # a bigint column, and far beyond any sane limit
+
+
+class PolicyError(ValueError):
+    """A policy body that is malformed or out of range (the admin answers 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    time_minutes: int = 0
+    size_mb: int = 0
+
+    def as_json(self) -> dict:
+        return {"retentionTimeInMinutes": self.time_minutes, "retentionSizeInMB": self.size_mb}
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogQuota:
+    limit_size: int = -1
+    limit_time: int = -1
+    policy: str = HOLD
+
+    def as_json(self) -> dict:
+        return {"limitSize": self.limit_size, "limitTime": self.limit_time, "policy": self.policy}
+
+
+@dataclass(frozen=True, slots=True)
+class Policies:
+    """A topic's effective lifecycle policies."""
+    retention: Retention = Retention()
+    message_ttl_s: int = 0
+    quota: BacklogQuota | None = None
+
+
+def _int(body: dict, key: str, low: int, what: str, default: int | None = None) -> int:
+    value = body.get(key, default)
+    if value is None:
+        raise PolicyError(f"{what}: {key} is missing")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PolicyError(f"{what}: {key} must be an integer, not {value!r}")
+    if value < low or value > MAX_VALUE:
+        raise PolicyError(f"{what}: {key} must be {low} or more (-1 = infinite/no limit), not {value}"
+                          if low == -1 else f"{what}: {key} must be between {low} and {MAX_VALUE}, not {value}")
+    return value
+
+
+def parse_retention(body) -> Retention:
+    if not isinstance(body, dict):
+        raise PolicyError('retention: the body must be {"retentionTimeInMinutes": N, "retentionSizeInMB": N}')
+    unknown = set(body) - {"retentionTimeInMinutes", "retentionSizeInMB"}
+    if unknown:
+        raise PolicyError(f"retention: unknown field(s) {sorted(unknown)}")
+    time_m = _int(body, "retentionTimeInMinutes", -1, "retention")
+    size = _int(body, "retentionSizeInMB", -1, "retention")
+    # Pulsar refuses a retention whose one limit is 0 and the other not: size 0 would
+    # delete everything acknowledged at once whatever the time says (and vice versa).
+    if (time_m == 0) != (size == 0):
+        raise PolicyError(f"retention: time {time_m} min and size {size} MB must be both 0 (keep nothing "
+                          "acknowledged) or both non-zero (use -1 for 'no limit of this kind')")
+    return Retention(time_m, size)
+
+
+def parse_ttl(body) -> int:
+    if isinstance(body, bool) or not isinstance(body, int):
+        raise PolicyError(f"messageTTL: the body must be a number of seconds, not {body!r}")
+    if body < 0 or body > MAX_VALUE:
+        raise PolicyError(f"messageTTL: {body} is out of range (0 = off, else seconds)")
+    return body
+
+
+def parse_backlog_quota(body, quota_type: str | None = None) -> BacklogQuota:
+    if quota_type is not None and quota_type not in QUOTA_TYPES:
+        raise PolicyError(f"backlogQuota: unknown backlogQuotaType {quota_type!r} (one of {list(QUOTA_TYPES)})")
+    if not isinstance(body, dict):
+        raise PolicyError('backlogQuota: the body must be {"limitSize": bytes, "limitTime": seconds, '
+                          f'"policy": one of {list(QUOTA_POLICIES)}}}')
+    unknown = set(body) - {"limitSize", "limitTime", "policy", "limit"}
+    if unknown:
+        raise PolicyError(f"backlogQuota: unknown field(s) {sorted(unknown)}")
+    # "limit" is the deprecated name of limitSize in Pulsar's BacklogQuota.
+    size = _int(body, "limitSize", -1, "backlogQuota", body.get("limit", -1))
+    time_s = _int(body, "limitTime", -1, "backlogQuota", -1)
+    policy = body.get("policy")
+    if policy not in QUOTA_POLICIES:
+        raise PolicyError(f"backlogQuota: policy must be one of {list(QUOTA_POLICIES)}, not {policy!r}")
+    if size == -1 and time_s == -1:
+        raise PolicyError("backlogQuota: set limitSize (bytes) or limitTime (seconds); both are -1")
+    return BacklogQuota(size, time_s, policy)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One storage_policies row (namespace or topic level); None = not set there."""
+    retention_time_minutes: int | None = None
+    retention_size_mb: int | None = None
+    message_ttl_seconds: int | None = None
+    backlog_limit_size: int | None = None
+    backlog_limit_time: int | None = None
+    backlog_policy: str | None = None
+
+
+def resolve(default_retention: Retention, default_ttl_s: int, namespace: Row | None,
+            topic: Row | None) -> Policies:
+    """Topic-level over namespace-level over the broker's defaults, policy by policy."""
+    layers = [r for r in (topic, namespace) if r is not None]
+    retention, ttl, quota = default_retention, default_ttl_s, None
+    for r in reversed(layers):  # namespace first, then the topic overrides it
+        if r.retention_time_minutes is not None:
+            retention = Retention(r.retention_time_minutes, r.retention_size_mb)
+        if r.message_ttl_seconds is not None:
+            ttl = r.message_ttl_seconds
+        if r.backlog_policy is not None:
+            quota = BacklogQuota(r.backlog_limit_size, r.backlog_limit_time, r.backlog_policy)
+    return Policies(retention, ttl, quota)

@@ -1,0 +1,178 @@
+"""Storage-lifecycle policy routes on Pulsar's admin v2 paths (docs/admin.md): retention,
+messageTTL and backlogQuota per namespace and per topic, the namespace's whole policy
+object, and expire-messages.  Bodies are validated by magnetar_protocol.policies (400
+with the reason; nothing is written)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Response
+
+from magnetar_admin import bodies
+from magnetar_admin.deps import NO_CONTENT, Body, Service, body_doc, tenant_admin_only
+from magnetar_protocol.errors import BadRequest, TopicNotFound
+from magnetar_protocol.policies import (
+    MAX_VALUE,
+    QUOTA_POLICIES,
+    QUOTA_TYPES,
+    BacklogQuota,
+    PolicyError,
+    Retention,
+    Row,
+    parse_backlog_quota,
+    parse_retention,
+    parse_ttl,
+)
+
+NS = "/admin/v2/namespaces/{tenant}/{namespace}"
+TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
+RETENTION_DOC = body_doc({"type": "object", "properties": {
+    "retentionTimeInMinutes": {"type": "integer", "minimum": -1},
+    "retentionSizeInMB": {"type": "integer", "minimum": -1}}},
+    example={"retentionTimeInMinutes": 60, "retentionSizeInMB": 1024})
+QUOTA_DOC = body_doc({"type": "object", "properties": {
+    "limitSize": {"type": "integer", "minimum": -1, "description": "bytes"},
+    "limitTime": {"type": "integer", "minimum": -1, "description": "seconds"},
+    "policy": {"type": "string", "enum": list(QUOTA_POLICIES)}}},
+    example={"limitSize": 10737418240, "limitTime": -1, "policy": "producer_request_hold"})
+Seconds = Annotated[int, Path(ge=0, le=MAX_VALUE, description="seconds")]
+
+
+def _checked(parse, *args):
+    try:
+        return parse(*args)
+    except PolicyError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def retention_json(row: Row) -> dict | None:
+    if row.retention_time_minutes is None:
+        return None
+    return Retention(row.retention_time_minutes, row.retention_size_mb).as_json()
+
+
+def quota_map_json(row: Row) -> dict:
+    if row.backlog_policy is None:
+        return {}
+    return {"destination_storage": BacklogQuota(row.backlog_limit_size, row.backlog_limit_time,
+                                                row.backlog_policy).as_json()}
+
+
+def policy_routes() -> APIRouter:
+    r = APIRouter(tags=["policies"], dependencies=[Depends(tenant_admin_only)])
+
+    async def namespace_scope(service, tenant: str, namespace: str) -> tuple[str, str, str]:
+        tenant, namespace = bodies.namespace(tenant, namespace)
+        await service.store.deduplication(tenant, namespace)  # 404 for a missing namespace
+        return tenant, namespace, ""
+
+    async def topic_scope(service, tenant: str, namespace: str, topic: str) -> tuple[str, str, str]:
+        """A topic-level policy is keyed by the topic's full name (a partitioned topic's
+        covers its partitions; naming a partition means its partitioned topic)."""
+        name = bodies.topic(tenant, namespace, topic).base
+        if await service.store.topic_id(name) is None and not await service.store.partitions(name):
+            raise TopicNotFound(f"topic {name.full} does not exist")
+        return name.tenant, name.namespace, name.full
+
+    # ---------------------------------------------------------------- namespace level
+
+    @r.get(NS, tags=["namespaces"], summary="The namespace's policies (Pulsar's Policies object)")
+    async def namespace_policies(tenant: str, namespace: str, service: Service) -> dict:
+        scope = await namespace_scope(service, tenant, namespace)
+        row = await service.store.storage_policies(*scope)
+        return {"retention_policies": retention_json(row),
+                "message_ttl_in_seconds": row.message_ttl_seconds,
+                "backlog_quota_map": quota_map_json(row),
+                "deduplicationEnabled": await service.store.deduplication(*scope[:2])}
+
+    def level_routes(prefix: str, scope_of, tag: str) -> None:
+        @r.get(prefix + "/retention", tags=[tag], summary="Retention set at this level (null: none)")
+        async def get_retention(service: Service, tenant: str, namespace: str, topic: str = "") -> dict | None:
+            scope = await scope_of(service, tenant, namespace, topic)
+            return retention_json(await service.store.storage_policies(*scope))
+
+        @r.post(prefix + "/retention", tags=[tag], **NO_CONTENT, openapi_extra=RETENTION_DOC,
+                summary="Set retention of acknowledged data (-1 = infinite; both 0 = keep nothing)")
+        async def set_retention(service: Service, body: Body, tenant: str, namespace: str,
+                                topic: str = "") -> Response:
+            scope = await scope_of(service, tenant, namespace, topic)
+            retention = _checked(parse_retention, None if body is bodies.MISSING else body)
+            await service.store.set_retention(*scope, retention.time_minutes, retention.size_mb)
+            return Response(status_code=204)
+
+        @r.delete(prefix + "/retention", tags=[tag], **NO_CONTENT, summary="Remove retention at this level")
+        async def remove_retention(service: Service, tenant: str, namespace: str, topic: str = "") -> Response:
+            scope = await scope_of(service, tenant, namespace, topic)
+            await service.store.set_retention(*scope, None, None)
+            return Response(status_code=204)
+
+        @r.get(prefix + "/messageTTL", tags=[tag], summary="messageTTL in seconds set at this level (null: none)")
+        async def get_ttl(service: Service, tenant: str, namespace: str, topic: str = "") -> int | None:
+            scope = await scope_of(service, tenant, namespace, topic)
+            return (await service.store.storage_policies(*scope)).message_ttl_seconds
+
+        @r.post(prefix + "/messageTTL", tags=[tag], **NO_CONTENT,
+                openapi_extra=body_doc({"type": "integer", "minimum": 0}, required=False, example=3600),
+                summary="Set messageTTL (seconds; 0 = off): body N, or ?messageTTL=N as Pulsar's topic route")
+        async def set_ttl(service: Service, body: Body, tenant: str, namespace: str, topic: str = "",
+                          message_ttl: Annotated[int | None, Query(alias="messageTTL")] = None) -> Response:
+            scope = await scope_of(service, tenant, namespace, topic)
+            value = message_ttl if message_ttl is not None else (None if body is bodies.MISSING else body)
+            await service.store.set_message_ttl(*scope, _checked(parse_ttl, value))
+            return Response(status_code=204)
+
+        @r.delete(prefix + "/messageTTL", tags=[tag], **NO_CONTENT, summary="Remove messageTTL at this level")
+        async def remove_ttl(service: Service, tenant: str, namespace: str, topic: str = "") -> Response:
+            scope = await scope_of(service, tenant, namespace, topic)
+            await service.store.set_message_ttl(*scope, None)
+            return Response(status_code=204)
+
+        @r.get(prefix + "/backlogQuotaMap", tags=[tag],
+               summary="Backlog quotas set at this level: {\"destination_storage\": {...}} or {}")
+        async def get_quota(service: Service, tenant: str, namespace: str, topic: str = "") -> dict:
+            scope = await scope_of(service, tenant, namespace, topic)
+            return quota_map_json(await service.store.storage_policies(*scope))
+
+        @r.post(prefix + "/backlogQuota", tags=[tag], **NO_CONTENT, openapi_extra=QUOTA_DOC,
+                summary="Set the backlog quota (limitSize bytes, limitTime seconds, policy)")
+        async def set_quota(service: Service, body: Body, tenant: str, namespace: str, topic: str = "",
+                            quota_type: Annotated[str | None, Query(alias="backlogQuotaType")] = None) -> Response:
+            scope = await scope_of(service, tenant, namespace, topic)
+            quota = _checked(parse_backlog_quota, None if body is bodies.MISSING else body, quota_type)
+            await service.store.set_backlog_quota(*scope, quota.limit_size, quota.limit_time, quota.policy)
+            return Response(status_code=204)
+
+        @r.delete(prefix + "/backlogQuota", tags=[tag], **NO_CONTENT, summary="Remove the backlog quota here")
+        async def remove_quota(service: Service, tenant: str, namespace: str, topic: str = "",
+                               quota_type: Annotated[str | None, Query(alias="backlogQuotaType")] = None
+                               ) -> Response:
+            scope = await scope_of(service, tenant, namespace, topic)
+            if quota_type is not None and quota_type not in QUOTA_TYPES:
+                raise BadRequest(f"backlogQuota: unknown backlogQuotaType {quota_type!r} (one of {list(QUOTA_TYPES)})")
+            await service.store.set_backlog_quota(*scope, None, None, None)
+            return Response(status_code=204)
+
+    async def ns_scope(service, tenant, namespace, topic=""):
+        return await namespace_scope(service, tenant, namespace)
+
+    level_routes(NS, ns_scope, "namespaces")
+    level_routes(TOPIC, topic_scope, "topics")
+
+    # ---------------------------------------------------------------- expire-messages
+
+    @r.post(TOPIC + "/subscription/{subscription}/expireMessages/{seconds}", tags=["topics"],
+            summary="Acknowledge the subscription's messages older than `seconds` (every partition)")
+    async def expire_subscription(tenant: str, namespace: str, topic: str, subscription: str,
+                                  seconds: Seconds, service: Service) -> dict:
+        name = bodies.topic(tenant, namespace, topic)
+        expired = await service.expire_messages(name, bodies.subscription(subscription), seconds)
+        return {"expiredEntries": expired}
+
+    @r.post(TOPIC + "/all_subscription/expireMessages/{seconds}", tags=["topics"],
+            summary="Acknowledge every subscription's messages older than `seconds`")
+    async def expire_all(tenant: str, namespace: str, topic: str, seconds: Seconds, service: Service) -> dict:
+        name = bodies.topic(tenant, namespace, topic)
+        return {"expiredEntries": await service.expire_messages(name, None, seconds)}
+
+    return r

@@ -1,0 +1,214 @@
+"""Storage lifecycle of the partitions this broker owns (docs/operations.md): messageTTL
+expiry, backlog quotas and trimming, one BackgroundLoop pass over each partition.  The
+decisions are partition/trimming.py's (pure); this module reads their inputs, applies
+them and keeps every write lease-checked in SQL.
+
+Policies (migration 0008) are cached per topic for ``storage_policy_cache_ms``, as the
+permissions are (authorization.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Awaitable, Callable
+
+from magnetar_broker import metrics
+from magnetar_broker.partition.log import PartitionLog
+from magnetar_broker.partition.trimming import (
+    evict_through,
+    protected_from,
+    quota_exceeded,
+    trim_before,
+    ttl_expire_through,
+)
+from magnetar_broker.settings import BrokerSettings
+from magnetar_broker.store import BrokerStore
+from magnetar_broker.subscription.subscription import Subscription
+from magnetar_protocol.errors import SubscriptionNotFound
+from magnetar_protocol.policies import EVICTION, Policies, Retention, resolve
+from magnetar_protocol.topics import TopicName
+from magnetar_runtime.failpoints import failpoint
+
+log = logging.getLogger("magnetar.broker.lifecycle")
+
+MAX_CACHED_TOPICS = 10000
+# Entries read per step when walking a backlog for TTL or eviction.
+SCAN_ENTRIES = 2000
+
+OpenSubscription = Callable[[PartitionLog, str], Awaitable[Subscription]]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class PolicyCache:
+    def __init__(self, store: BrokerStore, settings: BrokerSettings):
+        self.store = store
+        self.cache_s = settings.storage_policy_cache_ms / 1000
+        self.default_retention = Retention(settings.default_retention_time_minutes,
+                                           settings.default_retention_size_mb)
+        self.default_ttl_s = settings.default_message_ttl_s
+        self._cache: dict[str, tuple[float, Policies]] = {}
+
+    async def get(self, name: TopicName) -> Policies:
+        topic = name.base.full  # a partitioned topic's policy covers its partitions
+        now = time.monotonic()
+        hit = self._cache.get(topic)
+        if hit is not None and now - hit[0] < self.cache_s:
+            return hit[1]
+        ns_row, topic_row = await self.store.storage_policies(name.tenant, name.namespace, topic)
+        found = resolve(self.default_retention, self.default_ttl_s, ns_row, topic_row)
+        if len(self._cache) >= MAX_CACHED_TOPICS:
+            self._cache.clear()
+        self._cache[topic] = (now, found)
+        return found
+
+
+class StorageLifecycle:
+    def __init__(self, store: BrokerStore, settings: BrokerSettings, logs: Callable[[], list[PartitionLog]],
+                 open_subscription: OpenSubscription):
+        self.store = store
+        self.settings = settings
+        self.policies = PolicyCache(store, settings)
+        self._logs = logs
+        self._open_subscription = open_subscription
+
+    async def run_once(self) -> None:
+        for plog in self._logs():
+            if plog.closed:
+                continue
+            try:
+                await self.tend(plog)
+            except Exception:
+                if not plog.closed:  # a lost lease ends the pass for this partition quietly
+                    log.exception("storage lifecycle of %s failed; next tick retries", plog.name.full)
+        metrics.LIFECYCLE_PASSES.inc()
+
+    async def tend(self, plog: PartitionLog) -> None:
+        policies = await self.policies.get(plog.name)
+        if policies.message_ttl_s > 0:
+            await self.expire(plog, None, policies.message_ttl_s)
+        await self.check_quota(plog, policies)
+        await self.trim(plog, policies.retention)
+
+    # ---------------------------------------------------------------- expiry (the one primitive)
+
+    async def _subscriptions(self, plog: PartitionLog, name: str | None) -> list[Subscription]:
+        """The durable subscriptions ``name`` (or all of them, ``None``), loaded here."""
+        names = await self.store.subscription_names(plog.topic_id)
+        if name is not None:
+            if name not in names:
+                raise SubscriptionNotFound(f"subscription {name!r} does not exist on {plog.name.full}")
+            names = [name]
+        return [await self._open_subscription(plog, n) for n in names]
+
+    async def expire(self, plog: PartitionLog, subscription: str | None, seconds: int) -> int:
+        """Acknowledge, on ``subscription`` (every durable one for None), every message
+        published more than ``seconds`` ago: messageTTL and the admin's expire-messages.
+        Answers the entries the cursors moved over."""
+        moved = 0
+        cutoff_now = now_ms()
+        for sub in await self._subscriptions(plog, subscription):
+            through = None
+            start = sub.cursor.mark_delete + 1
+            while True:  # walk the backlog in steps until an entry is young enough
+                metas = await self.store.entry_metas(plog.topic_id, start, plog.next_entry_id, SCAN_ENTRIES)
+                step = ttl_expire_through(metas, seconds, cutoff_now)
+                if step is None:
+                    break
+                through = step
+                if step != metas[-1].entry_id:
+                    break
+                start = step + 1
+            if through is not None:
+                n = await sub.acknowledge_through(through)
+                moved += n
+                metrics.LIFECYCLE_EXPIRED.inc(n)
+                if n:
+                    log.info("expired %d entries older than %d s on %s subscription %s", n, seconds,
+                             plog.name.full, sub.name)
+        return moved
+
+    # ---------------------------------------------------------------- backlog quota
+
+    async def check_quota(self, plog: PartitionLog, policies: Policies) -> None:
+        quota = policies.quota
+        plog.quota_hold_s = self.settings.backlog_quota_hold_max_ms / 1000
+        if quota is None:
+            plog.set_quota(None)
+            return
+        mark_deletes, _ = await self.store.trim_floor(plog.topic_id)
+        if not mark_deletes:
+            plog.set_quota(None)
+            return
+        slowest = min(mark_deletes)
+        backlog_bytes = await self.store.log_bytes(plog.topic_id, slowest + 1)
+        oldest = await self.store.entry_metas(plog.topic_id, slowest + 1, plog.next_entry_id, 1)
+        oldest_ms = oldest[0].publish_time_ms if oldest else None
+        now = now_ms()
+        if not quota_exceeded(quota, backlog_bytes, oldest_ms, now):
+            plog.set_quota(None)
+            return
+        if quota.policy == EVICTION:
+            await self._evict(plog, quota, slowest, backlog_bytes, now)
+            plog.set_quota(None)
+            return
+        age = f", oldest unacknowledged {(now - oldest_ms) // 1000} s old" if oldest_ms is not None else ""
+        plog.set_quota(quota.policy, f"slowest subscription's backlog {backlog_bytes} bytes{age}; "
+                                     f"limitSize {quota.limit_size}, limitTime {quota.limit_time} s")
+
+    async def _evict(self, plog: PartitionLog, quota, slowest: int, backlog_bytes: int, now: int) -> None:
+        metas = await self.store.entry_metas(plog.topic_id, slowest + 1, plog.next_entry_id, 100_000)
+        through = evict_through(metas, backlog_bytes, quota, now)
+        if through is None:
+            return
+        for sub in await self._subscriptions(plog, None):
+            if sub.cursor.mark_delete < through:
+                n = await sub.acknowledge_through(through)
+                metrics.LIFECYCLE_EVICTED.inc(n)
+                log.warning("backlog quota eviction: moved subscription %s of %s over %d entries",
+                            sub.name, plog.name.full, n)
+
+    # ---------------------------------------------------------------- trimming
+
+    async def trim(self, plog: PartitionLog, retention: Retention) -> int:
+        """Delete what no rule keeps, in bounded batches; the entries deleted."""
+        total = None
+        deleted = 0
+        for _ in range(self.settings.trim_max_batches):
+            # Under the lock that opening a subscription takes, so a new subscription
+            # from Earliest cannot start below what this batch deletes.
+            async with plog.subscriptions_lock:
+                plog.check_open()
+                mark_deletes, pending_min = await self.store.trim_floor(plog.topic_id)
+                bound = protected_from(plog.next_entry_id - 1, mark_deletes, pending_min)
+                if bound <= plog.first_entry_id:
+                    break
+                if total is None and retention.size_mb > 0:
+                    total = await self.store.log_bytes(plog.topic_id)
+                metas = await self.store.entry_metas(plog.topic_id, plog.first_entry_id, bound,
+                                                     self.settings.trim_batch_entries)
+                if not metas:  # ids below bound that were never stored (a hole): move on
+                    plog.trimmed(bound)
+                    break
+                below = trim_before(metas, total or 0, retention, now_ms())
+                if below is None:
+                    break
+                failpoint("broker.trim.before_delete")
+                owned, entries, size = await plog.lease_checked(
+                    "trimming", self.store.trim_entries(plog.topic_id, plog.epoch, below), lambda r: r[0])
+                plog.trimmed(below)
+            failpoint("broker.trim.after_delete")
+            deleted += entries
+            if total is not None:
+                total -= size
+            metrics.TRIMMED_ENTRIES.inc(entries)
+            metrics.TRIMMED_BYTES.inc(size)
+            await asyncio.sleep(0)  # let produce and dispatch run between batches
+        if deleted:
+            log.info("trimmed %d entries of %s (first entry now %d)", deleted, plog.name.full,
+                     plog.first_entry_id)
+        return deleted
