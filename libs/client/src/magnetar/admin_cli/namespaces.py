@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 from magnetar.admin_cli import _grants
 from magnetar.admin_cli._http import q
 from magnetar.admin_cli._names import name, namespace
 from magnetar.admin_cli._output import column
+from magnetar.admin_cli.policies import add_policy_commands
 
 
 def group_namespaces(add) -> None:
@@ -102,3 +105,9 @@ def group_namespaces(add) -> None:
     p.add_argument("--role", "--roles", dest="roles", required=True, help="role1,role2")
     add("subscription-permissions", sub_permissions, "list the namespace's subscription roles",
         ("namespace",))
+
+    def policies(api, out, a) -> None:
+        out.emit(api.request("GET", path(a)), lambda v: print(json.dumps(v, indent=2)))
+
+    add("policies", policies, "show every policy of the namespace", ("namespace",))
+    add_policy_commands(add, "namespace", path)

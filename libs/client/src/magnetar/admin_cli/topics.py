@@ -6,6 +6,7 @@ from magnetar.admin_cli import _grants
 from magnetar.admin_cli._http import UsageError, q
 from magnetar.admin_cli._names import name, namespace, topic, topic_path
 from magnetar.admin_cli._output import column, key_values, table
+from magnetar.admin_cli.policies import add_policy_commands, seconds
 
 
 def _partitions(api, t) -> int:
@@ -97,6 +98,26 @@ def group_topics(add) -> None:
     p.add_argument("--role", required=True)
     add("permissions", permissions, "list the topic's own grants (namespace grants: "
         "namespaces permissions)", ("topic",))
+
+    def expire(api, out, a) -> None:
+        t = topic(a.topic)
+        after = seconds(a.time)
+        if after < 0:
+            raise UsageError("--expireTime must be 0 or more seconds")
+        if a.all_subscriptions == (a.subscription is not None):
+            raise UsageError("give --subscription SUB or --all-subscriptions (one of them)")
+        where = ("/all_subscription" if a.all_subscriptions
+                 else f"/subscription/{q(name('subscription', a.subscription))}")
+        answer = api.request("POST", topic_path(t) + f"{where}/expireMessages/{after}")
+        out.done(f"Expired {answer['expiredEntries']} entries older than {after} s on {t.full}",
+                 topic=t.full, **answer)
+
+    p = add("expire-messages", expire, "acknowledge messages older than a time on a subscription (or all)",
+            ("topic",))
+    p.add_argument("--subscription", "-s")
+    p.add_argument("--all-subscriptions", "-a", action="store_true")
+    p.add_argument("--expireTime", "-t", dest="time", required=True, help="seconds, or e.g. 1h")
+    add_policy_commands(add, "topic", lambda a: topic_path(topic(a.topic)))
 
 
 def render_stats(full: str, d: dict) -> None:
