@@ -127,7 +127,7 @@ def percentile(values: list[float], pct: float) -> float:
 
 @contextmanager
 def bench_cluster(database_url: str, brokers: int = 1, coordinators: int = 0, admin: bool = False,
-                  coordinator_in_broker: bool = False):
+                  coordinator_in_broker: bool = False, env: dict | None = None):
     """Services as real processes on the given (fsync-on) database, fresh schema (the
     admin service only when asked: the Spark source reads partition ends from it;
     ``coordinator_in_broker``: the brokers host the coordinators)."""
@@ -145,7 +145,7 @@ def bench_cluster(database_url: str, brokers: int = 1, coordinators: int = 0, ad
     asyncio.run(reset())
     folder = Path(tempfile.mkdtemp(prefix="magnetar-bench-"))
     cluster = LocalCluster(folder, brokers=brokers, coordinators=coordinators, admin=admin,
-                           database_url=database_url, env={"MAGNETAR_LOG_LEVEL": "WARNING"},
+                           database_url=database_url, env={"MAGNETAR_LOG_LEVEL": "WARNING"} | (env or {}),
                            coordinator_in_broker=coordinator_in_broker)
     cluster.start()
     try:

@@ -158,6 +158,11 @@ def test_with_no_subscription_retention_alone_decides_and_earliest_starts_at_the
     first = sub.receive(timeout_millis=5000)
     assert first.data() == b"m9"
     sub.acknowledge(first)
+    # The cursor starts at the first kept entry, so acknowledging it moves mark-delete
+    # (a cursor left at -1 would wait forever for the trimmed 0..8).
+    wait_until(lambda: sql(lc, "SELECT mark_delete_entry FROM subscriptions s JOIN topics t USING (topic_id) "
+                               "WHERE t.topic = $1 AND s.subscription = 'late'", full("trim-nosub"))[0][0] == 9,
+               10, "the late subscription's mark-delete at 9")
     produce(mclient, "trim-nosub", 1, prefix="after")
     assert sub.receive(timeout_millis=5000).data() == b"after0"  # the cursor moves on over the hole
 
@@ -193,7 +198,7 @@ def test_an_ack_pending_in_an_open_transaction_keeps_its_entry(lc):
         wait_until(lambda: sql(lc, "SELECT mark_delete_entry FROM subscriptions s JOIN topics t "
                                    "USING (topic_id) WHERE t.topic = $1", full("trim-txn"))[0][0] == 9,
                    10, "cumulative ack stored")
-        wait_until(lambda: stored(lc, "trim-txn")[:1] == [3], 10, "entries 0..2 trimmed",
+        wait_until(lambda: stored(lc, "trim-txn")[0] >= 3, 10, "entries 0..2 trimmed",
                    explain=lambda: stored(lc, "trim-txn"))
         two_more_passes(lc)
         assert stored(lc, "trim-txn") == list(range(3, 10))
