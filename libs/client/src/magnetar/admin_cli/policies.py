@@ -16,24 +16,24 @@ _TIME = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 QUOTA_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
 
 
+def _amount(text: str, units: dict[str, int], default_unit: str, what: str, example: str) -> int:
+    """'-1' -> -1; 'N<unit>' -> N times the unit; a bare number is in ``default_unit``."""
+    m = re.fullmatch(r"\s*(-1|\d+)\s*([a-zA-Z]?)[bB]?\s*", text)
+    unit = (m[2] or default_unit).lower() if m else ""
+    if not m or unit not in units:
+        raise UsageError(f"{what} {text!r}: use -1 or a number with an optional unit "
+                         f"{', '.join(u.upper() or '(none)' for u in units)} (e.g. {example})")
+    return -1 if m[1] == "-1" else int(m[1]) * units[unit]
+
+
 def size_bytes(text: str, default_unit: str = "") -> int:
     """'-1' -> -1; '10M' -> bytes; a bare number is in ``default_unit``."""
-    m = re.fullmatch(r"\s*(-1|\d+)\s*([kKmMgGtT]?)[bB]?\s*", text)
-    if not m:
-        raise UsageError(f"size {text!r}: use -1 or a number with an optional unit K, M, G, T (e.g. 10G)")
-    if m[1] == "-1":
-        return -1
-    return int(m[1]) * _SIZE[(m[2] or default_unit).lower()]
+    return _amount(text, _SIZE, default_unit, "size", "10G")
 
 
 def seconds(text: str, default_unit: str = "s") -> int:
     """'-1' -> -1; '3h' -> seconds; a bare number is in ``default_unit``."""
-    m = re.fullmatch(r"\s*(-1|\d+)\s*([smhdwSMHDW]?)\s*", text)
-    if not m:
-        raise UsageError(f"time {text!r}: use -1 or a number with an optional unit s, m, h, d, w (e.g. 3h)")
-    if m[1] == "-1":
-        return -1
-    return int(m[1]) * _TIME[(m[2] or default_unit).lower()]
+    return _amount(text, _TIME, default_unit, "time", "3h")
 
 
 def add_policy_commands(add, scope: str, path_of) -> None:
