@@ -39,6 +39,12 @@ TEST_ENV = {
     "MAGNETAR_SESSION_TIMEOUT_MS": "3000",
     "MAGNETAR_KEEPALIVE_INTERVAL_MS": "1000",
     "MAGNETAR_DB_POOL_SIZE": "5",
+    # Keep acknowledged data (infinite retention): tests written before trimming read
+    # topics without a subscription long after producing (readers, Spark offsets).  The
+    # storage-lifecycle tests set the Pulsar default (0) themselves.
+    "MAGNETAR_DEFAULT_RETENTION_TIME_MINUTES": "-1",
+    "MAGNETAR_DEFAULT_RETENTION_SIZE_MB": "-1",
+    "MAGNETAR_LIFECYCLE_INTERVAL_MS": "500",  # a policy a test sets applies within a second
 }
 
 LOG_TAIL_LINES = 60

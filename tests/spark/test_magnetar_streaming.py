@@ -229,3 +229,24 @@ def test_the_commit_reads_only_the_newest_progress_entries(cluster, client):
     assert first == 100 - PROGRESS_TAIL_ENTRIES
     assert last_committed_batch(client, opts.progress_topic, "q1", first) == 99
     assert last_committed_batch(client, opts.progress_topic, "q2", first) is None
+
+
+def test_a_checkpoint_whose_entries_were_trimmed_fails_naming_them_or_skips_them(spark, cluster, client, tmp_path):
+    from magnetar.admin_cli._http import AdminApi
+    from tests.waiting import wait_until
+
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+    produce(client, "trimmed", [f"m{i}" for i in range(3)])
+    run_until_caught_up(stream_to_parquet(spark, cluster, "trimmed", out, checkpoint,
+                                          startingOffsets="earliest"))  # checkpoint: entry 3 next
+    produce(client, "trimmed", [f"m{i}" for i in range(3, 10)])
+    api = AdminApi(cluster.admin_url)
+    path = "/admin/v2/persistent/public/default/trimmed"
+    # Retention 0 and no subscription: everything but the newest entry is trimmed.
+    api.request("POST", path + "/retention", {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0})
+    wait_until(lambda: api.request("GET", path + "/internalStats")["firstEntry"] == "9:-1", 15,
+               "entries 0..8 trimmed")
+    with pytest.raises(Exception, match=r"entries 3\.\.8 of persistent://public/default/trimmed were deleted"):
+        run_until_caught_up(stream_to_parquet(spark, cluster, "trimmed", out, checkpoint))
+    run_until_caught_up(stream_to_parquet(spark, cluster, "trimmed", out, checkpoint, failOnDataLoss="false"))
+    assert sorted(r.v for r in spark.read.parquet(out).collect()) == ["m0", "m1", "m2", "m9"]

@@ -185,3 +185,13 @@ def test_listener_name_reaches_the_connection_and_a_malformed_one_is_refused():
     assert read_options(SERVICE | {"topic": "t"}, streaming=False).connection.listener_name is None
     with pytest.raises(MagnetarOptionError, match="listener.name"):
         read_options(SERVICE | {"topic": "t", "listener.name": "ex ternal"}, streaming=False)
+
+
+def test_an_offset_trimmed_by_retention_fails_naming_the_range_or_moves_to_the_first_kept():
+    # P0 holds entries 7..9 (0..6 trimmed); the checkpoint says 3.
+    with pytest.raises(MagnetarOffsetError, match=r"entries 3\.\.6 of .* were deleted \(trimmed"):
+        check_data_loss({P0: 3}, {P0: 10}, fail=True, earliest={P0: 7})
+    assert check_data_loss({P0: 3}, {P0: 10}, fail=False, earliest={P0: 7}) == {P0: 7}
+    assert check_data_loss({P0: 8}, {P0: 10}, fail=True, earliest={P0: 7}) == {P0: 8}  # nothing lost
+    assert check_data_loss({}, {P0: 10}, fail=True, earliest={P0: 7}) == {P0: 7}  # a new partition
+    assert resolve(OffsetSpec(earliest=True), {P0: 10}, -1, "s", {P0: 7}) == {P0: 7}

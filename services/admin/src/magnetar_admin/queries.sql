@@ -152,6 +152,7 @@ SELECT count(*) AS entries,
          + (SELECT coalesce(sum(length(payload)), 0)::bigint FROM txn_entries
             WHERE topic_id = $1) AS bytes,
        max(entry_id) AS last_entry,
+       min(entry_id) AS first_entry,  -- trimming (retention) removes entries from the front
        (SELECT e.num_messages FROM entries e WHERE e.topic_id = $1
         ORDER BY e.entry_id DESC LIMIT 1) AS last_entry_messages
 FROM entries WHERE topic_id = $1;

@@ -158,6 +158,8 @@ def internal_stats(log: dict, subs: list[dict], owner: dict) -> dict:
         "currentLedgerEntries": log["entries"],
         "currentLedgerSize": log["bytes"],
         "lastConfirmedEntry": last_position,
+        # The oldest entry still stored ("-1:-1": none); older ones were trimmed.
+        "firstEntry": position(log.get("first_entry")),
         "state": "LedgerOpened" if owner.get("alive") else "Closed",
         "ownerBroker": owner.get("broker_id"),
         "ownerBrokerUrl": owner.get("url"),

@@ -34,6 +34,7 @@ from magnetar_runtime.failpoints import failpoint
 log = logging.getLogger("magnetar.broker.lifecycle")
 
 MAX_CACHED_TOPICS = 10000
+INFINITE = Retention(-1, -1)
 # Entries read per step when walking a backlog for TTL or eviction.
 SCAN_ENTRIES = 2000
 
@@ -176,6 +177,8 @@ class StorageLifecycle:
 
     async def trim(self, plog: PartitionLog, retention: Retention) -> int:
         """Delete what no rule keeps, in bounded batches; the entries deleted."""
+        if retention == INFINITE:
+            return 0  # nothing can go: spare the database the queries
         total = None
         deleted = 0
         for _ in range(self.settings.trim_max_batches):

@@ -74,12 +74,20 @@ def _exists(api: AdminApi, name: str) -> bool:
 
 def latest_offsets(opts: ReadOptions, partitions: list[str]) -> dict[str, int]:
     """{partition: its next entry id}: everything below is committed and readable."""
+    return log_bounds(opts, partitions)[1]
+
+
+def log_bounds(opts: ReadOptions, partitions: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """({partition: its first stored entry id}, {partition: its next entry id}): entries
+    below the first were trimmed (retention); everything from it to the end is readable."""
     api = admin(opts.connection)
-    out = {}
+    earliest, latest = {}, {}
     for name in partitions:
-        last = _get(api, _topic_path(name) + "/internalStats")["lastConfirmedEntry"]
-        out[name] = int(str(last).split(":")[0]) + 1  # "-1:-1" for an empty log
-    return out
+        stats = _get(api, _topic_path(name) + "/internalStats")
+        latest[name] = int(str(stats["lastConfirmedEntry"]).split(":")[0]) + 1  # "-1:-1" for an empty log
+        first = int(str(stats.get("firstEntry", "-1:-1")).split(":")[0])
+        earliest[name] = latest[name] if first < 0 else first
+    return earliest, latest
 
 
 def last_entry(conn: Connection, topic: str) -> int | None:

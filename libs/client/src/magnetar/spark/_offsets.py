@@ -93,15 +93,17 @@ def to_spark(offsets: dict[str, int]) -> dict:
     return doc
 
 
-def resolve(spec: OffsetSpec, latest: dict[str, int], default: int, option: str) -> dict[str, int]:
+def resolve(spec: OffsetSpec, latest: dict[str, int], default: int, option: str,
+            earliest: dict[str, int] | None = None) -> dict[str, int]:
     """Entry ids for every partition in ``latest`` (partition -> its next entry id).
-    A partition the JSON does not name gets ``default`` (EARLIEST or LATEST)."""
+    A partition the JSON does not name gets ``default`` (EARLIEST or LATEST); earliest
+    is the first entry still stored (``earliest``: partition -> it; else 0)."""
     out = {}
     for name, end in latest.items():
         wanted = (EARLIEST if spec.earliest else LATEST if spec.latest
                   else spec.per_partition.get(name, default))
         if wanted == EARLIEST:
-            out[name] = 0
+            out[name] = (earliest or {}).get(name, 0)
         elif wanted == LATEST:
             out[name] = end
         elif wanted > end:
@@ -117,13 +119,27 @@ def resolve(spec: OffsetSpec, latest: dict[str, int], default: int, option: str)
     return out
 
 
-def check_data_loss(start: dict[str, int], latest: dict[str, int], fail: bool) -> dict[str, int]:
+def check_data_loss(start: dict[str, int], latest: dict[str, int], fail: bool,
+                    earliest: dict[str, int] | None = None) -> dict[str, int]:
     """The start offsets, checked against what exists now.  A partition gone, or shorter
     than the offset (deleted and created again), lost data: that raises unless
     ``failOnDataLoss`` is false, in which case the partition is dropped or read from 0.
-    Partitions new since ``start`` start at 0 (nothing of them was read yet)."""
+    An offset below the partition's first stored entry (``earliest``) names entries
+    trimmed by retention: that raises, naming the lost range, or (failOnDataLoss false)
+    reads on from the first stored entry.  Partitions new since ``start`` start at their
+    first stored entry (nothing of them was read yet)."""
+    first = earliest or {}
     out = {}
     for name, offset in start.items():
+        if name in latest and offset <= latest[name] and offset < first.get(name, 0):
+            if fail:
+                raise MagnetarOffsetError(
+                    f"data lost: entries {offset}..{first[name] - 1} of {name} were deleted (trimmed by "
+                    "the retention policy) before this query read them. Set .option('failOnDataLoss', "
+                    f"'false') to go on from entry {first[name]}, or keep data longer "
+                    "(magnetar-admin namespaces set-retention).")
+            out[name] = first[name]
+            continue
         if name not in latest or offset > latest[name]:
             if fail:
                 what = ("no longer exists" if name not in latest else
@@ -132,11 +148,11 @@ def check_data_loss(start: dict[str, int], latest: dict[str, int], fail: bool) -
                     f"data lost: {name} {what} (deleted or created again since the offsets were "
                     "recorded). Set .option('failOnDataLoss', 'false') to go on without it.")
             if name in latest:
-                out[name] = 0
+                out[name] = first.get(name, 0)
             continue
         out[name] = offset
     for name in latest:
-        out.setdefault(name, 0)
+        out.setdefault(name, first.get(name, 0))
     return out
 
 

@@ -62,9 +62,10 @@ class BatchReader(DataSourceReader):
 
     def partitions(self):
         parts = _broker.discover(self.opts)
-        latest = _broker.latest_offsets(self.opts, parts)
-        start = resolve(self.opts.starting, latest, EARLIEST, "startingOffsets")
-        end = resolve(self.opts.ending, latest, LATEST, "endingOffsets")
+        earliest, latest = _broker.log_bounds(self.opts, parts)
+        start = check_data_loss(resolve(self.opts.starting, latest, EARLIEST, "startingOffsets", earliest),
+                                latest, self.opts.fail_on_data_loss, earliest)
+        end = resolve(self.opts.ending, latest, LATEST, "endingOffsets", earliest)
         for name in end:
             if start[name] > end[name]:
                 raise MagnetarOptionError(
@@ -85,12 +86,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_end: dict | None = None  # for PySpark versions that pass no start
         self._target: dict[str, int] | None = None  # Trigger.AvailableNow: read up to here
 
-    def _latest(self) -> dict[str, int]:
-        latest = _broker.latest_offsets(self.opts, _broker.discover(self.opts))
+    def _bounds(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(first stored entry, end) of every partition read."""
+        earliest, latest = _broker.log_bounds(self.opts, _broker.discover(self.opts))
         if self._target is None:
-            return latest
+            return earliest, latest
         # Nothing that arrived after the query started, not even new partitions.
-        return {p: min(end, self._target[p]) for p, end in latest.items() if p in self._target}
+        return earliest, {p: min(end, self._target[p]) for p, end in latest.items() if p in self._target}
+
+    def _latest(self) -> dict[str, int]:
+        return self._bounds()[1]
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: what exists now is read (in batches of
@@ -99,8 +104,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._latest()
 
     def initialOffset(self) -> dict:
-        latest = self._latest()
-        return to_spark(resolve(self.opts.starting, latest, LATEST, "startingOffsets"))
+        earliest, latest = self._bounds()
+        return to_spark(resolve(self.opts.starting, latest, LATEST, "startingOffsets", earliest))
 
     def getDefaultReadLimit(self):
         if self.opts.max_offsets_per_trigger is None or ReadMaxRows is None:
@@ -110,8 +115,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         if start is None:
             start = self._last_end if self._last_end is not None else self.initialOffset()
-        latest = self._latest()
-        begin = check_data_loss(from_spark(start), latest, self.opts.fail_on_data_loss)
+        earliest, latest = self._bounds()
+        begin = check_data_loss(from_spark(start), latest, self.opts.fail_on_data_loss, earliest)
         if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             cap = limit.max_rows
         elif ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable):
@@ -124,7 +129,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict):
         end_offsets = from_spark(end)
-        begin = check_data_loss(from_spark(start), end_offsets, self.opts.fail_on_data_loss)
+        earliest, _ = self._bounds()
+        begin = check_data_loss(from_spark(start), end_offsets, self.opts.fail_on_data_loss,
+                                {p: min(first, end_offsets.get(p, first)) for p, first in earliest.items()})
         return _partitions(self.opts, begin, end_offsets)
 
     def read(self, partition):
