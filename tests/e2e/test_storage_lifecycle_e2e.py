@@ -29,6 +29,8 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.e2e
 
 LIFECYCLE_ENV = {
+    "MAGNETAR_DEFAULT_RETENTION_TIME_MINUTES": "0",  # Pulsar's default (TEST_ENV keeps everything)
+    "MAGNETAR_DEFAULT_RETENTION_SIZE_MB": "0",
     "MAGNETAR_LIFECYCLE_INTERVAL_MS": "150",
     "MAGNETAR_STORAGE_POLICY_CACHE_MS": "0",
     "MAGNETAR_TRIM_BATCH_ENTRIES": "4",  # several batches per pass: the batching runs too
