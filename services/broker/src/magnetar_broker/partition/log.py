@@ -297,8 +297,8 @@ class PartitionLog:
     def set_quota(self, blocked: str | None, reason: str = "") -> None:
         was, self.quota_blocked, self.quota_reason = self.quota_blocked, blocked, reason
         if was != blocked:
-            log.info("%s: backlog quota %s%s", self.name.full,
-                     f"exceeded ({reason}), policy {blocked}" if blocked else "back within limits", "")
+            log.info("%s: backlog quota %s", self.name.full,
+                     f"exceeded ({reason}), policy {blocked}" if blocked else "back within limits")
             self.wake()  # held sends look again
 
     def trimmed(self, first_entry_id: int) -> None:
