@@ -27,3 +27,12 @@ class Entry:
         if self.payload is not None:
             return len(self.payload)
         return sum(map(len, self.parts)) if self.parts else 0
+
+
+@dataclass(frozen=True, slots=True)
+class EntryMeta:
+    """What trimming, TTL and eviction read of a stored entry (partition/trimming.py)."""
+
+    entry_id: int
+    publish_time_ms: int
+    size: int  # bytes stored (payload; a commit marker's: its transaction's batches)

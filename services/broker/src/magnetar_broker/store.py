@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from magnetar_broker.entry import Entry
-from magnetar_broker.partition.trimming import EntryMeta
+from magnetar_broker.entry import Entry, EntryMeta
 from magnetar_protocol.policies import Row
 from magnetar_protocol.txnid import TxnID
 from magnetar_storage.listeners import listeners_of

@@ -17,18 +17,11 @@ The safety rules (DESIGN.md §7) are all here, so a reviewer checks them in one 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from magnetar_broker.entry import EntryMeta
 from magnetar_protocol.policies import BacklogQuota, Retention
 
 MB = 1024 * 1024
 
-
-@dataclass(frozen=True, slots=True)
-class EntryMeta:
-    entry_id: int
-    publish_time_ms: int
-    size: int  # bytes stored (payload; a commit marker's: its transaction's batches)
 
 
 def protected_from(last_entry_id: int, mark_deletes: list[int], pending_ack_min: int | None) -> int:
