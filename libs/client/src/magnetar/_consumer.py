@@ -251,6 +251,11 @@ class Consumer:
             self._known_last.pop(part.partition, None)
         self.space.notify()
 
+    def has_reached_end_of_topic(self) -> bool:
+        """The topic was terminated and every message of it was received (the Java
+        client's ``hasReachedEndOfTopic``)."""
+        return all(p.end_of_topic for p in self.parts) and self.queue.empty()
+
     async def has_message_available(self) -> bool:
         """Whether a message after the last one returned exists (readers)."""
         parts = []

@@ -28,6 +28,7 @@ from magnetar_protocol.errors import MagnetarError, NotOwner, SessionNotFound
 log = logging.getLogger("magnetar.consumer")
 
 FETCH_WAIT_MS = 2000
+END_OF_TOPIC_POLL_S = 1.0
 
 
 class PartitionConsumer:
@@ -56,6 +57,7 @@ class PartitionConsumer:
         self.seek_time: int | None = None  # a reader's last seek by publish time
         self.acks = AckGroup()
         self.task: asyncio.Task | None = None
+        self.end_of_topic = False  # the topic was terminated and everything was fetched
 
     # ---------------------------------------------------------------- subscribing
 
@@ -135,6 +137,12 @@ class PartitionConsumer:
             backoff.reset()
             if consumer.closed or generation != self.generation:
                 continue  # answered for a subscription since replaced (seek, reconnect)
+            self.end_of_topic = reply.end_of_topic
+            if reply.end_of_topic and not reply.entries:
+                # The broker answers at once at the end of a terminated topic: ask again
+                # now and then (an operator's reset-cursor may move us back).
+                await asyncio.sleep(END_OF_TOPIC_POLL_S)
+                continue
             put = queue.put_nowait
             for entry in reply.entries:
                 try:

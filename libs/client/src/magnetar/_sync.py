@@ -292,6 +292,11 @@ class Consumer:
         """Reset to a message id (delivered next) or a publish time in ms."""
         self._io.run(self._c.seek(message_id_or_timestamp))
 
+    def has_reached_end_of_topic(self) -> bool:
+        """True once the topic was terminated (``topics terminate``) and every message
+        of it was received: nothing more will come."""
+        return self._c.has_reached_end_of_topic()
+
     def unsubscribe(self) -> None:
         """Delete the subscription (and close this consumer)."""
         self._io.run(self._c.close(unsubscribe=True))

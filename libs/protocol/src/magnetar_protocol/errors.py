@@ -32,6 +32,7 @@ class.  So a test can assert ``pytest.raises(ProducerBusy)`` whichever side rais
     │   ├── TransactionConflict
     │   ├── InvalidTxnStatusError
     │   ├── ExpiredTransactionError
+    │   ├── TopicTerminated               a send to a terminated topic
     │   └── TransactionHasOperationFailed client: commit of a spoiled transaction
     ├── TooManyRequests                   429
     ├── ServiceNotReady                   503  retryable
@@ -182,6 +183,12 @@ class InvalidTxnStatusError(Conflict):
 
 class ExpiredTransactionError(Conflict):
     code = Code.EXPIRED_TRANSACTION
+
+
+class TopicTerminated(Conflict):
+    """The topic was terminated (``topics terminate``): it takes no more messages
+    (Pulsar's TopicTerminatedError)."""
+    code = Code.TOPIC_TERMINATED
 
 
 class TransactionHasOperationFailed(Conflict):

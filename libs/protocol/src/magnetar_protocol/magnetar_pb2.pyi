@@ -38,6 +38,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONFLICT: _ClassVar[ErrorCode]
     TRANSACTION_KEY_NOT_FOUND: _ClassVar[ErrorCode]
     PRODUCER_BLOCKED_QUOTA_EXCEEDED: _ClassVar[ErrorCode]
+    TOPIC_TERMINATED: _ClassVar[ErrorCode]
 
 class ProducerAccessMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -104,6 +105,7 @@ NAMESPACE_NOT_FOUND: ErrorCode
 CONFLICT: ErrorCode
 TRANSACTION_KEY_NOT_FOUND: ErrorCode
 PRODUCER_BLOCKED_QUOTA_EXCEEDED: ErrorCode
+TOPIC_TERMINATED: ErrorCode
 ACCESS_SHARED: ProducerAccessMode
 ACCESS_EXCLUSIVE: ProducerAccessMode
 ACCESS_WAIT_FOR_EXCLUSIVE: ProducerAccessMode
@@ -448,12 +450,14 @@ class FetchRequest(_message.Message):
     def __init__(self, consumer_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., wait_ms: _Optional[int] = ..., seeks: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
-    __slots__ = ("entries", "partition")
+    __slots__ = ("entries", "partition", "end_of_topic")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
+    END_OF_TOPIC_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[DeliveredEntry]
     partition: int
-    def __init__(self, entries: _Optional[_Iterable[_Union[DeliveredEntry, _Mapping]]] = ..., partition: _Optional[int] = ...) -> None: ...
+    end_of_topic: bool
+    def __init__(self, entries: _Optional[_Iterable[_Union[DeliveredEntry, _Mapping]]] = ..., partition: _Optional[int] = ..., end_of_topic: _Optional[bool] = ...) -> None: ...
 
 class AckRequest(_message.Message):
     __slots__ = ("consumer_id", "ack_type", "positions", "txn", "session_id")

@@ -39,6 +39,18 @@ _BY_STATUS: dict[int, type[MagnetarError]] = {
 }
 
 
+def _all_classes() -> dict[str, type[MagnetarError]]:
+    found, pending = {}, [MagnetarError]
+    while pending:
+        cls = pending.pop()
+        found[cls.__name__] = cls
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+_BY_NAME = _all_classes()
+
+
 def is_protobuf(content_type: str) -> bool:
     return content_type.split(";")[0].strip().lower() == PROTOBUF
 
@@ -64,6 +76,18 @@ def decode_error(status: int, body: bytes, content_type: str, where: str) -> Mag
     cls = _BY_STATUS.get(status, UnknownError)
     text = body[:200].decode("utf-8", "replace")
     return cls(f"{where}: HTTP {status}: {text}")
+
+
+def decode_json_error(status: int, body: bytes, where: str) -> MagnetarError:
+    """The exception a JSON error answer (``{"reason", "code"}``, encode_error's JSON
+    form: the code is the class name) stands for; by HTTP status when the name is unknown."""
+    try:
+        answer = json.loads(body)
+        reason, name = str(answer["reason"]), str(answer.get("code", ""))
+    except (ValueError, KeyError, TypeError):
+        return decode_error(status, body, "", where)
+    cls = _BY_NAME.get(name) or _BY_STATUS.get(status, UnknownError)
+    return cls(reason)
 
 
 def connect_timeout(connect_s: float, total_s: float | None) -> float:

@@ -94,6 +94,7 @@ topic_owners = Table(
     Column("epoch", BigInteger, nullable=False, server_default=text("0")),
     Column("acquired_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
     Column("topic_epoch", BigInteger, nullable=False, server_default=text("0")),
+    Column("terminated_entry", BigInteger, nullable=True),  # migration 0009
     ForeignKeyConstraint(["topic_id"], ["topics.topic_id"], ondelete="CASCADE"),
     Index("topic_owners_broker", "broker_id"),
 )

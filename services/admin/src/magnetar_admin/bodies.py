@@ -7,11 +7,12 @@ content type), and every rejection names what was wrong and what is expected.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from magnetar_protocol.errors import BadRequest
+from magnetar_protocol.errors import BadRequest, NotFound
 from magnetar_protocol.topics import TopicName, validate_name_part
-from magnetar_protocol.validate import check_json
+from magnetar_protocol.validate import INT32_MAX, INT64_MAX, check_json
 
 MISSING = object()  # an empty body
 
@@ -85,3 +86,54 @@ def topic(tenant_name: str, namespace_name: str, local: str) -> TopicName:
 
 def subscription(name: str) -> str:
     return validate_name_part("subscription", name)
+
+
+@dataclass(frozen=True)
+class MessageIdBody:
+    """A Pulsar MessageIdImpl as JSON, in Magnetar's terms.  ``entry_id`` None: latest
+    (after the last message); -1: earliest."""
+    entry_id: int | None
+    batch_index: int = -1
+    partition: int = -1
+
+
+EARLIEST = MessageIdBody(-1)
+LATEST = MessageIdBody(None)
+
+
+def _int_field(body: dict, key: str, default: Any, low: int, high: int) -> int:
+    value = body.get(key, default)
+    if value is MISSING:
+        raise BadRequest(f'the message id needs "{key}" (an integer)')
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f'"{key}" must be an integer (got {json.dumps(value)})')
+    if not low <= value <= high:
+        raise BadRequest(f'"{key}" must be between {low} and {high} (got {value})')
+    return value
+
+
+def message_id(body: Any, default: MessageIdBody | None = None) -> MessageIdBody:
+    """A message id body ``{"ledgerId", "entryId", "partitionIndex", "batchIndex"}``
+    (Pulsar's MessageIdImpl).  Magnetar keeps one ledger per partition, ledger 0, as
+    ``MessageId.ledger_id()`` says; Pulsar's earliest (-1:-1) and latest
+    (2^63-1:2^63-1) are understood.  ``default`` answers an empty body (else 400)."""
+    if body is MISSING and default is not None:
+        return default
+    if not isinstance(body, dict):
+        shown = "an empty body" if body is MISSING else json.dumps(body)
+        raise BadRequest('the body must be a message id: {"ledgerId": 0, "entryId": 12, '
+                         f'"partitionIndex": -1, "batchIndex": -1}} (got {shown})')
+    ledger = _int_field(body, "ledgerId", MISSING, -1, INT64_MAX)
+    entry = _int_field(body, "entryId", MISSING, -1, INT64_MAX)
+    partition = _int_field(body, "partitionIndex", -1, -1, INT32_MAX)
+    batch = _int_field(body, "batchIndex", -1, -1, INT32_MAX)
+    if ledger == INT64_MAX and entry == INT64_MAX:
+        return MessageIdBody(None, -1, partition)
+    if ledger == -1 and entry == -1:
+        return MessageIdBody(-1, -1, partition)
+    if ledger != 0:
+        raise NotFound(f"ledger {ledger} does not exist: Magnetar keeps one ledger per partition, "
+                       "ledger 0 (earliest is -1:-1, latest 9223372036854775807:9223372036854775807)")
+    if entry < 0:
+        raise BadRequest(f"entryId must be at least 0 in ledger 0 (got {entry})")
+    return MessageIdBody(entry, batch, partition)

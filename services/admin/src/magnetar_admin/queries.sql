@@ -362,3 +362,11 @@ ON CONFLICT (tenant, namespace, topic) DO UPDATE
 
 -- name: delete_topic_storage_policies
 DELETE FROM storage_policies WHERE topic = $1;
+
+
+-- name: lock_partitioned
+SELECT partitions FROM partitioned_topics WHERE topic = $1 FOR UPDATE;
+
+-- name: grow_partitioned
+-- update-partitioned-topic: grow only (the caller checked under the row lock).
+UPDATE partitioned_topics SET partitions = $2 WHERE topic = $1 AND partitions < $2;

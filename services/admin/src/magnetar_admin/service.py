@@ -18,16 +18,20 @@ import aiohttp
 from magnetar_admin import stats as shapes
 from magnetar_admin.settings import AdminSettings
 from magnetar_admin.store import AdminStore
+from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     AuthorizationError,
     BadRequest,
     Conflict,
+    MagnetarError,
+    NotOwner,
     ServiceNotReady,
     SubscriptionNotFound,
     TenantNotFound,
     TopicNotFound,
 )
 from magnetar_protocol.topics import TopicName
+from magnetar_protocol.wire import decode_json_error
 from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.rpc import RpcClient
 
@@ -299,3 +303,90 @@ class AdminService:
             if status != 409:  # 409: NotOwner (it moved); look again
                 return status, answer
         return status, None
+
+    # ---------------------------------------------------------------- backlog operations
+
+    async def owner_url(self, unit: TopicName) -> str:
+        """The URL of the broker that owns the partition, an owner assigned if it had none
+        (a broker's lookup does that, as a client's would)."""
+        brokers = await self.store.brokers()
+        if not brokers:
+            raise ServiceNotReady(f"no live broker to serve {unit.full}; start one and retry")
+        reply = await self.rpc.call(brokers[0]["url"], "/v1/topics/lookup", pb.LookupRequest(topic=unit.full),
+                                    pb.LookupResponse)
+        return reply.broker_url
+
+    async def _broker_json(self, url: str, method: str, path: str, params: dict) -> dict:
+        query = {k: str(v) for k, v in params.items() if v is not None}
+        where = f"broker {url}{path}"
+        try:
+            async with self.http.request(method, url.rstrip("/") + path, params=query) as resp:
+                body = await resp.read()
+                if resp.status == 200:
+                    return await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise ServiceNotReady(f"{where} did not answer: {exc}; retry") from None
+        raise decode_json_error(resp.status, body, where)
+
+    async def on_owner(self, unit: TopicName, method: str, path: str, **params) -> dict:
+        """One of the owner's /internal/v1 operations on a partition (retried once when
+        the partition moved between the lookup and the call)."""
+        for attempt in range(3):
+            url = await self.owner_url(unit)
+            try:
+                return await self._broker_json(url, method, path, {"topic": unit.full, **params})
+            except (NotOwner, ServiceNotReady):
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def on_partitions(self, name: TopicName, method: str, path: str, **params) -> dict[str, dict]:
+        """The operation on every partition of the topic (the topic itself when it is not
+        partitioned): {partition name: answer}.  404 when the topic does not exist."""
+        _, units = await self.existing_ids(name)
+        answers = await asyncio.gather(*(self.on_owner(u, method, path, **params) for u in units.values()),
+                                       return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, MagnetarError):
+                raise answer
+            if isinstance(answer, BaseException):
+                raise answer
+        return {u.full: a for u, a in zip(units.values(), answers)}
+
+    async def subscription_unit_check(self, name: TopicName, subscription: str) -> None:
+        """404 unless the subscription exists on the topic (any of its partitions)."""
+        _, units = await self.existing_ids(name)
+        if not await self.store.subscription_topics(list(units), subscription):
+            raise SubscriptionNotFound(f"subscription {subscription!r} does not exist on {name.full}")
+
+    async def grow_partitions(self, name: TopicName, partitions: int) -> int:
+        """Raise the partition count; the topic's durable subscriptions are created on the
+        new partitions too, from their start (as Pulsar's updatePartitionedTopic does), so
+        a consumer of the topic misses nothing sent to them.  The count it had."""
+        old_units = [name.partition(i) for i in range((await self.store.partitions(name)) or 0)]
+        old_ids = list((await self.store.topic_ids(old_units)).values())
+        names = sorted({s["subscription"] for tid in old_ids for s in await self.store.subscriptions(tid)})
+        before = await self.store.grow_partitions(name, partitions)
+        for unit in (name.partition(i) for i in range(before, partitions)):
+            for sub in names:
+                try:
+                    await self.on_owner(unit, "POST", "/internal/v1/subscription/create", subscription=sub,
+                                        entryId=-1)
+                except Conflict:
+                    pass  # a consumer subscribed there first
+        return before
+
+    async def unload(self, name: TopicName) -> dict[str, str | None]:
+        """Hand every partition to another live broker: {partition: the new owner, or None
+        when no other broker was live (released: the next lookup assigns one)}."""
+        _, units = await self.existing_ids(name)
+        owners = await self.store.owners(list(units))
+        out: dict[str, str | None] = {}
+        for tid, unit in units.items():
+            owner = owners.get(tid, {})
+            if not (owner.get("alive") and owner.get("url")):
+                out[unit.full] = None  # nobody serves it: nothing to hand over
+                continue
+            answer = await self._broker_json(owner["url"], "POST", "/internal/v1/hand-over", {"topic": unit.full})
+            out[unit.full] = answer.get("brokerId")
+        return out

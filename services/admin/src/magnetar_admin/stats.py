@@ -4,7 +4,8 @@ and PartitionedTopicStats, built from database rows and a broker's live view.  P
 Positions are ``"entryId:batchIndex"``; batch index -1 stands for the whole entry (every
 message of the producer batch stored in it), so ``markDeletePosition "7:-1"`` means every
 message up to and including entry 7 is acknowledged, and an empty log's last entry is
-``"-1:-1"``.  Rates are not measured (0.0); counters come from the owning broker.
+``"-1:-1"``.  Rates and counters come from the owning broker (rates over its sliding
+window, magnetar_broker/rates.py); without a live owner they read 0.
 """
 
 from __future__ import annotations
@@ -71,10 +72,11 @@ def subscription_stats(backlog: int, backlog_bytes: int, live: dict, durable: bo
         "msgBacklogNoDelayed": backlog,
         "backlogSize": backlog_bytes,
         "unackedMessages": live.get("unackedMessages", 0),
-        "msgRateOut": 0.0,
-        "msgThroughputOut": 0.0,
+        "msgRateOut": float(live.get("msgRateOut", 0.0)),
+        "msgThroughputOut": float(live.get("msgThroughputOut", 0.0)),
         "msgRateRedeliver": 0.0,
         "msgOutCounter": sum(c.get("msgOutCounter", 0) for c in consumers),
+        "bytesOutCounter": live.get("bytesOutCounter", 0),
         "consumers": consumers,
         "isDurable": durable,
         "pendingAckedMessages": live.get("pendingAckedMessages", 0),
@@ -101,16 +103,18 @@ def topic_stats(log: dict, subs: list[dict], owner: dict, live: dict | None) -> 
         if name not in subscriptions:
             subscriptions[name] = subscription_stats(ls.get("backlogEntries", 0), 0, ls,
                                                      bool(ls.get("durable", False)))
+    rate_in = float(lv.get("msgRateIn", 0.0))
+    throughput_in = float(lv.get("msgThroughputIn", 0.0))
     stats: dict[str, Any] = {
-        "msgRateIn": 0.0,
-        "msgThroughputIn": 0.0,
-        "msgRateOut": 0.0,
-        "msgThroughputOut": 0.0,
-        "averageMsgSize": 0.0,
+        "msgRateIn": rate_in,
+        "msgThroughputIn": throughput_in,
+        "msgRateOut": float(lv.get("msgRateOut", 0.0)),
+        "msgThroughputOut": float(lv.get("msgThroughputOut", 0.0)),
+        "averageMsgSize": throughput_in / rate_in if rate_in else 0.0,
         "msgInCounter": lv.get("msgInCounter", 0),
         "bytesInCounter": lv.get("bytesInCounter", 0),
         "msgOutCounter": lv.get("msgOutCounter", 0),
-        "bytesOutCounter": 0,
+        "bytesOutCounter": lv.get("bytesOutCounter", 0),
         "storageSize": log["bytes"],
         "backlogSize": max((s["backlog_bytes"] for s in subs), default=0),
         "numberOfEntries": log["entries"],
@@ -120,6 +124,7 @@ def topic_stats(log: dict, subs: list[dict], owner: dict, live: dict | None) -> 
         "subscriptions": subscriptions,
         "replication": {},
         "topicEpoch": lv.get("topicEpoch", owner.get("topic_epoch")),
+        "terminated": lv.get("terminatedAtEntry") is not None,
         "ownerBroker": owner.get("broker_id"),
         "liveStats": live is not None,
     }
@@ -173,7 +178,8 @@ _SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "ms
            "bytesInCounter", "msgOutCounter", "bytesOutCounter", "storageSize", "backlogSize",
            "numberOfEntries", "numberOfMessages", "waitingPublishers")
 _SUB_SUMMED = ("msgBacklog", "msgBacklogNoDelayed", "backlogSize", "unackedMessages", "msgRateOut",
-               "msgThroughputOut", "msgRateRedeliver", "msgOutCounter", "pendingAckedMessages")
+               "msgThroughputOut", "msgRateRedeliver", "msgOutCounter", "bytesOutCounter",
+               "pendingAckedMessages")
 
 
 def partitioned_stats(partitions: dict[str, dict], count: int, per_partition: bool) -> dict:
@@ -181,7 +187,7 @@ def partitioned_stats(partitions: dict[str, dict], count: int, per_partition: bo
     name (backlogs summed, consumers listed), publishers listed."""
     parts = list(partitions.values())
     out: dict[str, Any] = {k: sum(p.get(k, 0) for p in parts) for k in _SUMMED}
-    out["averageMsgSize"] = 0.0
+    out["averageMsgSize"] = out["msgThroughputIn"] / out["msgRateIn"] if out["msgRateIn"] else 0.0
     out["publishers"] = [pub for p in parts for pub in p["publishers"]]
     subs: dict[str, dict] = {}
     for p in parts:

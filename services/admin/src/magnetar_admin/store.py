@@ -132,6 +132,30 @@ class AdminStore:
         rows = await self.pool.fetch(Q["get_topics"], [n.full for n in names])
         return {r["topic"]: r["topic_id"] for r in rows}
 
+    async def subscription_topics(self, topic_ids: list[int], subscription: str) -> list[int]:
+        """Which of the topics have the subscription."""
+        return [r["topic_id"] for r in await self.pool.fetch(Q["subscription_topics"], topic_ids, subscription)]
+
+    async def grow_partitions(self, name: TopicName, partitions: int) -> int:
+        """Raise a partitioned topic's partition count to ``partitions``, creating the new
+        partitions (a topics row and an unowned lease each), all or nothing; the count it
+        had.  404 if it is not a partitioned topic, 409 unless the count grows."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            current = await conn.fetchval(Q["lock_partitioned"], name.full)
+            if current is None:
+                raise TopicNotFound(f"partitioned topic {name.full} does not exist")
+            if partitions <= current:
+                raise Conflict(f"{name.full} has {current} partitions; the count can only grow "
+                               f"(asked for {partitions}): partitions are never removed, as in Pulsar")
+            units = [(name.partition(i).full, i) for i in range(current, partitions)]
+            # A partition may exist already (a client looked it up before the count grew).
+            await conn.fetch(Q["create_topics"], [u[0] for u in units], name.tenant, name.namespace,
+                             [u[1] for u in units])
+            ids = [r["topic_id"] for r in await conn.fetch(Q["get_topics"], [u[0] for u in units])]
+            await conn.execute(Q["create_owner_rows"], ids)
+            await conn.execute(Q["grow_partitioned"], name.full, partitions)
+            return current
+
     async def create_topic(self, name: TopicName, partitions: int) -> None:
         """A non-partitioned topic (``partitions`` 0) or a partitioned one with a topics
         row and an unowned lease row per partition, all or nothing."""

@@ -82,6 +82,50 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
         internal_only()
         return {"unloaded": await service.ownership.unload(TopicName.parse(topic))}
 
+    ops = service.backlog_ops
+
+    @app.post("/internal/v1/subscription/create", summary="Create a durable subscription at a position")
+    async def create_subscription(topic: str, subscription: str, entryId: int | None = None,  # noqa: N803
+                                  batchIndex: int = -1) -> dict:  # noqa: N803 - Pulsar's names
+        internal_only()
+        return await ops.create_subscription(topic, subscription, entryId, batchIndex)
+
+    @app.post("/internal/v1/subscription/skip", summary="Skip messages (count omitted: all, clear-backlog)")
+    async def skip(topic: str, subscription: str, count: int | None = None) -> dict:
+        internal_only()
+        return await ops.skip(topic, subscription, count)
+
+    @app.post("/internal/v1/subscription/reset", summary="Reset a cursor to a message id or a publish time")
+    async def reset(topic: str, subscription: str, entryId: int = -1, batchIndex: int = -1,  # noqa: N803
+                    timestamp: int | None = None) -> dict:
+        internal_only()
+        return await ops.reset(topic, subscription, entryId, batchIndex, timestamp)
+
+    @app.get("/internal/v1/subscription/peek", summary="The first unacknowledged messages (cursor unchanged)")
+    async def peek(topic: str, subscription: str, count: int = 1) -> dict:
+        internal_only()
+        return await ops.peek(topic, subscription, count)
+
+    @app.get("/internal/v1/message", summary="The messages of one entry (or one of them)")
+    async def message(topic: str, entryId: int, batchIndex: int = -1) -> dict:  # noqa: N803
+        internal_only()
+        return await ops.message(topic, entryId, batchIndex)
+
+    @app.get("/internal/v1/last-message-id", summary="The id of the last message of a partition")
+    async def last_message_id(topic: str) -> dict:
+        internal_only()
+        return await ops.last_message_id(topic)
+
+    @app.post("/internal/v1/terminate", summary="Take no more messages on a partition")
+    async def terminate(topic: str) -> dict:
+        internal_only()
+        return await ops.terminate(topic)
+
+    @app.post("/internal/v1/hand-over", summary="Unload a partition to another live broker")
+    async def hand_over(topic: str) -> dict:
+        internal_only()
+        return await ops.unload(topic, service.ownership.ttl_s)
+
     @app.get("/internal/v1/owned-topics", summary="Topics this broker serves")
     async def owned_topics() -> dict:
         internal_only()

@@ -430,6 +430,24 @@ SELECT topic, retention_time_minutes, retention_size_mb, message_ttl_seconds,
 FROM storage_policies
 WHERE tenant = $1 AND namespace = $2 AND topic IN ('', $3);
 
+-- ---------------------------------------------------------------- backlog operations and stats
+
+-- name: get_termination
+SELECT terminated_entry FROM topic_owners WHERE topic_id = $1;
+
+-- name: terminate_topic
+-- Lease-checked like every write; a second terminate keeps the first one's last entry.
+UPDATE topic_owners SET terminated_entry = coalesce(terminated_entry, $4)
+WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
+RETURNING terminated_entry;
+
+-- name: hand_over_topic
+-- Unload to a chosen broker: the lease moves from this owner (its epoch checked) to $4 in
+-- one compare-and-set, so the next lookup answers the new owner at once.
+UPDATE topic_owners SET broker_id = $4, epoch = epoch + 1, acquired_at = now()
+WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
+RETURNING epoch;
+
 -- name: first_entry_id
 SELECT min(entry_id) FROM entries WHERE topic_id = $1;
 
@@ -487,3 +505,24 @@ SELECT (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM gone) AS ent
 
 -- name: subscription_names
 SELECT subscription FROM subscriptions WHERE topic_id = $1 ORDER BY subscription;
+
+-- name: entry_sizes_from
+-- (entry id, messages) from $2 on, for skip and peek (no payloads).
+SELECT entry_id, num_messages FROM entries
+WHERE topic_id = $1 AND entry_id >= $2 AND entry_id < $3
+ORDER BY entry_id LIMIT $4;
+
+-- name: storage_stats
+-- What the metrics loop exports per owned partition: stored bytes (the log and the
+-- transaction buffer's payloads a commit marker indexes) and messages.
+SELECT coalesce(sum(length(payload)), 0)::bigint
+         + (SELECT coalesce(sum(length(payload)), 0)::bigint FROM txn_entries
+            WHERE topic_id = $1) AS bytes,
+       coalesce(sum(num_messages), 0)::bigint AS messages
+FROM entries WHERE topic_id = $1;
+
+-- name: backlog_since
+-- Messages and bytes after a mark-delete position (individual acks not subtracted).
+SELECT coalesce(sum(num_messages), 0)::bigint AS messages,
+       coalesce(sum(length(payload)), 0)::bigint AS bytes
+FROM entries WHERE topic_id = $1 AND entry_id > $2;

@@ -8,6 +8,7 @@ import uuid
 
 from magnetar_broker import metrics
 from magnetar_broker.authorization import Authorizer
+from magnetar_broker.backlog_ops import BacklogOps
 from magnetar_broker.lifecycle import StorageLifecycle
 from magnetar_broker.ownership import Ownership
 from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
@@ -79,6 +80,7 @@ class BrokerService:
         # Other protocols' listeners on this service (the Pulsar listener): started
         # before the broker registers live, stopped first on the way out.
         self.front_ends: list = []
+        self.backlog_ops = BacklogOps(self.ownership, store, self.broker_id, self._drop_consumer)
         self.producer_handlers = ProducerHandlers(self.sessions, self.authz, self.ownership,
                                                   self.producers, self.broker_id, settings)
 
@@ -348,7 +350,7 @@ class BrokerService:
             if req.seeks < consumer.seeks:
                 return []  # sent before a seek: its client drops whatever it brings
             entries = await sub.fetch(consumer, req.max_messages)
-            return entries if entries or consumer.closed else None
+            return entries if entries or consumer.closed or sub.at_end_of_topic() else None
 
         session.inflight += 1
         try:
@@ -356,7 +358,8 @@ class BrokerService:
         finally:
             session.inflight -= 1
             session.last_seen = time.monotonic()
-        return pb.FetchResponse(entries=entries or [], partition=sub.log.partition_index)
+        return pb.FetchResponse(entries=entries or [], partition=sub.log.partition_index,
+                                end_of_topic=not entries and sub.at_end_of_topic())
 
     async def ack(self, req: pb.AckRequest) -> pb.AckResponse:
         consumer = self._consumer(req.consumer_id, req.session_id)
@@ -431,7 +434,15 @@ class BrokerService:
     # ---------------------------------------------------------------- admin views
 
     def topic_stats(self, plog: PartitionLog) -> dict:
+        subscriptions = {name: sub.stats() for name, sub in plog.subscriptions.items()}
+        rate_in, throughput_in = plog.rate_in.rates(time.monotonic())
         return {
+            "msgRateIn": rate_in,
+            "msgThroughputIn": throughput_in,
+            "msgRateOut": sum(s["msgRateOut"] for s in subscriptions.values()),
+            "msgThroughputOut": sum(s["msgThroughputOut"] for s in subscriptions.values()),
+            "bytesOutCounter": sum(s["bytesOutCounter"] for s in subscriptions.values()),
+            "terminatedAtEntry": plog.terminated_entry,
             "topic": plog.name.full,
             "ownerBroker": self.broker_id,
             "ownerEpoch": plog.epoch,
@@ -453,5 +464,5 @@ class BrokerService:
                  "msgInCounter": p.msg_in, "bytesInCounter": p.bytes_in, "connectedSince": p.created_at}
                 for p in plog.producers.values()
             ],
-            "subscriptions": {name: sub.stats() for name, sub in plog.subscriptions.items()},
+            "subscriptions": subscriptions,
         }

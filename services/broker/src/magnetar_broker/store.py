@@ -111,6 +111,21 @@ class BrokerStore:
     async def release_topic(self, topic_id: int, epoch: int) -> None:
         await self.pool.execute(Q["release_topic"], topic_id, self.broker_id, epoch)
 
+    async def hand_over_topic(self, topic_id: int, epoch: int, to_broker: str) -> bool:
+        """Move this broker's lease to ``to_broker`` (epoch-checked); False if not held."""
+        return await self.pool.fetchval(Q["hand_over_topic"], topic_id, self.broker_id, epoch,
+                                        to_broker) is not None
+
+    async def termination(self, topic_id: int) -> int | None:
+        """The last entry id of a terminated topic, None when it is not terminated."""
+        return await self.pool.fetchval(Q["get_termination"], topic_id)
+
+    async def terminate(self, topic_id: int, epoch: int, last_entry: int) -> int | None:
+        """Mark the topic terminated at ``last_entry`` (lease-checked); the terminated
+        entry id (an earlier termination's if there was one), None if not the owner."""
+        row = await self.pool.fetchrow(Q["terminate_topic"], topic_id, self.broker_id, epoch, last_entry)
+        return None if row is None else row[0]
+
     # ---------------------------------------------------------------- log
 
     async def next_entry_id(self, topic_id: int) -> int:
@@ -227,6 +242,27 @@ class BrokerStore:
     async def message_counts(self, topic_id: int, entry_ids: list[int]) -> dict[int, int]:
         """{entry id: its number of messages} of those entries that exist."""
         return dict(await self.pool.fetch(Q["message_counts"], topic_id, entry_ids))
+
+    async def first_entry_id(self, topic_id: int) -> int | None:
+        return await self.pool.fetchval(Q["first_entry_id"], topic_id)
+
+    async def entry_sizes_from(self, topic_id: int, start: int, end: int, limit: int) -> list[tuple[int, int]]:
+        rows = await self.pool.fetch(Q["entry_sizes_from"], topic_id, start, end, limit)
+        return [(r[0], r[1]) for r in rows]
+
+    async def storage_stats(self, topic_id: int) -> tuple[int, int]:
+        """(stored bytes, stored messages) of a partition."""
+        row = await self.pool.fetchrow(Q["storage_stats"], topic_id)
+        return row["bytes"], row["messages"]
+
+    async def backlog_since(self, topic_id: int, mark_delete: int) -> tuple[int, int]:
+        """(messages, bytes) stored after ``mark_delete``."""
+        row = await self.pool.fetchrow(Q["backlog_since"], topic_id, mark_delete)
+        return row["messages"], row["bytes"]
+
+    async def subscription_state(self, topic_id: int, name: str) -> tuple[int, bytes] | None:
+        row = await self.pool.fetchrow(Q["get_subscription"], topic_id, name)
+        return (row["mark_delete_entry"], bytes(row["acked_state"])) if row else None
 
     # ---------------------------------------------------------------- cursors
 

@@ -77,3 +77,25 @@ def transaction_key(value: str) -> str:
     if problem := key_problem(value):
         raise UsageError(f"{problem}; `magnetar-admin transactions list-transaction-keys` lists the keys")
     return value
+
+
+LATEST_ID = {"ledgerId": 2**63 - 1, "entryId": 2**63 - 1}
+EARLIEST_ID = {"ledgerId": -1, "entryId": -1}
+_MESSAGE_ID = re.compile(r"^\s*(-?\d+):(-?\d+)(?::(-?\d+))?(?::(-?\d+))?\s*$")
+
+
+def message_id(value: str) -> dict:
+    """``earliest``, ``latest``, or ``LEDGER:ENTRY[:PARTITION[:BATCH]]`` (pulsar-admin's
+    form; Magnetar's ledger is 0) -> the admin API's message id body."""
+    if value.strip().lower() == "earliest":
+        return dict(EARLIEST_ID)
+    if value.strip().lower() == "latest":
+        return dict(LATEST_ID)
+    match = _MESSAGE_ID.match(value)
+    if not match:
+        raise UsageError(f"message id {value!r}: use earliest, latest or LEDGER:ENTRY[:PARTITION[:BATCH]] "
+                         "such as 0:12 (Magnetar keeps one ledger per partition, ledger 0)")
+    ledger, entry, partition, batch = match.groups()
+    return {"ledgerId": int(ledger), "entryId": int(entry),
+            "partitionIndex": int(partition) if partition is not None else -1,
+            "batchIndex": int(batch) if batch is not None else -1}

@@ -1,11 +1,17 @@
-"""``topics ...``: create, list, delete, stats, subscriptions, permissions."""
+"""``topics ...``: create, list, delete, stats, subscriptions, permissions, and the
+backlog operations (create-subscription, skip, clear-backlog, reset-cursor,
+peek-messages, get-message-by-id, last-message-id, terminate, unload,
+update-partitioned-topic)."""
 
 from __future__ import annotations
 
+import base64
+import time
+
 from magnetar.admin_cli import _grants
 from magnetar.admin_cli._http import UsageError, q
-from magnetar.admin_cli._names import name, namespace, topic, topic_path
-from magnetar.admin_cli._output import column, key_values, table
+from magnetar.admin_cli._names import duration_ms, message_id, name, namespace, topic, topic_path
+from magnetar.admin_cli._output import column, key_values, table, timestamp
 from magnetar.admin_cli.policies import add_policy_commands, seconds
 
 
@@ -79,6 +85,7 @@ def group_topics(add) -> None:
     def permissions(api, out, a) -> None:
         out.emit(api.request("GET", topic_path(topic(a.topic)) + "/permissions"), _grants.render_grants)
 
+    group_backlog(add)
     p = add("create", create, "create a topic (-p N: a partitioned topic)", ("topic",))
     p.add_argument("--partitions", "-p", type=int, help="number of partitions (omit: non-partitioned)")
     p = add("list", list_, "list a namespace's topics (partitions included)", ("namespace",))
@@ -159,3 +166,127 @@ def render_internal(full: str, d: dict) -> None:
     table(["NAME", "MARK DELETE", "INDIVIDUALLY DELETED", "BATCH ACKS"], [
         [sub, c.get("markDeletePosition"), c.get("individuallyDeletedMessages"), c.get("batchDeletedIndexes")]
         for sub, c in d.get("cursors", {}).items()])
+
+
+def _sub_path(t, sub: str) -> str:
+    return topic_path(t) + f"/subscription/{q(sub)}"
+
+
+def render_messages(messages: list[dict]) -> None:
+    for m in messages:
+        mid = m["messageId"]
+        print(f"Message ID: {mid['ledgerId']}:{mid['entryId']}:{mid['partitionIndex']}:{mid['batchIndex']}")
+        key_values({"publishTime": timestamp(m.get("publishTime")), "producerName": m.get("producerName"),
+                    "sequenceId": m.get("sequenceId"), "partitionKey": m.get("partitionKey"),
+                    "properties": m.get("properties"), "batchSize": m.get("batchSize")})
+        if "undecodable" in m:
+            print(f"(undecodable: {m['undecodable']})")
+        else:
+            payload = base64.b64decode(m.get("payload") or "")
+            try:
+                print(payload.decode("utf-8"))
+            except UnicodeDecodeError:
+                print(f"({len(payload)} bytes, not UTF-8: --output json gives them in base64)")
+        print()
+
+
+def group_backlog(add) -> None:
+    def create_subscription(api, out, a) -> None:
+        t, sub = topic(a.topic), name("subscription", a.subscription)
+        api.request("PUT", _sub_path(t, sub), message_id(a.messageId))
+        out.done(f"Created subscription {sub} on {t.full} at {a.messageId}", topic=t.full, subscription=sub)
+
+    def skip(api, out, a) -> None:
+        t, sub = topic(a.topic), name("subscription", a.subscription)
+        if a.count < 0:
+            raise UsageError(f"-n must be at least 0 (got {a.count})")
+        api.request("POST", _sub_path(t, sub) + f"/skip/{a.count}")
+        out.done(f"Skipped {a.count} message(s) of {sub} on {t.full} (each partition)", topic=t.full,
+                 subscription=sub, skipped=a.count)
+
+    def clear_backlog(api, out, a) -> None:
+        t, sub = topic(a.topic), name("subscription", a.subscription)
+        api.request("POST", _sub_path(t, sub) + "/skip_all")
+        out.done(f"Cleared the backlog of {sub} on {t.full}", topic=t.full, subscription=sub)
+
+    def reset_cursor(api, out, a) -> None:
+        t, sub = topic(a.topic), name("subscription", a.subscription)
+        if (a.time is None) == (a.messageId is None):
+            raise UsageError("give exactly one of -t TIME (how long ago: 10m, 2h, 1d) and -m MESSAGE_ID")
+        if a.time is not None:
+            ms = int(time.time() * 1000) - duration_ms(a.time)
+            api.request("POST", _sub_path(t, sub) + f"/resetcursor/{ms}")
+            out.done(f"Reset {sub} on {t.full} to {timestamp(ms)}", topic=t.full, subscription=sub, timestamp=ms)
+        else:
+            api.request("POST", _sub_path(t, sub) + "/resetcursor", message_id(a.messageId))
+            out.done(f"Reset {sub} on {t.full} to {a.messageId}", topic=t.full, subscription=sub)
+
+    def peek(api, out, a) -> None:
+        t, sub = topic(a.topic), name("subscription", a.subscription)
+        if not 1 <= a.count <= 1000:
+            raise UsageError(f"-n must be between 1 and 1000 (got {a.count})")
+        data = api.request("GET", _sub_path(t, sub) + "/peek", query={"count": str(a.count)})
+        out.emit(data, lambda d: render_messages(d["messages"]))
+
+    def get_message(api, out, a) -> None:
+        t = topic(a.topic)
+        data = api.request("GET", topic_path(t) + f"/ledger/{a.ledger}/entry/{a.entry}",
+                           query={"batchIndex": str(a.batch_index)})
+        out.emit(data, lambda d: render_messages(d["messages"] if "messages" in d else [d]))
+
+    def last_message_id(api, out, a) -> None:
+        out.emit(api.request("GET", topic_path(topic(a.topic)) + "/lastMessageId"), key_values)
+
+    def terminate(api, out, a) -> None:
+        t = topic(a.topic)
+        if _partitions(api, t):
+            data = api.request("POST", topic_path(t) + "/terminate/partitions")
+            out.emit(data, lambda d: table(["PARTITION", "LAST ENTRY"], [[p, m.get("entryId")] for p, m in d.items()]))
+        else:
+            data = api.request("POST", topic_path(t) + "/terminate")
+            out.emit(data, lambda d: print(f"Topic {t.full} terminated; last entry {d.get('entryId')}"))
+
+    def unload(api, out, a) -> None:
+        t = topic(a.topic)
+        api.request("PUT", topic_path(t) + "/unload")
+        out.done(f"Unloaded {t.full}", topic=t.full)
+
+    def update_partitions(api, out, a) -> None:
+        t = topic(a.topic)
+        if a.partitions < 1:
+            raise UsageError(f"--partitions must be at least 1 (got {a.partitions})")
+        api.request("POST", topic_path(t) + "/partitions", a.partitions)
+        out.done(f"{t.full} now has {a.partitions} partitions", topic=t.full, partitions=a.partitions)
+
+    def sub_arg(p) -> None:
+        p.add_argument("--subscription", "-s", required=True)
+
+    p = add("create-subscription", create_subscription, "create a durable subscription", ("topic",))
+    sub_arg(p)
+    p.add_argument("--messageId", "-m", default="latest",
+                   help="where it starts: latest (default), earliest or LEDGER:ENTRY[:PARTITION[:BATCH]]")
+    p = add("skip", skip, "skip the next N unacknowledged messages (each partition)", ("topic",))
+    sub_arg(p)
+    p.add_argument("--count", "-n", type=int, required=True)
+    p = add("clear-backlog", clear_backlog, "skip every message of a subscription", ("topic",))
+    sub_arg(p)
+    p = add("reset-cursor", reset_cursor, "move a subscription back (or forward) to a time or a message id; "
+            "its consumers reconnect and receive from there", ("topic",))
+    sub_arg(p)
+    p.add_argument("--time", "-t", help="how long ago: 10m, 2h, 1d (the first message published since)")
+    p.add_argument("--messageId", "-m", help="LEDGER:ENTRY[:PARTITION[:BATCH]], earliest or latest")
+    p = add("peek-messages", peek, "show the next unacknowledged messages (the cursor does not move)",
+            ("topic",))
+    sub_arg(p)
+    p.add_argument("--count", "-n", type=int, default=1)
+    p = add("get-message-by-id", get_message, "show a message by its id (of a partition)", ("topic",))
+    p.add_argument("--ledger", "-l", type=int, default=0, help="always 0 in Magnetar (one ledger per partition)")
+    p.add_argument("--entry", "-e", type=int, required=True)
+    p.add_argument("--batch-index", "-b", type=int, default=-1, help="one message of the entry (default: all)")
+    add("last-message-id", last_message_id, "the id of the last message (each partition's)", ("topic",))
+    add("terminate", terminate, "accept no more messages (consumers then see the end of the topic)",
+        ("topic",))
+    add("unload", unload, "hand the topic's partitions to another broker", ("topic",))
+    p = add("update-partitioned-topic", update_partitions, "raise a partitioned topic's partition count",
+            ("topic",))
+    p.add_argument("--partitions", "-p", type=int, required=True)

@@ -20,6 +20,7 @@ from magnetar_broker.partition.dedup import Verdict, drop_persisted, judge
 from magnetar_broker.partition.planner import Append, TxnAppend, TxnEnd, plan_plain
 from magnetar_broker.partition.txnbuffer import TxnBuffer
 from magnetar_broker.partition.txnrules import ended_error
+from magnetar_broker.rates import Rate
 from magnetar_broker.store import BrokerStore
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
@@ -29,6 +30,7 @@ from magnetar_protocol.errors import (
     NotOwner,
     ProducerBlockedQuotaExceeded,
     ProducerFenced,
+    TopicTerminated,
 )
 from magnetar_protocol.policies import EXCEPTION, HOLD
 from magnetar_protocol.topics import TopicName
@@ -112,6 +114,8 @@ class PartitionLog:
         self.closed = False
         self.msg_in = 0
         self.bytes_in = 0
+        self.rate_in = Rate(time.monotonic())  # msgRateIn / msgThroughputIn
+        self.terminated_entry: int | None = None  # `topics terminate`: the last entry it keeps
         self._on_lost = on_lost
         self.txnbuf = TxnBuffer(store, topic_id, name.full, roles)
         self._writer: GroupCommit = GroupCommit(self._commit, max_batches_per_commit)
@@ -123,7 +127,34 @@ class PartitionLog:
         first = await self.store.first_entry_id(self.topic_id)
         self.first_entry_id = self.next_entry_id if first is None else first
         self.access.topic_epoch = await self.store.topic_epoch(self.topic_id)
+        self.terminated_entry = await self.store.termination(self.topic_id)
         return self
+
+    def check_not_terminated(self) -> None:
+        if self.terminated_entry is not None:
+            raise TopicTerminated(f"{self.name.full} was terminated at entry {self.terminated_entry}; "
+                                  "it takes no more messages")
+
+    async def terminate(self) -> int:
+        """Take no more messages: refuse new sends, let the writes in flight finish,
+        then record the last entry (lease-checked).  Its id (-1: an empty log)."""
+        self.check_open()
+        if self.terminated_entry is not None:
+            return self.terminated_entry
+        self.terminated_entry = -2  # refuses sends from now on; the real id follows
+        try:
+            await self._writer.idle()
+            last = self.next_entry_id - 1
+            stored = await self.lease_checked(
+                "terminating", self.store.terminate(self.topic_id, self.epoch, last),
+                lambda r: r is not None)
+        except BaseException:
+            if self.terminated_entry == -2:
+                self.terminated_entry = None
+            raise
+        self.terminated_entry = stored
+        self.wake()  # consumers waiting at the end learn it is the end
+        return stored
 
     async def persist_topic_epoch(self, topic_epoch: int) -> None:
         """Record a new exclusive producer's epoch (lease-checked) before it is used."""
@@ -235,6 +266,7 @@ class PartitionLog:
         producer.check_not_fenced()
         if self.quota_blocked is not None:
             await self._quota_gate()
+        self.check_not_terminated()
         batch, n = req.batch, req.num_messages
         lowest, highest = req.sequence_id, req.highest_sequence_id
         if not batch or n == 0:
@@ -318,6 +350,15 @@ class PartitionLog:
         await self._writer.submit(TxnEnd(txn, commit))
 
     async def _commit(self, queued: list) -> list:
+        if self.terminated_entry is not None and any(isinstance(i, (Append, TxnAppend)) for i in queued):
+            # Sends admitted just before `terminate` are refused; transaction endings pass.
+            err = TopicTerminated(f"{self.name.full} was terminated; it takes no more messages")
+            rest = [i for i in queued if not isinstance(i, (Append, TxnAppend))]
+            by_item = dict(zip(map(id, rest), await self._commit_group(rest) if rest else []))
+            return [by_item.get(id(i), err) for i in queued]
+        return await self._commit_group(queued)
+
+    async def _commit_group(self, queued: list) -> list:
         self.check_open()
         # Batches of a producer fenced while they waited here are never stored.
         items = [i for i in queued if not getattr(i.producer, "fenced", False)]
@@ -350,12 +391,14 @@ class PartitionLog:
         self.next_entry_id = plan.next_entry_id
         for name, seq in plan.sequences.items():
             self.persisted_seq[name] = max(seq, self.persisted_seq.get(name, -1))
-        total = 0
+        total = nbytes = 0
         for entry in plan.entries():
             self._cache(entry)
             total += entry.num_messages
-            self.bytes_in += len(entry.payload)
+            nbytes += len(entry.payload)
+        self.bytes_in += nbytes
         self.msg_in += total
+        self.rate_in.add(time.monotonic(), total, nbytes)
         metrics.MESSAGES_IN.inc(total)
         metrics.COMMIT_BATCHES.observe(len(items))
         self.wake()
@@ -380,11 +423,13 @@ class PartitionLog:
         for name, seq in settled.sequences.items():
             self.persisted_seq[name] = max(seq, self.persisted_seq.get(name, -1))
         cached = settled.cached
-        total = 0
+        total = nbytes = 0
         for entry in cached:
             self._cache(entry)
             total += entry.num_messages
+            nbytes += entry.size()
         self.msg_in += total
+        self.rate_in.add(time.monotonic(), total, nbytes)
         metrics.MESSAGES_IN.inc(total)
         metrics.COMMIT_BATCHES.observe(len(items))
         if cached:

@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError
 from magnetar_broker import metrics
 from magnetar_broker.entry import Entry
 from magnetar_broker.partition.log import PartitionLog
+from magnetar_broker.rates import Rate
 from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
 from magnetar_broker.subscription.dispatch import (
     SUB_NAMES,
@@ -81,6 +82,8 @@ class Subscription:
         # so a later state is never overwritten by an earlier one.
         self.persist_lock = asyncio.Lock()
         self.txn = TxnAcks(self)  # acknowledgements inside transactions
+        self.rate_out = Rate(time.monotonic())  # msgRateOut / msgThroughputOut
+        self.bytes_out = 0
 
     @classmethod
     async def open_durable(cls, log: PartitionLog, name: str, initial: int) -> "Subscription":
@@ -159,8 +162,16 @@ class Subscription:
             budget = await self._take_redeliveries(consumer, budget, out)
             if budget > 0 and len(self.deliveries.redeliver) < MAX_PARKED_MESSAGES:
                 await self._take_new(consumer, budget, out)
-            delivered = sum(len(e.indices) or e.num_messages for e in out)
+            delivered = nbytes = 0
+            for e in out:
+                count = len(e.indices) or e.num_messages
+                delivered += count
+                # A part of a batch counts its share of the batch's bytes.
+                nbytes += len(e.batch) * count // max(e.num_messages, 1)
             consumer.msg_out += delivered
+            self.bytes_out += nbytes
+            if delivered:
+                self.rate_out.add(time.monotonic(), delivered, nbytes)
             metrics.MESSAGES_OUT.inc(delivered)
             return out
 
@@ -322,6 +333,11 @@ class Subscription:
             await self._saver.submit(None)
         return self.cursor.mark_delete - before
 
+    async def save_now(self) -> None:
+        """Store the cursor (lease-checked); NotOwner when this broker lost the partition."""
+        if self.durable:
+            await self._saver.submit(None)
+
     async def _save(self, items: list[None]) -> list[None]:
         async with self.persist_lock:
             ok = await self.log.store.save_cursor(
@@ -332,12 +348,23 @@ class Subscription:
             raise NotOwner(f"{self.log.name.full} moved to another broker; look it up again")
         return [None] * len(items)
 
+    def at_end_of_topic(self) -> bool:
+        """The topic is terminated and every message up to its last entry was read and
+        none waits for redelivery (Pulsar's ReachedEndOfTopic)."""
+        last = self.log.terminated_entry
+        return (last is not None and last >= -1 and self.read_position > last
+                and not self.deliveries.redeliver)
+
     def backlog(self) -> int:
         return max(self.log.next_entry_id - 1 - self.cursor.mark_delete, 0)
 
     def stats(self) -> dict:
+        rate, throughput = self.rate_out.rates(time.monotonic())
         return {
             "type": SUB_NAMES.get(self.sub_type, "None"),
+            "msgRateOut": rate,
+            "msgThroughputOut": throughput,
+            "bytesOutCounter": self.bytes_out,
             "durable": self.durable,
             "markDeletePosition": self.cursor.mark_delete,
             "backlogEntries": self.backlog(),

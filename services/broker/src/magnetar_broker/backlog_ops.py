@@ -1,0 +1,255 @@
+"""Operators' backlog operations on a partition this broker owns (the admin's calls to
+/internal/v1/...): create a subscription at a position, skip, clear, reset, peek, read
+one message, the last message id, terminate, unload.
+
+They run here, in the owner, because the owner holds the cursor in memory and serves its
+consumers: a cursor written behind its back would be overwritten by the next ack.  Every
+change is saved with the lease-checked cursor write (``save_cursor``), so a broker that
+lost the partition changes nothing.  Where a skip lands is a pure rule
+(subscription/backlog.py).  As in Pulsar, a reset disconnects the subscription's
+consumers (they subscribe again and drop what they had buffered; the broker delivers from
+the new position); a skip or clear does not, and the messages it skipped are no longer
+redelivered.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import Callable
+
+from google.protobuf.message import DecodeError
+
+from magnetar_broker.entry import Entry
+from magnetar_broker.ownership import Ownership, rendezvous
+from magnetar_broker.partition.log import PartitionLog
+from magnetar_broker.store import BrokerStore
+from magnetar_broker.subscription.backlog import (
+    MAX_PEEK,
+    READ_CHUNK,
+    WHOLE,
+    SkipPlan,
+    due_positions,
+    message_id_problem,
+    plan_skip,
+    reset_time_problem,
+)
+from magnetar_broker.subscription.subscription import Consumer, Subscription
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import BadRequest, Conflict, NotFound, SubscriptionNotFound
+from magnetar_protocol.topics import TopicName
+
+log = logging.getLogger("magnetar.broker.backlog")
+
+
+def message_json(plog: PartitionLog, entry: Entry, index: int) -> dict:
+    """One message of an entry with its metadata (Pulsar's REST headers as fields)."""
+    out = {"messageId": {"ledgerId": 0, "entryId": entry.entry_id, "partitionIndex": plog.partition_index,
+                         "batchIndex": index},
+           "publishTime": entry.publish_time, "producerName": entry.producer_name,
+           "batchSize": entry.num_messages}
+    try:
+        m = pb.MessageBatch.FromString(entry.payload or b"").messages[index]
+    except (DecodeError, IndexError, RuntimeWarning) as exc:
+        return out | {"undecodable": f"the stored batch does not decode: {exc}"}
+    return out | {"payload": base64.b64encode(m.payload).decode(), "properties": dict(m.properties),
+                  "sequenceId": m.sequence_id, "eventTime": m.event_time,
+                  "partitionKey": m.partition_key if m.HasField("partition_key") else None}
+
+
+class BacklogOps:
+    def __init__(self, ownership: Ownership, store: BrokerStore, broker_id: str,
+                 drop_consumer: Callable[[Consumer], None]):
+        self.ownership = ownership
+        self.store = store
+        self.broker_id = broker_id
+        self._drop_consumer = drop_consumer
+
+    async def _log(self, topic: str) -> PartitionLog:
+        return await self.ownership.get_log(TopicName.parse(topic))
+
+    async def _subscription(self, plog: PartitionLog, name: str) -> Subscription:
+        """The durable subscription, loaded here if no consumer has it open; 404 if it
+        does not exist."""
+        async with plog.subscriptions_lock:
+            sub = plog.subscriptions.get(name)
+            if isinstance(sub, Subscription) and sub.durable:
+                return sub
+            if sub is not None or await self.store.subscription_state(plog.topic_id, name) is None:
+                raise SubscriptionNotFound(f"subscription {name!r} does not exist on {plog.name.full}")
+            return await Subscription.open_durable(plog, name, -1)
+
+    async def _check_message_id(self, plog: PartitionLog, entry_id: int, batch_index: int) -> Entry:
+        first = await self.store.first_entry_id(plog.topic_id)
+        if problem := message_id_problem(entry_id, batch_index, plog.next_entry_id, first):
+            raise NotFound(f"message id ({plog.partition_index},{entry_id},{batch_index}) on "
+                           f"{plog.name.full}: {problem}")
+        entry = await plog.read_one(entry_id)
+        if entry is None:
+            raise NotFound(f"entry {entry_id} of {plog.name.full} is no longer stored")
+        if batch_index >= entry.num_messages:
+            raise NotFound(f"entry {entry_id} of {plog.name.full} holds {entry.num_messages} message(s): "
+                           f"batch index {batch_index} names none of them")
+        return entry
+
+    # ---------------------------------------------------------------- subscriptions
+
+    async def create_subscription(self, topic: str, name: str, entry_id: int | None, batch_index: int) -> dict:
+        """Create a durable subscription whose first message is (entry_id, batch_index);
+        ``entry_id`` -1: earliest, None: latest (after the last message).  409 if it exists."""
+        plog = await self._log(topic)
+        if entry_id is not None and entry_id >= 0:
+            await self._check_message_id(plog, entry_id, batch_index)
+        async with plog.subscriptions_lock:
+            if name in plog.subscriptions or await self.store.subscription_state(plog.topic_id, name):
+                raise Conflict(f"subscription {name!r} already exists on {plog.name.full}")
+            initial = plog.next_entry_id - 1 if entry_id is None else max(entry_id, 0) - 1
+            sub = await Subscription.open_durable(plog, name, initial)
+        if entry_id is not None and entry_id >= 0 and batch_index > 0:
+            await sub.seek(entry_id, batch_index)
+        log.info("created subscription %r on %s at mark-delete %d", name, plog.name.full, sub.cursor.mark_delete)
+        return {"markDeletePosition": sub.cursor.mark_delete}
+
+    async def skip(self, topic: str, name: str, count: int | None) -> dict:
+        """Acknowledge the next ``count`` due messages (None: all of them, clear-backlog)."""
+        plog = await self._log(topic)
+        sub = await self._subscription(plog, name)
+        async with sub.lock:
+            end = plog.next_entry_id
+            if count is None:
+                skipped = await self._skip_all(sub, end)
+            else:
+                skipped = await self._skip(sub, end, count)
+            sub.read_position = max(sub.read_position, sub.cursor.mark_delete + 1)
+        plog.wake()
+        await sub.save_now()
+        log.info("skipped %d message(s) of subscription %r on %s", skipped, name, plog.name.full)
+        return {"skipped": skipped, "markDeletePosition": sub.cursor.mark_delete}
+
+    async def _skip(self, sub: Subscription, end: int, count: int) -> int:
+        plan, start = SkipPlan(), sub.cursor.mark_delete + 1
+        sizes: dict[int, int] = {}
+        while plan.skipped < count and start < end:
+            chunk = await self.store.entry_sizes_from(sub.log.topic_id, start, end, READ_CHUNK)
+            if not chunk:
+                break
+            sizes.update(chunk)
+            plan_skip(sub.cursor, chunk, count, plan, sub.txn.pending.mask)
+            start = chunk[-1][0] + 1
+        plan.apply(sub.cursor, sizes)
+        for entry_id in plan.whole:
+            sub.deliveries.acked(entry_id, WHOLE)
+        for entry_id, mask in plan.partial.items():
+            for index in range(mask.bit_length()):
+                if mask >> index & 1:
+                    sub.deliveries.acked(entry_id, index)
+        return plan.skipped
+
+    async def _skip_all(self, sub: Subscription, end: int) -> int:
+        messages, _ = await self.store.backlog_since(sub.log.topic_id, sub.cursor.mark_delete)
+        if sub.txn.pending.by_entry or sub.txn.pending.cumulative:
+            # Messages a transaction holds stay for its commit or abort: skip around them.
+            return await self._skip(sub, end, messages)
+        acked_beyond = await self._acked_beyond(sub)
+        if end > 0:
+            sub.cursor.ack_cumulative(end - 1, WHOLE)
+            sub.deliveries.acked_cumulative(end - 1, WHOLE)
+        return max(messages - acked_beyond, 0)
+
+    async def _acked_beyond(self, sub: Subscription) -> int:
+        """Messages after the mark-delete position already acknowledged individually."""
+        acked = {e: m for e, m in sub.cursor.acked.items() if e > sub.cursor.mark_delete}
+        if not acked:
+            return 0
+        counts = await sub.log.message_counts(list(acked))
+        return sum(counts.get(e, 0) if m == -1 else min(m.bit_count(), counts.get(e, 0))
+                   for e, m in acked.items())
+
+    async def reset(self, topic: str, name: str, entry_id: int | None, batch_index: int,
+                    timestamp_ms: int | None) -> dict:
+        """Move the cursor so the next message delivered is (entry_id, batch_index), or the
+        first published at or after ``timestamp_ms``; the consumers are disconnected."""
+        plog = await self._log(topic)
+        if timestamp_ms is not None:
+            if problem := reset_time_problem(timestamp_ms, int(time.time() * 1000)):
+                raise BadRequest(f"reset-cursor on {plog.name.full}: {problem}")
+            sub = await self._subscription(plog, name)
+            first = await self.store.first_entry_since(plog.topic_id, timestamp_ms)
+            entry_id, batch_index = (plog.next_entry_id if first is None else first), WHOLE
+        else:
+            await self._check_message_id(plog, entry_id, batch_index)
+            sub = await self._subscription(plog, name)
+        await sub.seek(entry_id, batch_index)
+        for consumer in list(sub.consumers.values()):
+            self._drop_consumer(consumer)
+        log.info("reset subscription %r on %s to %d:%d", name, plog.name.full, entry_id, batch_index)
+        return {"markDeletePosition": sub.cursor.mark_delete, "entryId": entry_id, "batchIndex": batch_index}
+
+    async def peek(self, topic: str, name: str, count: int) -> dict:
+        """The first ``count`` messages the subscription has not acknowledged, with their
+        metadata; the cursor does not move."""
+        if not 1 <= count <= MAX_PEEK:
+            raise BadRequest(f"peek: the count must be between 1 and {MAX_PEEK} (got {count})")
+        plog = await self._log(topic)
+        sub = await self._subscription(plog, name)
+        positions: list[tuple[int, int]] = []
+        start, end = sub.cursor.mark_delete + 1, plog.next_entry_id
+        while len(positions) < count and start < end:
+            chunk = await self.store.entry_sizes_from(plog.topic_id, start, end, READ_CHUNK)
+            if not chunk:
+                break
+            positions += due_positions(sub.cursor, chunk, count - len(positions), sub.txn.pending.mask)
+            start = chunk[-1][0] + 1
+        messages, entries = [], {}
+        for entry_id, index in positions:
+            if entry_id not in entries:
+                entries[entry_id] = await plog.read_one(entry_id)
+            if entries[entry_id] is not None:
+                messages.append(message_json(plog, entries[entry_id], index))
+        return {"messages": messages}
+
+    # ---------------------------------------------------------------- the log
+
+    async def message(self, topic: str, entry_id: int, batch_index: int) -> dict:
+        plog = await self._log(topic)
+        entry = await self._check_message_id(plog, entry_id, batch_index)
+        indexes = range(entry.num_messages) if batch_index == WHOLE else [batch_index]
+        return {"messages": [message_json(plog, entry, i) for i in indexes]}
+
+    async def last_message_id(self, topic: str) -> dict:
+        plog = await self._log(topic)
+        last = await plog.last_entry()
+        if last is None:
+            return {"ledgerId": 0, "entryId": -1, "partitionIndex": plog.partition_index, "batchIndex": -1}
+        return {"ledgerId": 0, "entryId": last.entry_id, "partitionIndex": plog.partition_index,
+                "batchIndex": last.num_messages - 1, "batchSize": last.num_messages}
+
+    async def terminate(self, topic: str) -> dict:
+        plog = await self._log(topic)
+        last = await plog.terminate()
+        log.info("terminated %s at entry %d", plog.name.full, last)
+        return {"ledgerId": 0, "entryId": last, "partitionIndex": plog.partition_index, "batchIndex": -1}
+
+    async def unload(self, topic: str, ttl_s: float) -> dict:
+        """Hand the partition to another live broker (chosen as lookups choose, among the
+        others), or release it when this broker is the only one.  Queued sends fail with
+        NotOwner, which clients retry on the new owner (deduplicated)."""
+        name = TopicName.parse(topic)
+        found = await self.store.get_topic(name.full)
+        epoch = None if found is None else await self.store.my_epoch(found[0])
+        if epoch is None:
+            return {"unloaded": False, "brokerId": None}
+        # The lease moves first (its compare-and-set waits for writes in flight), then
+        # serving stops; a lookup in between already answers the new owner.
+        others = [b for b in await self.store.live_brokers(ttl_s) if b[0] != self.broker_id]
+        target = rendezvous(name.full, others)[0] if others else None
+        if target is None:
+            await self.store.release_topic(found[0], epoch)
+            moved = False
+        else:
+            moved = await self.store.hand_over_topic(found[0], epoch, target)
+        if (plog := self.ownership.logs.get(name.full)) is not None:
+            plog.lose("unloaded by an operator")
+        log.info("unloaded %s to %s", name.full, f"broker {target}" if moved else "the next lookup")
+        return {"unloaded": True, "brokerId": target if moved else None}

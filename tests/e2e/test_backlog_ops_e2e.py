@@ -1,0 +1,392 @@
+"""Backlog operations (issue 16) on real processes: create-subscription, skip,
+clear-backlog, reset-cursor by time and by message id, peek, get-message-by-id,
+last-message-id, terminate, unload and update-partitioned-topic through the admin REST
+API and ``magnetar-admin``, with connected clients; their bad inputs; live rates.
+
+One cluster (two brokers) serves the whole module: each test uses its own topics.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+import magnetar
+from magnetar.admin_cli import run as admin_cli
+from magnetar_runtime.local.cluster import LocalCluster
+from tests.e2e.conftest import TEST_ENV
+from tests.waiting import wait_until
+
+NS = "public/default"
+
+
+@pytest.fixture(scope="module")
+def cluster(postgres, migrated_template, tmp_path_factory):
+    url = postgres.create_database("e2e_backlog_ops", template=migrated_template)
+    c = LocalCluster(tmp_path_factory.mktemp("backlog"), database_url=url, brokers=2, env=TEST_ENV)
+    c.start()
+    yield c
+    c.close()
+    postgres.drop_database("e2e_backlog_ops")
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    c = magnetar.Client(",".join(cluster.broker_urls))
+    yield c
+    c.close()
+
+
+def call(cluster, method: str, path: str, body=None, accept: str = "application/json"):
+    """(status, headers, body bytes) of one admin request; never raises on 4xx."""
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    req = urllib.request.Request(cluster.admin_url + path, data=data, method=method,
+                                 headers={"accept": accept, "content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.headers, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers, err.read()
+
+
+def ok(cluster, method: str, path: str, body=None):
+    status, _, raw = call(cluster, method, path, body)
+    assert status in (200, 204), f"{method} {path}: HTTP {status}: {raw[:300]!r}"
+    return json.loads(raw) if raw else None
+
+
+def refused(cluster, method: str, path: str, status: int, body=None, reason: str = "") -> str:
+    got, _, raw = call(cluster, method, path, body)
+    assert got == status, f"{method} {path}: expected {status}, got {got}: {raw[:300]!r}"
+    answer = json.loads(raw)
+    assert reason.lower() in answer["reason"].lower(), answer
+    return answer["reason"]
+
+
+def topic_path(name: str) -> str:
+    return f"/admin/v2/persistent/{NS}/{name}"
+
+
+def backlog(cluster, name: str, sub: str) -> int:
+    return ok(cluster, "GET", topic_path(name) + "/stats")["subscriptions"][sub]["msgBacklog"]
+
+
+def produce(client, name: str, count: int, start: int = 0, batching: bool = False) -> list:
+    producer = client.create_producer(f"persistent://{NS}/{name}", batching_enabled=batching)
+    if batching:
+        for i in range(start, start + count):
+            producer.send_async(f"m{i}".encode(), None, properties={"i": str(i)})
+        producer.flush()
+        ids = []
+    else:
+        ids = [producer.send(f"m{i}".encode(), properties={"i": str(i)}, partition_key=f"k{i}")
+               for i in range(start, start + count)]
+    producer.close()
+    return ids
+
+
+def receive_all(consumer, count: int, timeout_ms: int = 5000) -> list[bytes]:
+    return [consumer.receive(timeout_ms).data() for _ in range(count)]
+
+
+def cli(cluster, *argv: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = admin_cli(["--admin-url", cluster.admin_url, *argv])
+    return code, out.getvalue() + err.getvalue()
+
+
+# ---------------------------------------------------------------- peek, skip, clear
+
+
+def test_peek_does_not_move_the_cursor_and_skip_and_clear_do(cluster, client):
+    name = "peek-skip"
+    ok(cluster, "PUT", topic_path(name))
+    ok(cluster, "PUT", topic_path(name) + "/subscription/s", {"ledgerId": -1, "entryId": -1})  # earliest
+    produce(client, name, 10)
+    assert backlog(cluster, name, "s") == 10
+
+    # Pulsar's REST peek: the payload as the body, its metadata in X-Pulsar-* headers.
+    status, headers, raw = call(cluster, "GET", topic_path(name) + "/subscription/s/position/2",
+                                accept="application/octet-stream")
+    assert status == 200 and raw == b"m1"
+    assert headers["X-Pulsar-Message-ID"] == "0:1:-1:0"
+    assert headers["X-Pulsar-PROPERTY-i"] == "1" and headers["X-Pulsar-partition-key"] == "k1"
+    assert int(headers["X-Pulsar-publish-time"]) > 0
+    peeked = ok(cluster, "GET", topic_path(name) + "/subscription/s/peek?count=3")["messages"]
+    assert [base64.b64decode(m["payload"]) for m in peeked] == [b"m0", b"m1", b"m2"]
+    assert backlog(cluster, name, "s") == 10  # peeking moved nothing
+
+    ok(cluster, "POST", topic_path(name) + "/subscription/s/skip/3")
+    assert backlog(cluster, name, "s") == 7
+    first = ok(cluster, "GET", topic_path(name) + "/subscription/s/peek?count=1")["messages"][0]
+    assert base64.b64decode(first["payload"]) == b"m3"
+
+    code, text = cli(cluster, "topics", "peek-messages", f"{NS}/{name}", "-s", "s", "-n", "2")
+    assert code == 0 and "m3" in text and "m4" in text and "Message ID: 0:4:-1:0" in text
+    code, text = cli(cluster, "topics", "clear-backlog", f"{NS}/{name}", "-s", "s")
+    assert code == 0, text
+    assert backlog(cluster, name, "s") == 0
+    refused(cluster, "GET", topic_path(name) + "/subscription/s/position/1", 404, reason="no message at position 1")
+
+    # A consumer of the cleared subscription gets only what comes next.
+    consumer = client.subscribe(f"persistent://{NS}/{name}", "s")
+    produce(client, name, 1, start=10)
+    assert consumer.receive(5000).data() == b"m10"
+    consumer.close()
+
+
+def test_skip_counts_messages_inside_batches(cluster, client):
+    name = "skip-batches"
+    ok(cluster, "PUT", topic_path(name))
+    ok(cluster, "PUT", topic_path(name) + "/subscription/s", {"ledgerId": -1, "entryId": -1})
+    produce(client, name, 10, batching=True)  # few entries, many messages each
+    entries = ok(cluster, "GET", topic_path(name) + "/internalStats")["numberOfEntries"]
+    assert entries < 10
+    ok(cluster, "POST", topic_path(name) + "/subscription/s/skip/4")
+    assert backlog(cluster, name, "s") == 6
+    consumer = client.subscribe(f"persistent://{NS}/{name}", "s")
+    assert receive_all(consumer, 6) == [f"m{i}".encode() for i in range(4, 10)]
+    consumer.close()
+
+
+# ---------------------------------------------------------------- create-subscription, reset
+
+
+def test_create_subscription_at_a_message_id_and_latest(cluster, client):
+    name = "create-at"
+    ok(cluster, "PUT", topic_path(name))
+    ids = produce(client, name, 5)
+    ok(cluster, "PUT", topic_path(name) + "/subscription/at2",
+       {"ledgerId": 0, "entryId": ids[2].entry_id(), "batchIndex": -1})
+    ok(cluster, "PUT", topic_path(name) + "/subscription/latest")  # no body: latest
+    code, text = cli(cluster, "topics", "create-subscription", f"{NS}/{name}", "-s", "early", "-m", "earliest")
+    assert code == 0, text
+    assert backlog(cluster, name, "at2") == 3
+    assert backlog(cluster, name, "latest") == 0
+    assert backlog(cluster, name, "early") == 5
+    refused(cluster, "PUT", topic_path(name) + "/subscription/at2", 409, reason="already exists")
+
+
+def test_reset_cursor_by_message_id_and_by_time_redelivers_to_a_connected_consumer(cluster, client):
+    name = "reset"
+    topic = f"persistent://{NS}/{name}"
+    consumer = client.subscribe(topic, "s", consumer_type=magnetar.ConsumerType.Shared)
+    ids = produce(client, name, 5)
+    # The reset by time names a millisecond after every publish time of m0-m4.
+    since = int(time.time() * 1000) + 1
+    wait_until(lambda: time.time() * 1000 > since, 2, "the clock to pass the reset time")
+    produce(client, name, 5, start=5)
+    for msg in [consumer.receive(5000) for _ in range(10)]:
+        consumer.acknowledge(msg)
+    wait_until(lambda: backlog(cluster, name, "s") == 0, 10, "the acks to be stored")
+
+    # By message id: the consumer receives from m3 again without doing anything.
+    ok(cluster, "POST", topic_path(name) + "/subscription/s/resetcursor",
+       {"ledgerId": 0, "entryId": ids[3].entry_id(), "partitionIndex": -1, "batchIndex": -1})
+    assert receive_all(consumer, 7, 10000) == [f"m{i}".encode() for i in range(3, 10)]
+
+    # By time: the first message published at or after `since` (m5).
+    ok(cluster, "POST", topic_path(name) + f"/subscription/s/resetcursor/{since}")
+    got = receive_all(consumer, 5, 10000)
+    assert got == [f"m{i}".encode() for i in range(5, 10)]
+    consumer.close()
+
+
+# ---------------------------------------------------------------- message ids
+
+
+def test_last_message_id_and_get_message_by_id(cluster, client):
+    name = "by-id"
+    ok(cluster, "PUT", topic_path(name))
+    assert ok(cluster, "GET", topic_path(name) + "/lastMessageId")["entryId"] == -1
+    ids = produce(client, name, 3)
+    last = ok(cluster, "GET", topic_path(name) + "/lastMessageId")
+    assert (last["ledgerId"], last["entryId"]) == (0, ids[-1].entry_id())
+    status, headers, raw = call(cluster, "GET", topic_path(name) + f"/ledger/0/entry/{ids[1].entry_id()}",
+                                accept="*/*")
+    assert status == 200 and raw == b"m1" and headers["X-Pulsar-PROPERTY-i"] == "1"
+    code, text = cli(cluster, "topics", "get-message-by-id", f"{NS}/{name}", "-e", str(ids[2].entry_id()))
+    assert code == 0 and "m2" in text
+    code, text = cli(cluster, "topics", "last-message-id", f"{NS}/{name}")
+    assert code == 0 and str(ids[-1].entry_id()) in text
+
+
+# ---------------------------------------------------------------- terminate
+
+
+def test_terminate_stops_producers_and_consumers_see_the_end(cluster, client):
+    name = "terminate"
+    topic = f"persistent://{NS}/{name}"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(3):
+        producer.send(f"m{i}".encode())
+    answer = ok(cluster, "POST", topic_path(name) + "/terminate")
+    assert answer["entryId"] == 2
+    with pytest.raises(magnetar.TopicTerminated, match="terminated"):
+        producer.send(b"late")
+    with pytest.raises(magnetar.TopicTerminated):  # a new producer too
+        client.create_producer(topic).send(b"later")
+    assert not consumer.has_reached_end_of_topic()
+    assert receive_all(consumer, 3) == [b"m0", b"m1", b"m2"]
+    wait_until(consumer.has_reached_end_of_topic, 10, "the consumer to see the end of the topic")
+    # Terminating again answers the same last message; the topic's stats say so.
+    assert ok(cluster, "POST", topic_path(name) + "/terminate")["entryId"] == 2
+    assert ok(cluster, "GET", topic_path(name) + "/stats")["terminated"] is True
+    consumer.close()
+
+
+# ---------------------------------------------------------------- unload
+
+
+def _owner(cluster, unit: str) -> str | None:
+    for row in ok(cluster, "GET", "/admin/v2/brokers/ownership"):
+        if row["topic"] == unit:
+            return row["brokerId"]
+    return None
+
+
+def test_unload_moves_the_partition_while_a_producer_sends_and_loses_nothing(cluster, client):
+    name = "unload"
+    topic = f"persistent://{NS}/{name}"
+    ok(cluster, "PUT", topic_path(name))
+    consumer = client.subscribe(topic, "s", initial_position=magnetar.InitialPosition.Earliest)
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"first")
+    before = _owner(cluster, topic)
+    sent: list[bytes] = []
+    stop = threading.Event()
+
+    def keep_sending() -> None:
+        i = 0
+        while not stop.is_set() and i < 2000:
+            producer.send(f"n{i}".encode())
+            sent.append(f"n{i}".encode())
+            i += 1
+
+    sender = threading.Thread(target=keep_sending)
+    sender.start()
+    try:
+        wait_until(lambda: len(sent) >= 20, 10, "the producer to be sending")
+        ok(cluster, "PUT", topic_path(name) + "/unload")
+        wait_until(lambda: _owner(cluster, topic) not in (None, before), 10, "the topic to have a new owner")
+        count = len(sent)
+        wait_until(lambda: len(sent) >= count + 20, 15, "the producer to send on the new owner")
+    finally:
+        stop.set()
+        sender.join(30)
+    producer.close()
+    got = receive_all(consumer, 1 + len(sent), 15000)
+    assert got == [b"first", *sent]  # nothing lost, nothing twice, in order
+    with pytest.raises(magnetar.Timeout):
+        consumer.receive(300)
+    consumer.close()
+
+
+# ---------------------------------------------------------------- partitioned topics
+
+
+def test_operations_apply_to_every_partition(cluster, client):
+    name = "parts"
+    topic = f"persistent://{NS}/{name}"
+    ok(cluster, "PUT", topic_path(name) + "/partitions", 2)
+    ok(cluster, "PUT", topic_path(name) + "/subscription/s", {"ledgerId": -1, "entryId": -1})
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(10):
+        producer.send(f"m{i}".encode(), partition_key=f"key-{i}")
+    producer.close()
+    stats = ok(cluster, "GET", topic_path(name) + "/partitioned-stats")
+    assert stats["subscriptions"]["s"]["msgBacklog"] == 10
+    per_partition = [p["subscriptions"]["s"]["msgBacklog"] for p in stats["partitions"].values()]
+    ok(cluster, "POST", topic_path(name) + "/subscription/s/skip/1")
+    skipped = sum(1 for n in per_partition if n)  # one per partition that had messages
+    stats = ok(cluster, "GET", topic_path(name) + "/partitioned-stats")
+    assert stats["subscriptions"]["s"]["msgBacklog"] == 10 - skipped
+    peeked = ok(cluster, "GET", topic_path(name) + "/subscription/s/peek?count=100")["messages"]
+    assert len(peeked) == 10 - skipped
+    lasts = ok(cluster, "GET", topic_path(name) + "/lastMessageId")["partitions"]
+    assert set(lasts) == {f"{topic}-partition-0", f"{topic}-partition-1"}
+
+    ok(cluster, "POST", topic_path(name) + "/partitions", 3)
+    assert ok(cluster, "GET", topic_path(name) + "/partitions") == {"partitions": 3}
+    refused(cluster, "POST", topic_path(name) + "/partitions", 409, body=2, reason="can only grow")
+    code, text = cli(cluster, "topics", "update-partitioned-topic", f"{NS}/{name}", "-p", "3")
+    assert code == 1 and "can only grow" in text
+    ok(cluster, "POST", topic_path(name) + "/subscription/s/skip_all")
+    assert ok(cluster, "GET", topic_path(name) + "/partitioned-stats")["subscriptions"]["s"]["msgBacklog"] == 0
+
+    refused(cluster, "POST", topic_path(name) + "/terminate", 409, reason="terminate/partitions")
+    answer = ok(cluster, "POST", topic_path(name) + "/terminate/partitions")
+    assert set(answer) == {"0", "1", "2"}
+    with pytest.raises(magnetar.TopicTerminated):
+        client.create_producer(topic).send(b"late", partition_key="key-1")
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_input_is_refused_with_a_reason_and_changes_nothing(cluster, client):
+    name = "bad"
+    ok(cluster, "PUT", topic_path(name))
+    ok(cluster, "PUT", topic_path(name) + "/subscription/s", {"ledgerId": -1, "entryId": -1})
+    produce(client, name, 3)
+    sub = topic_path(name) + "/subscription/s"
+    refused(cluster, "POST", topic_path(name) + "/subscription/nope/skip/1", 404, reason="'nope' does not exist")
+    refused(cluster, "POST", topic_path("no-such-topic") + "/subscription/s/skip/1", 404, reason="does not exist")
+    refused(cluster, "POST", sub + "/skip/abc", 400, reason="numMessages")
+    refused(cluster, "POST", sub + "/skip/-1", 400, reason="numMessages")
+    refused(cluster, "POST", sub + "/skip/99999999999999999999", 400, reason="numMessages")
+    future = int(time.time() * 1000) + 3_600_000
+    refused(cluster, "POST", sub + f"/resetcursor/{future}", 400, reason="in the future")
+    refused(cluster, "POST", sub + "/resetcursor", 404, body={"ledgerId": 0, "entryId": 99}, reason="past the end")
+    refused(cluster, "POST", sub + "/resetcursor", 404, body={"ledgerId": 0, "entryId": 1, "batchIndex": 7},
+            reason="batch index 7")
+    refused(cluster, "POST", sub + "/resetcursor", 404, body={"ledgerId": 5, "entryId": 1}, reason="ledger 5")
+    refused(cluster, "POST", sub + "/resetcursor", 400, body={"ledgerId": 0}, reason="entryId")
+    refused(cluster, "POST", sub + "/resetcursor", 400, body={"ledgerId": 0, "entryId": "x"}, reason="integer")
+    refused(cluster, "POST", sub + "/resetcursor", 400, body=b"{not json", reason="not valid JSON")
+    refused(cluster, "PUT", topic_path(name) + "/subscription/t", 400, body=[1, 2], reason="message id")
+    refused(cluster, "GET", sub + "/position/0", 400, reason="messagePosition")
+    refused(cluster, "GET", sub + "/peek?count=100000", 400, reason="count")
+    refused(cluster, "GET", topic_path(name) + "/ledger/0/entry/77", 404, reason="past the end")
+    refused(cluster, "GET", topic_path(name) + "/ledger/3/entry/0", 404, reason="ledger 3")
+    refused(cluster, "POST", topic_path(name) + "/partitions", 404, body=4, reason="does not exist")
+    refused(cluster, "POST", topic_path(name) + "/partitions", 400, body="four", reason="integer")
+    refused(cluster, "PUT", topic_path("no-such-topic") + "/unload", 404, reason="does not exist")
+    code, text = cli(cluster, "topics", "reset-cursor", f"{NS}/{name}", "-s", "s")
+    assert code == 2 and "exactly one of" in text
+    code, text = cli(cluster, "topics", "reset-cursor", f"{NS}/{name}", "-s", "s", "-m", "zz")
+    assert code == 2 and "LEDGER:ENTRY" in text
+    assert backlog(cluster, name, "s") == 3  # nothing moved
+    assert ok(cluster, "GET", f"/admin/v2/persistent/{NS}/{name}/subscriptions") == ["s"]
+
+
+# ---------------------------------------------------------------- rates
+
+
+def test_stats_carry_rates_under_load(cluster, client):
+    name = "rates"
+    topic = f"persistent://{NS}/{name}"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic)
+    for i in range(200):
+        producer.send_async(b"x" * 100, None)
+    producer.flush()
+    for _ in range(200):
+        consumer.acknowledge(consumer.receive(5000))
+    stats = ok(cluster, "GET", topic_path(name) + "/stats")
+    assert stats["msgRateIn"] > 0 and stats["msgThroughputIn"] >= 100 * stats["msgRateIn"]
+    assert stats["msgRateOut"] > 0 and stats["msgThroughputOut"] > 0
+    assert stats["subscriptions"]["s"]["msgRateOut"] > 0
+    assert stats["averageMsgSize"] >= 100
+    producer.close()
+    consumer.close()
