@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import magnetar
 from magnetar.admin_cli import run as admin_cli
@@ -31,7 +32,11 @@ NS = "public/default"
 @pytest.fixture(scope="module")
 def cluster(postgres, migrated_template, tmp_path_factory):
     url = postgres.create_database("e2e_backlog_ops", template=migrated_template)
-    c = LocalCluster(tmp_path_factory.mktemp("backlog"), database_url=url, brokers=2, env=TEST_ENV)
+    # Topic gauges recomputed often; broker-1 exports them per topic, for one topic at most.
+    c = LocalCluster(tmp_path_factory.mktemp("backlog"), database_url=url, brokers=2,
+                     env=TEST_ENV | {"MAGNETAR_TOPIC_METRICS_INTERVAL_MS": "300"},
+                     service_env={"broker-1": {"MAGNETAR_METRICS_PER_TOPIC": "true",
+                                               "MAGNETAR_METRICS_MAX_TOPICS": "1"}})
     c.start()
     yield c
     c.close()
@@ -390,3 +395,65 @@ def test_stats_carry_rates_under_load(cluster, client):
     assert stats["averageMsgSize"] >= 100
     producer.close()
     consumer.close()
+
+
+# ---------------------------------------------------------------- Prometheus
+
+
+def scrape(cluster, broker: str) -> list[tuple[str, dict, float]]:
+    with urllib.request.urlopen(cluster.url(broker) + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples]
+
+
+def gauge(samples, name: str, **labels) -> float | None:
+    found = [v for n, lab, v in samples if n == name and all(lab.get(k) == v2 for k, v2 in labels.items())]
+    return sum(found) if found else None
+
+
+def place_on(cluster, client, name: str, broker: str) -> None:
+    """Serve the topic on ``broker`` (an unload hands it to the other one of two)."""
+    topic = f"persistent://public/metrics/{name}"
+    client.create_producer(topic).close()  # looked up: it has an owner
+    if _owner(cluster, topic) != broker:
+        ok(cluster, "PUT", f"/admin/v2/persistent/public/metrics/{name}/unload")
+        client.create_producer(topic).close()
+    assert _owner(cluster, topic) == broker
+
+
+def test_prometheus_topic_gauges_per_namespace_and_per_topic_bounded(cluster, client):
+    ok(cluster, "PUT", "/admin/v2/namespaces/public/metrics")
+    # "big" has the largest backlog of every topic this module leaves on a broker.
+    for name, count in (("big", 1000), ("small", 2)):
+        path = f"/admin/v2/persistent/public/metrics/{name}"
+        ok(cluster, "PUT", path)
+        ok(cluster, "PUT", path + "/subscription/s", {"ledgerId": -1, "entryId": -1})
+        producer = client.create_producer(f"persistent://public/metrics/{name}")
+        for i in range(count):
+            producer.send_async(b"x" * 100, None)
+        producer.flush()
+        producer.close()
+
+    # broker-0: per namespace (no topic label).
+    place_on(cluster, client, "big", "broker-0")
+    place_on(cluster, client, "small", "broker-0")
+    wait_until(lambda: gauge(scrape(cluster, "broker-0"), "pulsar_msg_backlog", namespace="public/metrics") == 1002,
+               10, "broker-0 to export the namespace's backlog",
+               explain=lambda: [x for x in scrape(cluster, "broker-0") if x[0].startswith("pulsar_msg")])
+    samples = scrape(cluster, "broker-0")
+    assert gauge(samples, "pulsar_storage_size", namespace="public/metrics") >= 100_200
+    assert not [lab for n, lab, _ in samples if n == "pulsar_msg_backlog" and "topic" in lab]
+
+    # broker-1: per topic, one topic at most: the larger backlog keeps its series.
+    place_on(cluster, client, "big", "broker-1")
+    place_on(cluster, client, "small", "broker-1")
+    big = "persistent://public/metrics/big"
+    wait_until(lambda: gauge(scrape(cluster, "broker-1"), "pulsar_msg_backlog", topic="_other",
+                             namespace="public/metrics") == 2, 10, "broker-1 to fold the small topic",
+               explain=lambda: [x for x in scrape(cluster, "broker-1") if x[0].startswith("pulsar_msg")])
+    samples = scrape(cluster, "broker-1")
+    assert gauge(samples, "pulsar_msg_backlog", topic=big) == 1000
+    assert gauge(samples, "pulsar_subscription_back_log", topic=big, subscription="s") == 1000
+    assert gauge(samples, "pulsar_storage_size", topic=big) >= 100_000
+    assert gauge(samples, "magnetar_broker_topic_metrics_folded") >= 1
+    assert gauge(samples, "pulsar_subscription_back_log", topic="persistent://public/metrics/small") is None

@@ -1,6 +1,11 @@
-"""Broker metrics (Prometheus).  No per-topic labels: cardinality stays bounded."""
+"""Broker metrics (Prometheus).  The magnetar_* ones carry no topic labels; the topic
+gauges of Pulsar's names (pulsar_storage_size, pulsar_msg_backlog, ...) are per
+namespace unless MAGNETAR_METRICS_PER_TOPIC, and bounded then (topic_metrics.py)."""
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from magnetar_broker.topic_metrics import SUBSCRIPTION_GAUGE, TOPIC_GAUGES, Exported
 
 MESSAGES_IN = Counter("magnetar_broker_messages_in_total", "Messages stored")
 MESSAGES_OUT = Counter("magnetar_broker_messages_out_total", "Messages delivered to consumers")
@@ -38,3 +43,33 @@ LIFECYCLE_EVICTED = Counter("magnetar_broker_evicted_entries_total",
                             "Entries acknowledged by consumer_backlog_eviction")
 LIFECYCLE_PASSES = Counter("magnetar_broker_lifecycle_passes_total",
                            "Completed passes of the storage-lifecycle loop over the owned partitions")
+
+
+class TopicGauges:
+    """The latest export of the topic-metrics loop, served on every scrape (the scrape
+    itself runs no query)."""
+
+    def __init__(self) -> None:
+        self.latest = Exported({}, 0)
+
+    def describe(self):
+        return []  # the families depend on the export; no fixed description
+
+    def collect(self):
+        exported = self.latest
+        helps = TOPIC_GAUGES | {SUBSCRIPTION_GAUGE[0]: SUBSCRIPTION_GAUGE[1]}
+        for name, rows in exported.rows.items():
+            if not rows:
+                continue
+            keys = list(rows[0][0])
+            family = GaugeMetricFamily(name, helps[name], labels=keys)
+            for labels, value in rows:
+                family.add_metric([labels[k] for k in keys], value)
+            yield family
+        yield GaugeMetricFamily("magnetar_broker_topic_metrics_folded",
+                                "Topics past MAGNETAR_METRICS_MAX_TOPICS summed into topic=_other",
+                                value=exported.folded)
+
+
+TOPIC_GAUGES_COLLECTOR = TopicGauges()
+REGISTRY.register(TOPIC_GAUGES_COLLECTOR)

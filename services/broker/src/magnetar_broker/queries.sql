@@ -526,3 +526,12 @@ FROM entries WHERE topic_id = $1;
 SELECT coalesce(sum(num_messages), 0)::bigint AS messages,
        coalesce(sum(length(payload)), 0)::bigint AS bytes
 FROM entries WHERE topic_id = $1 AND entry_id > $2;
+
+-- name: subscription_backlogs
+-- Per durable subscription: messages and bytes after its stored mark-delete position.
+SELECT s.subscription, s.mark_delete_entry,
+       (SELECT coalesce(sum(e.num_messages), 0)::bigint FROM entries e
+        WHERE e.topic_id = s.topic_id AND e.entry_id > s.mark_delete_entry) AS messages,
+       (SELECT coalesce(sum(length(e.payload)), 0)::bigint FROM entries e
+        WHERE e.topic_id = s.topic_id AND e.entry_id > s.mark_delete_entry) AS bytes
+FROM subscriptions s WHERE s.topic_id = $1;

@@ -19,6 +19,7 @@ from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
 from magnetar_broker.subscription.cursor import Cursor
 from magnetar_broker.subscription.subscription import Consumer, Subscription
+from magnetar_broker.topic_metrics import PartitionSample, export
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     BadRequest,
@@ -75,6 +76,8 @@ class BrokerService:
                                           self.durable_subscription)
         self.lifecycle_loop = BackgroundLoop("storage-lifecycle", settings.lifecycle_interval_ms / 1000,
                                              self.lifecycle.run_once)
+        self.topic_metrics_loop = BackgroundLoop("topic-metrics", settings.topic_metrics_interval_ms / 1000,
+                                                 self.export_topic_metrics)
         self.ready = False
         self._released = False
         # Other protocols' listeners on this service (the Pulsar listener): started
@@ -94,6 +97,7 @@ class BrokerService:
         self.session_loop.start()
         self.dedup_expiry_loop.start()
         self.lifecycle_loop.start()
+        self.topic_metrics_loop.start()
         self.ready = True
         log.info("broker %s serving at %s", self.broker_id, self.settings.url)
 
@@ -118,6 +122,7 @@ class BrokerService:
         await self.release_leases()
         await self.session_loop.stop()
         await self.dedup_expiry_loop.stop()
+        await self.topic_metrics_loop.stop()
         log.info("broker %s stopped", self.broker_id)
 
     def _topic_lost(self, plog: PartitionLog) -> None:
@@ -149,6 +154,33 @@ class BrokerService:
                 metrics.DEDUP_EXPIRED.inc(len(names))
                 log.info("forgot the dedup state of %d producer name(s) idle for %d s on %s",
                          len(names), idle_s, plog.name.full)
+
+    async def export_topic_metrics(self) -> None:
+        """Recompute the topic gauges (pulsar_storage_size, pulsar_msg_backlog, ...) of the
+        partitions served here; scrapes serve the latest result."""
+        now = time.monotonic()
+        samples = []
+        for plog in list(self.ownership.logs.values()):
+            if plog.closed:
+                continue
+            stored_bytes, _ = await self.store.storage_stats(plog.topic_id)
+            # Messages after each stored mark-delete position (individual acks past it
+            # count until the position passes them; the admin's stats subtract them).
+            backlogs = await self.store.subscription_backlogs(plog.topic_id)
+            rate_in, throughput_in = plog.rate_in.rates(now)
+            out = [sub.rate_out.rates(now) for sub in plog.subscriptions.values()]
+            samples.append(PartitionSample(plog.name.namespace_name, plog.name.base.full, {
+                "pulsar_storage_size": stored_bytes,
+                "pulsar_msg_backlog": sum(b[1] for b in backlogs.values()),
+                "pulsar_storage_backlog_size": sum(b[2] for b in backlogs.values()),
+                "pulsar_rate_in": rate_in, "pulsar_throughput_in": throughput_in,
+                "pulsar_rate_out": sum(r[0] for r in out), "pulsar_throughput_out": sum(r[1] for r in out),
+                "pulsar_subscriptions_count": len(backlogs),
+                "pulsar_producers_count": len(plog.producers),
+                "pulsar_consumers_count": sum(len(s.consumers) for s in plog.subscriptions.values()),
+            }, {name: b[1] for name, b in backlogs.items()}))
+        metrics.TOPIC_GAUGES_COLLECTOR.latest = export(
+            samples, self.settings.cluster_name, self.settings.metrics_per_topic, self.settings.metrics_max_topics)
 
     async def expire_sessions(self) -> None:
         for session in self.sessions.expired(time.monotonic()):

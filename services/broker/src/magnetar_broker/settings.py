@@ -62,6 +62,18 @@ class BrokerSettings(ServiceSettings):
     # then fails with ProducerBlockedQuotaExceeded (the client's send timeout may end it first).
     backlog_quota_hold_max_ms: int = Field(30_000, ge=0)
 
+    # Topic gauges of Pulsar's names (pulsar_storage_size, pulsar_msg_backlog, ...): per
+    # namespace by default, per topic when true (Pulsar's exposeTopicLevelMetricsInPrometheus),
+    # then for at most metrics_max_topics topics per broker (the largest backlogs; the rest
+    # summed into topic="_other"), so a broker with 100k partitions cannot flood Prometheus.
+    metrics_per_topic: bool = False
+    metrics_max_topics: int = Field(1000, ge=0)
+    # How often they are recomputed: one storage and one backlog query per served
+    # partition, so not on every scrape.
+    topic_metrics_interval_ms: int = Field(15000, gt=0)
+    # The cluster label of those gauges (the admin's MAGNETAR_CLUSTER_NAME).
+    cluster_name: str = "standalone"
+
     # Pulsar's binary protocol (docs/pulsar-protocol.md): the port unmodified Pulsar
     # clients connect to (Pulsar's is 6650); 0: no Pulsar listener.
     pulsar_port: int = Field(0, ge=0, le=65535)

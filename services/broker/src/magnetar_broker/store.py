@@ -260,6 +260,11 @@ class BrokerStore:
         row = await self.pool.fetchrow(Q["backlog_since"], topic_id, mark_delete)
         return row["messages"], row["bytes"]
 
+    async def subscription_backlogs(self, topic_id: int) -> dict[str, tuple[int, int, int]]:
+        """{subscription: (stored mark-delete, messages after it, bytes after it)}."""
+        rows = await self.pool.fetch(Q["subscription_backlogs"], topic_id)
+        return {r["subscription"]: (r["mark_delete_entry"], r["messages"], r["bytes"]) for r in rows}
+
     async def subscription_state(self, topic_id: int, name: str) -> tuple[int, bytes] | None:
         row = await self.pool.fetchrow(Q["get_subscription"], topic_id, name)
         return (row["mark_delete_entry"], bytes(row["acked_state"])) if row else None
