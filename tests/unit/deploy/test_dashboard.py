@@ -24,7 +24,10 @@ def exported() -> dict[str, set[str]]:
     for family in REGISTRY.collect():
         collector = REGISTRY._names_to_collectors.get(family.name) or \
             REGISTRY._names_to_collectors.get(family.name + "_total")
-        labels = set(getattr(collector, "_labelnames", ()))
+        labels = set(getattr(collector, "_labelnames", ()) or getattr(collector, "label_names", ()))
+        if "namespace" in labels:
+            # Pulsar's namespace label meets the pod's: Prometheus renames the scraped one.
+            labels.add("exported_namespace")
         for suffix in SUFFIXES.get(family.type, ("",)):
             names[family.name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
     return names

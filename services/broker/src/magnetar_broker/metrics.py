@@ -47,22 +47,21 @@ LIFECYCLE_PASSES = Counter("magnetar_broker_lifecycle_passes_total",
 
 class TopicGauges:
     """The latest export of the topic-metrics loop, served on every scrape (the scrape
-    itself runs no query)."""
+    itself runs no query).  Every family is listed even while it has no series yet."""
+
+    # Every label a topic gauge may carry (per namespace: the first two).
+    label_names = ("cluster", "namespace", "topic", "subscription")
 
     def __init__(self) -> None:
         self.latest = Exported({}, 0)
 
-    def describe(self):
-        return []  # the families depend on the export; no fixed description
-
     def collect(self):
         exported = self.latest
         helps = TOPIC_GAUGES | {SUBSCRIPTION_GAUGE[0]: SUBSCRIPTION_GAUGE[1]}
-        for name, rows in exported.rows.items():
-            if not rows:
-                continue
-            keys = list(rows[0][0])
-            family = GaugeMetricFamily(name, helps[name], labels=keys)
+        for name, text in helps.items():
+            rows = exported.rows.get(name, [])
+            keys = list(rows[0][0]) if rows else ["cluster", "namespace"]
+            family = GaugeMetricFamily(name, text, labels=keys)
             for labels, value in rows:
                 family.add_metric([labels[k] for k in keys], value)
             yield family
