@@ -102,6 +102,20 @@ def receive_all(consumer, count: int, timeout_ms: int = 5000) -> list[bytes]:
     return [consumer.receive(timeout_ms).data() for _ in range(count)]
 
 
+def consumer_ids(cluster, name: str, sub: str) -> set[int]:
+    subs = ok(cluster, "GET", topic_path(name) + "/stats")["subscriptions"]
+    return {c["consumerId"] for c in subs.get(sub, {}).get("consumers", [])}
+
+
+def reset_and_wait(cluster, name: str, sub: str, path: str, body=None) -> None:
+    """Reset the cursor, then wait until the consumer has subscribed again (a client
+    learns of a reset at its next fetch, as a Pulsar client at its connection's close;
+    what it hands out before that is still the old subscription's)."""
+    before = consumer_ids(cluster, name, sub)
+    ok(cluster, "POST", topic_path(name) + f"/subscription/{sub}/" + path, body)
+    wait_until(lambda: consumer_ids(cluster, name, sub) - before, 10, "the consumer to subscribe again")
+
+
 def cli(cluster, *argv: str) -> tuple[int, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -195,14 +209,29 @@ def test_reset_cursor_by_message_id_and_by_time_redelivers_to_a_connected_consum
     wait_until(lambda: backlog(cluster, name, "s") == 0, 10, "the acks to be stored")
 
     # By message id: the consumer receives from m3 again without doing anything.
-    ok(cluster, "POST", topic_path(name) + "/subscription/s/resetcursor",
-       {"ledgerId": 0, "entryId": ids[3].entry_id(), "partitionIndex": -1, "batchIndex": -1})
+    reset_and_wait(cluster, name, "s", "resetcursor",
+                   {"ledgerId": 0, "entryId": ids[3].entry_id(), "partitionIndex": -1, "batchIndex": -1})
     assert receive_all(consumer, 7, 10000) == [f"m{i}".encode() for i in range(3, 10)]
 
     # By time: the first message published at or after `since` (m5).
-    ok(cluster, "POST", topic_path(name) + f"/subscription/s/resetcursor/{since}")
+    reset_and_wait(cluster, name, "s", f"resetcursor/{since}")
     got = receive_all(consumer, 5, 10000)
     assert got == [f"m{i}".encode() for i in range(5, 10)]
+    consumer.close()
+
+
+def test_reset_forward_drops_what_the_consumer_had_buffered(cluster, client):
+    name = "reset-forward"
+    topic = f"persistent://{NS}/{name}"
+    consumer = client.subscribe(topic, "s")
+    ids = produce(client, name, 10)
+    # The consumer's fetch loop buffers all ten; the application has taken none yet.
+    wait_until(lambda: ok(cluster, "GET", topic_path(name) + "/stats")["subscriptions"]["s"]["unackedMessages"]
+               == 10, 10, "the consumer to have fetched every message")
+    reset_and_wait(cluster, name, "s", "resetcursor", {"ledgerId": 0, "entryId": ids[7].entry_id()})
+    assert receive_all(consumer, 3, 10000) == [b"m7", b"m8", b"m9"]  # m0-m6 dropped, as Pulsar does
+    with pytest.raises(magnetar.Timeout):
+        consumer.receive(300)
     consumer.close()
 
 

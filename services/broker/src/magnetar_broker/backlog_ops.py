@@ -180,9 +180,11 @@ class BacklogOps:
         else:
             await self._check_message_id(plog, entry_id, batch_index)
             sub = await self._subscription(plog, name)
-        await sub.seek(entry_id, batch_index)
+        # Consumers go first, before any wait: none of them may fetch from the new
+        # position and hand it to a client that has not noticed the reset yet.
         for consumer in list(sub.consumers.values()):
             self._drop_consumer(consumer)
+        await sub.seek(entry_id, batch_index)
         log.info("reset subscription %r on %s to %d:%d", name, plog.name.full, entry_id, batch_index)
         return {"markDeletePosition": sub.cursor.mark_delete, "entryId": entry_id, "batchIndex": batch_index}
 
