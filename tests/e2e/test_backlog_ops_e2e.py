@@ -172,6 +172,9 @@ def test_skip_counts_messages_inside_batches(cluster, client):
     assert entries < 10
     ok(cluster, "POST", topic_path(name) + "/subscription/s/skip/4")
     assert backlog(cluster, name, "s") == 6
+    # Peek starts inside the batch the skip stopped in.
+    peeked = ok(cluster, "GET", topic_path(name) + "/subscription/s/peek?count=2")["messages"]
+    assert [base64.b64decode(m["payload"]) for m in peeked] == [b"m4", b"m5"]
     consumer = client.subscribe(f"persistent://{NS}/{name}", "s")
     assert receive_all(consumer, 6) == [f"m{i}".encode() for i in range(4, 10)]
     consumer.close()
