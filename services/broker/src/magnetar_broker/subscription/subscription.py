@@ -19,6 +19,7 @@ from magnetar_broker import metrics
 from magnetar_broker.entry import Entry
 from magnetar_broker.partition.log import PartitionLog
 from magnetar_broker.rates import Rate
+from magnetar_broker.subscription.backlog import lowest_bits
 from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
 from magnetar_broker.subscription.dispatch import (
     SUB_NAMES,
@@ -187,7 +188,7 @@ class Subscription:
             mask &= ~self.txn.pending.mask(entry_id, entry.num_messages)
             mask &= self._routed_to(consumer, entry)
             if self.sub_type == pb.SUB_SHARED and mask.bit_count() > budget:
-                mask = _first_bits(mask, budget)
+                mask = lowest_bits(mask, budget)
             if mask:
                 budget -= self._deliver(consumer, entry, mask, out, redelivered=True)
             elif not self.deliveries.redeliver[entry_id] & self.cursor.unacked_mask(entry_id, entry.num_messages):
@@ -211,7 +212,7 @@ class Subscription:
                 if self.sub_type == pb.SUB_SHARED and mine.bit_count() > budget:
                     # A Shared consumer takes at most its permits from a big batch, so
                     # one consumer cannot hoard a whole entry while the others starve.
-                    mine = _first_bits(mine, budget)
+                    mine = lowest_bits(mine, budget)
                 if due & ~mine:
                     # Park what this consumer does not take (KeyShared: other consumers'
                     # keys; Shared: the rest of a big batch).  Not a redelivery.
@@ -380,14 +381,3 @@ class Subscription:
                 for c in self.consumers.values()
             ],
         }
-
-
-def _first_bits(mask: int, count: int) -> int:
-    """The lowest ``count`` set bits of ``mask``."""
-    out = 0
-    while mask and count > 0:
-        low = mask & -mask
-        out |= low
-        mask ^= low
-        count -= 1
-    return out
