@@ -300,9 +300,6 @@ class BrokerStore:
         found = {r["topic"]: Row(*list(r.values())[1:]) for r in rows}
         return found.get(""), found.get(topic) if topic else None
 
-    async def first_entry_id(self, topic_id: int) -> int | None:
-        return await self.pool.fetchval(Q["first_entry_id"], topic_id)
-
     async def trim_floor(self, topic_id: int) -> tuple[list[int], int | None]:
         """(every durable subscription's mark-delete, the lowest entry pending in a
         transaction's ack or None)."""
