@@ -470,7 +470,7 @@ def test_prometheus_topic_gauges_per_namespace_and_per_topic_bounded(cluster, cl
     place_on(cluster, client, "big", "broker-0")
     place_on(cluster, client, "small", "broker-0")
     wait_until(lambda: gauge(scrape(cluster, "broker-0"), "pulsar_msg_backlog", namespace="public/metrics") == 1002,
-               10, "broker-0 to export the namespace's backlog",
+               30, "broker-0 to export the namespace's backlog",
                explain=lambda: [x for x in scrape(cluster, "broker-0") if x[0].startswith("pulsar_msg")])
     samples = scrape(cluster, "broker-0")
     assert gauge(samples, "pulsar_storage_size", namespace="public/metrics") >= 100_200
@@ -481,7 +481,7 @@ def test_prometheus_topic_gauges_per_namespace_and_per_topic_bounded(cluster, cl
     place_on(cluster, client, "small", "broker-1")
     big = "persistent://public/metrics/big"
     wait_until(lambda: gauge(scrape(cluster, "broker-1"), "pulsar_msg_backlog", topic="_other",
-                             namespace="public/metrics") == 2, 10, "broker-1 to fold the small topic",
+                             namespace="public/metrics") == 2, 30, "broker-1 to fold the small topic",
                explain=lambda: [x for x in scrape(cluster, "broker-1") if x[0].startswith("pulsar_msg")])
     samples = scrape(cluster, "broker-1")
     assert gauge(samples, "pulsar_msg_backlog", topic=big) == 1000
