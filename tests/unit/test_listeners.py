@@ -63,6 +63,17 @@ def test_a_listener_the_process_lacks_is_a_bad_request_naming_what_it_has():
     assert BadRequest.http_status == 400
 
 
+def test_each_protocol_answers_only_its_own_listeners():
+    """A broker with the Pulsar listener on advertises a pulsar:// URL beside its HTTP
+    ones: a Magnetar (HTTP) lookup never answers it, nor lists it, and the reverse."""
+    listeners = EXTERNAL | {"pulsar": "pulsar://10.0.0.5:6650"}
+    with pytest.raises(BadRequest, match=r"no listener 'pulsar' \(it has: external, internal\)"):
+        choose_url("http://in:8080", listeners, "pulsar", "broker broker-1")
+    assert choose_url("http://in:8080", listeners, "pulsar", "broker b", "pulsar") == "pulsar://10.0.0.5:6650"
+    with pytest.raises(BadRequest, match=r"no listener 'external' \(it has: pulsar\)"):
+        choose_url("http://in:8080", listeners, "external", "broker b", "pulsar")
+
+
 @pytest.mark.parametrize("bad", ["", "-x", "a b", "x" * 64, "é", 3, "a:b"])
 def test_listener_name_rules(bad):
     assert listener_name_problem(bad) is not None

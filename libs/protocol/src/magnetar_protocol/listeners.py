@@ -96,17 +96,26 @@ def resolve_internal(advertised_url: str, listeners: dict[str, str]) -> str:
     return advertised or named
 
 
-def choose_url(internal_url: str, listeners: dict[str, str], name: str, what: str) -> str:
-    """The URL of ``what`` (e.g. "broker broker-0") a client naming listener ``name``
-    uses: the internal URL for no name or ``internal``; BadRequest (400) when ``what``
-    does not advertise ``name``, saying which listeners it has."""
-    if not name or name == INTERNAL:
+# The URL schemes of each protocol a listener may speak: a broker with the Pulsar listener
+# on advertises its pulsar:// URL beside its HTTP ones, and neither protocol's lookup
+# may answer the other's URL.
+SCHEMES = {"http": ("http://", "https://"), "pulsar": ("pulsar://", "pulsar+ssl://")}
+
+
+def choose_url(internal_url: str, listeners: dict[str, str], name: str, what: str,
+               protocol: str = "http") -> str:
+    """The URL of ``what`` (e.g. "broker broker-0") a client of ``protocol`` naming
+    listener ``name`` uses: for HTTP, the internal URL for no name or ``internal``;
+    BadRequest (400) when ``what`` advertises no ``protocol`` listener ``name``, saying
+    which it has."""
+    if protocol == "http" and (not name or name == INTERNAL):
         return internal_url
     if problem := listener_name_problem(name):
         raise BadRequest(problem)
-    url = listeners.get(name)
+    usable = {n: u for n, u in listeners.items() if u.startswith(SCHEMES[protocol])}
+    url = usable.get(name)
     if url is None:
-        known = ", ".join(sorted({INTERNAL, *listeners}))
+        known = ", ".join(sorted(({INTERNAL} if protocol == "http" else set()) | set(usable)))
         raise BadRequest(f"{what} advertises no listener {name!r} (it has: {known}); set "
                          f"MAGNETAR_ADVERTISED_LISTENERS on it, or use one of those names "
                          "as the client's listener_name")

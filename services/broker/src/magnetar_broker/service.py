@@ -216,12 +216,13 @@ class BrokerService:
             [url] = await self.advertised(req.listener_name, [(url, f"broker {broker_id}")])
         return pb.LookupResponse(topic=name.full, broker_url=url, broker_id=broker_id)
 
-    async def advertised(self, listener: str, internal: list[tuple[str, str]]) -> list[str]:
-        """The URLs of listener ``listener`` of the processes at the ``internal`` URLs
-        ((URL, what it is) pairs; "what" names it in the error), in that order;
-        BadRequest when one of them does not advertise it."""
+    async def advertised(self, listener: str, internal: list[tuple[str, str]],
+                         protocol: str = "http") -> list[str]:
+        """The URLs of ``protocol``'s listener ``listener`` of the processes at the
+        ``internal`` URLs ((URL, what it is) pairs; "what" names it in the error), in that
+        order; BadRequest when one of them does not advertise it."""
         found = await self.store.listeners_of([url for url, _ in internal])
-        return [choose_url(url, found[url], listener, what) for url, what in internal]
+        return [choose_url(url, found[url], listener, what, protocol) for url, what in internal]
 
     # ---------------------------------------------------------------- sessions
 

@@ -57,7 +57,8 @@ class Discovery:
         if reply.broker_id == self.service.broker_id:
             return self.conn.settings.pulsar_url
         try:
-            [url] = await self.service.advertised(PULSAR_LISTENER, [(reply.broker_url, f"broker {reply.broker_id}")])
+            [url] = await self.service.advertised(PULSAR_LISTENER, [(reply.broker_url, f"broker {reply.broker_id}")],
+                                                  protocol="pulsar")
         except BadRequest:
             raise ServiceNotReady(f"{topic} is served by broker {reply.broker_id}, which has no Pulsar "
                                   "listener (MAGNETAR_PULSAR_PORT unset there)") from None
