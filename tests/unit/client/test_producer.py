@@ -2,6 +2,7 @@
 
 import asyncio
 import time
+import zlib
 
 import pytest
 
@@ -333,3 +334,30 @@ async def test_transactional_sends_and_acks_make_no_call_to_the_coordinator(clie
     assert len(batches(transport)) == 2
     assert len(transport.sent("/v1/consumers/ack")) == 1
     assert not [path for _, path, _ in transport.calls if path.startswith("/v1/txn/")]
+
+
+async def test_a_producer_takes_on_added_partitions_under_its_name_and_retries_a_failed_round(transport):
+    transport.partitions = 2
+    async with aio.Client(URL, transport=transport, partitions_update_interval_seconds=0) as client:
+        producer = await client.create_producer("t", producer_name="p")
+        assert producer.watch.task is None  # 0: never polled
+
+        transport.partitions = 3
+        transport.handlers["/v1/producers/create"] = lambda url, req: (_ for _ in ()).throw(
+            errors.ServiceNotReady("broker starting"))
+        await producer.watch.check()  # the new partition's producer could not be created
+        assert len(producer.parts) == 2 and producer.watch.known == 2
+
+        transport.handlers["/v1/producers/create"] = transport._create_producer
+        await producer.watch.check()
+        created = [req for _, path, req in transport.calls if path == "/v1/producers/create"]
+        assert created[-1].topic.endswith("-partition-2") and created[-1].producer_name == "p"
+        assert len(producer.parts) == 3 and producer.watch.known == 3
+        key = next(k for k in (f"k{i}" for i in range(100)) if zlib.crc32(k.encode()) % 3 == 2)
+        assert (await producer.send(b"x", partition_key=key)).partition() == 2
+
+
+def test_the_partitions_update_interval_is_checked():
+    for bad in (-1, float("nan"), float("inf"), "60", True):
+        with pytest.raises(ValueError, match="partitions_update_interval_seconds"):
+            aio.Client(URL, partitions_update_interval_seconds=bad)

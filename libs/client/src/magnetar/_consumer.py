@@ -18,6 +18,7 @@ from magnetar._acks import ACK_GROUP_MAX, ACK_GROUP_S, NackTracker
 from magnetar._errors import AlreadyClosed
 from magnetar._message import Message, UndecodableEntry
 from magnetar._partition_consumer import PartitionConsumer
+from magnetar._partition_watch import PartitionWatch
 from magnetar._reader import gather_last, has_more, initial_start
 from magnetar._types import ConsumerType, MessageId
 from magnetar_protocol import magnetar_pb2 as pb
@@ -53,6 +54,7 @@ class Consumer:
         self._tasks: list[asyncio.Task] = []
         self._known_last: dict[int, tuple[int, int]] = {}  # partition -> last visible
         self._undecodable = 0  # entries skipped: their batch did not decode
+        self.watch = PartitionWatch(core, topic, partitions, self._grow)
 
     async def start(self) -> "Consumer":
         """Subscribe every partition and start fetching."""
@@ -67,7 +69,26 @@ class Consumer:
             p.start()
         self._tasks = [self.loop.create_task(self._ack_flusher()),
                        self.loop.create_task(self._nack_sender())]
+        self.watch.start()
         return self
+
+    async def _grow(self, count: int) -> None:
+        """Subscribe to partitions added since this consumer started.  They start at
+        their earliest message, whatever the initial position: anything there was sent
+        after this consumer subscribed to the topic (Pulsar's clients do the same, or a
+        message sent before the consumer noticed the partition would be skipped)."""
+        new = [PartitionConsumer(self, f"{self.topic_name}-partition-{i}", i, earliest=True)
+               for i in range(len(self.parts), count)]
+        results = await asyncio.gather(*(p.connect() for p in new), return_exceptions=True)
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None or self.closed:
+            await asyncio.gather(*(p.close() for p in new if p.consumer_id), return_exceptions=True)
+            if failed is not None:
+                raise failed
+            return
+        self.parts.extend(new)
+        for part in new:
+            part.start()
 
     def _part(self, partition: int) -> PartitionConsumer:
         return self.parts[partition] if partition >= 0 and len(self.parts) > 1 else self.parts[0]
@@ -283,6 +304,7 @@ class Consumer:
         if self.closed:
             return
         self.closed = True
+        self.watch.stop()
         for task in self._tasks:
             task.cancel()
         results = await asyncio.gather(*(p.close(unsubscribe) for p in self.parts),

@@ -7,6 +7,7 @@ import itertools
 import logging
 import time
 
+from magnetar._partition_watch import DEFAULT_INTERVAL_S
 from magnetar._retry import deadline_after, retry
 from magnetar._session import Sessions
 from magnetar._transport import PROTOBUF, decode_error
@@ -57,8 +58,11 @@ def discovery_order(urls: list[str], start: int, failed_at: dict[str, float], no
 class Core:
     """What producers, consumers and transactions of one client share."""
     def __init__(self, service_url: str, transport, operation_timeout_s: float,
-                 listener_name: str | None = None):
+                 listener_name: str | None = None,
+                 partitions_update_interval_s: float = DEFAULT_INTERVAL_S):
         self.urls = parse_service_url(service_url)
+        # How often partitioned producers and consumers look for added partitions (0: never).
+        self.partitions_update_interval_s = partitions_update_interval_s
         # Lookups answer this advertised listener's URLs (magnetar_protocol.listeners).
         self.listener_name = listener_name or ""
         self.transport = transport

@@ -21,7 +21,7 @@ from magnetar._acks import AckGroup, ack_requests
 from magnetar._message import EntryInfo, UndecodableEntry, expand
 from magnetar._reader import start_position
 from magnetar._retry import RETRYABLE, SESSION_LOST, TRANSIENT, Backoff, deadline_after
-from magnetar._types import MessageId
+from magnetar._types import InitialPosition, MessageId
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import MagnetarError, NotOwner, SessionNotFound
 
@@ -33,7 +33,9 @@ END_OF_TOPIC_POLL_S = 1.0
 
 class PartitionConsumer:
     """The consumer of one partition (or of a non-partitioned topic)."""
-    def __init__(self, consumer, topic: str, partition: int) -> None:
+    def __init__(self, consumer, topic: str, partition: int, earliest: bool = False) -> None:
+        """``earliest``: start at the partition's first message whatever the consumer's
+        initial position (a partition added while the consumer runs)."""
         self.consumer = consumer
         self.core = consumer.core
         self.topic = topic
@@ -52,7 +54,10 @@ class PartitionConsumer:
         o = consumer.options
         self.reader = not o["durable"]
         # Readers: where to start when nothing was returned yet (moved by seek).
-        self.start_id: MessageId | None = None if o["durable"] else o["start"]
+        self.start_id: MessageId | None = (None if o["durable"]
+                                           else MessageId.earliest if earliest else o["start"])
+        self.initial_position = (int(InitialPosition.Earliest) if earliest
+                                 else int(o["initial_position"]))
         self.start_inclusive: bool = o.get("start_inclusive", False)
         self.seek_time: int | None = None  # a reader's last seek by publish time
         self.acks = AckGroup()
@@ -91,7 +96,7 @@ class PartitionConsumer:
         o = self.consumer.options
         req = pb.SubscribeRequest(
             session_id=self.session_id, topic=self.topic, subscription=o["subscription"],
-            sub_type=int(o["consumer_type"]), initial_position=int(o["initial_position"]),
+            sub_type=int(o["consumer_type"]), initial_position=self.initial_position,
             consumer_name=o["consumer_name"], priority_level=o["priority_level"],
             durable=o["durable"])
         if not o["durable"]:

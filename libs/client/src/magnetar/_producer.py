@@ -14,6 +14,7 @@ import threading
 from magnetar._batch import message_fields
 from magnetar._errors import AlreadyClosed
 from magnetar._partition_producer import PartitionProducer
+from magnetar._partition_watch import PartitionWatch
 from magnetar._routing import Router
 from magnetar._slots import Slots
 from magnetar._types import MessageId, PartitionsRoutingMode, ProducerAccessMode, Result
@@ -60,6 +61,7 @@ class Producer:
         self.max_message_size = 5 * 1024 * 1024
         self.closed = False
         self.on_close = None  # the client forgets a closed producer
+        self.watch = PartitionWatch(core, topic, partitions, self._grow)
 
     async def start(self) -> "Producer":
         """Create the producer on every partition."""
@@ -79,7 +81,25 @@ class Producer:
                                  return_exceptions=True)
             raise
         self.max_message_size = min(p.max_message_size for p in self.parts)
+        self.watch.start()
         return self
+
+    async def _grow(self, count: int) -> None:
+        """Create the producer on partitions added since it started; routing (which
+        shares ``self.parts``) sends to them once all are connected."""
+        new = [PartitionProducer(self, f"{self.topic_name}-partition-{i}", i, self.options)
+               for i in range(len(self.parts), count)]
+        for part in new:
+            part.name = self.parts[0].name
+        results = await asyncio.gather(*(p.connect(first=True) for p in new), return_exceptions=True)
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None or self.closed:
+            await asyncio.gather(*(p.close() for p in new if p.producer_id), return_exceptions=True)
+            if failed is not None:
+                raise failed
+            return
+        self.parts.extend(new)
+        self.max_message_size = min(p.max_message_size for p in self.parts)
 
     # ---------------------------------------------------------------- per message
 
@@ -154,6 +174,7 @@ class Producer:
         if self.closed:
             return
         self.closed = True
+        self.watch.stop()
         try:
             await asyncio.gather(*(p.close() for p in self.parts))
         finally:

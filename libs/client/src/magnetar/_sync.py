@@ -63,12 +63,14 @@ class Client:
     def __init__(self, service_url: str, transaction_key: str | None = None,
                  auth_token: str | None = None, operation_timeout_seconds: float = 30,
                  connection_pool_size: int = 64, transport=None, *,
-                 connection_timeout_ms: int = 5000, listener_name: str | None = None) -> None:
+                 connection_timeout_ms: int = 5000, listener_name: str | None = None,
+                 partitions_update_interval_seconds: float = 60) -> None:
         # ``transport``: a stand-in for magnetar._transport.Transport (unit tests).
         self._client = aio.Client(service_url, transaction_key, auth_token,
                                   operation_timeout_seconds, connection_pool_size, transport,
                                   connection_timeout_ms=connection_timeout_ms,
-                                  listener_name=listener_name)
+                                  listener_name=listener_name,
+                                  partitions_update_interval_seconds=partitions_update_interval_seconds)
         self._io = _Loop()
 
     @property

@@ -59,9 +59,16 @@ class Client:
     def __init__(self, service_url: str, transaction_key: str | None = None,
                  auth_token: str | None = None, operation_timeout_seconds: float = 30,
                  connection_pool_size: int = 64, transport=None, *,
-                 connection_timeout_ms: int = 5000, listener_name: str | None = None) -> None:
+                 connection_timeout_ms: int = 5000, listener_name: str | None = None,
+                 partitions_update_interval_seconds: float = 60) -> None:
         if operation_timeout_seconds <= 0:
             raise ValueError("operation_timeout_seconds must be > 0")
+        if isinstance(partitions_update_interval_seconds, bool) \
+                or not isinstance(partitions_update_interval_seconds, (int, float)) \
+                or not 0 <= partitions_update_interval_seconds < float("inf"):
+            raise ValueError(f"partitions_update_interval_seconds must be a number of seconds >= 0 "
+                             f"(0: never look for added partitions), got "
+                             f"{partitions_update_interval_seconds!r}")
         if isinstance(connection_timeout_ms, bool) or not isinstance(connection_timeout_ms, int) \
                 or connection_timeout_ms <= 0:
             raise ValueError(f"connection_timeout_ms must be a positive number of milliseconds, "
@@ -70,7 +77,8 @@ class Client:
         transport = transport or Transport(auth_token, connection_pool_size,
                                            connection_timeout_ms / 1000)
         self.core = Core(service_url, transport, operation_timeout_seconds,
-                         listener_name=check_listener_name(listener_name))
+                         listener_name=check_listener_name(listener_name),
+                         partitions_update_interval_s=partitions_update_interval_seconds)
         # A keyed client (seed 000): its transactions fence an older holder of the key.
         self._key = KeyConnection(self.core, transaction_key) if transaction_key is not None else None
         self._open: set = set()  # producers, consumers and readers to close with the client
