@@ -338,7 +338,8 @@ async def test_transactional_sends_and_acks_make_no_call_to_the_coordinator(clie
 
 async def test_a_producer_takes_on_added_partitions_under_its_name_and_retries_a_failed_round(transport):
     transport.partitions = 2
-    async with aio.Client(URL, transport=transport, partitions_update_interval_seconds=0) as client:
+    async with aio.Client(URL, transport=transport, partitions_update_interval_seconds=0,
+                          operation_timeout_seconds=0.5) as client:
         producer = await client.create_producer("t", producer_name="p")
         assert producer.watch.task is None  # 0: never polled
 
