@@ -18,7 +18,7 @@ from magnetar._acks import ACK_GROUP_MAX, ACK_GROUP_S, NackTracker
 from magnetar._errors import AlreadyClosed
 from magnetar._message import Message, UndecodableEntry
 from magnetar._partition_consumer import PartitionConsumer
-from magnetar._partition_watch import PartitionWatch
+from magnetar._partition_watch import PartitionWatch, connect_new
 from magnetar._reader import gather_last, has_more, initial_start
 from magnetar._types import ConsumerType, MessageId
 from magnetar_protocol import magnetar_pb2 as pb
@@ -79,16 +79,10 @@ class Consumer:
         message sent before the consumer noticed the partition would be skipped)."""
         new = [PartitionConsumer(self, f"{self.topic_name}-partition-{i}", i, earliest=True)
                for i in range(len(self.parts), count)]
-        results = await asyncio.gather(*(p.connect() for p in new), return_exceptions=True)
-        failed = next((r for r in results if isinstance(r, BaseException)), None)
-        if failed is not None or self.closed:
-            await asyncio.gather(*(p.close() for p in new if p.consumer_id), return_exceptions=True)
-            if failed is not None:
-                raise failed
-            return
-        self.parts.extend(new)
-        for part in new:
-            part.start()
+        if await connect_new(new, lambda p: p.connect(), lambda p: p.consumer_id, self):
+            self.parts.extend(new)
+            for part in new:
+                part.start()
 
     def _part(self, partition: int) -> PartitionConsumer:
         return self.parts[partition] if partition >= 0 and len(self.parts) > 1 else self.parts[0]

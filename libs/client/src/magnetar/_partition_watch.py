@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
 from magnetar_protocol.errors import MagnetarError
 
@@ -64,3 +64,16 @@ class PartitionWatch:
             return
         log.info("%s grew from %d to %d partitions", self.topic, self.known, count)
         self.known = count
+
+
+async def connect_new(parts: Sequence, connect: Callable, connected: Callable, owner) -> bool:
+    """Connect every one of ``parts`` (``connect(part)``).  If one fails, close those that
+    connected and raise; if ``owner`` closed meanwhile, close them and return False."""
+    results = await asyncio.gather(*(connect(p) for p in parts), return_exceptions=True)
+    failed = next((r for r in results if isinstance(r, BaseException)), None)
+    if failed is None and not owner.closed:
+        return True
+    await asyncio.gather(*(p.close() for p in parts if connected(p)), return_exceptions=True)
+    if failed is not None:
+        raise failed
+    return False

@@ -14,7 +14,7 @@ import threading
 from magnetar._batch import message_fields
 from magnetar._errors import AlreadyClosed
 from magnetar._partition_producer import PartitionProducer
-from magnetar._partition_watch import PartitionWatch
+from magnetar._partition_watch import PartitionWatch, connect_new
 from magnetar._routing import Router
 from magnetar._slots import Slots
 from magnetar._types import MessageId, PartitionsRoutingMode, ProducerAccessMode, Result
@@ -91,15 +91,9 @@ class Producer:
                for i in range(len(self.parts), count)]
         for part in new:
             part.name = self.parts[0].name
-        results = await asyncio.gather(*(p.connect(first=True) for p in new), return_exceptions=True)
-        failed = next((r for r in results if isinstance(r, BaseException)), None)
-        if failed is not None or self.closed:
-            await asyncio.gather(*(p.close() for p in new if p.producer_id), return_exceptions=True)
-            if failed is not None:
-                raise failed
-            return
-        self.parts.extend(new)
-        self.max_message_size = min(p.max_message_size for p in self.parts)
+        if await connect_new(new, lambda p: p.connect(first=True), lambda p: p.producer_id, self):
+            self.parts.extend(new)
+            self.max_message_size = min(p.max_message_size for p in self.parts)
 
     # ---------------------------------------------------------------- per message
 
