@@ -22,32 +22,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import magnetar
 from magnetar.admin_cli import run as admin_cli
-from magnetar_runtime.local.cluster import LocalCluster
-from tests.e2e.conftest import TEST_ENV
 from tests.waiting import wait_until
 
 NS = "public/default"
 
 
-@pytest.fixture(scope="module")
-def cluster(postgres, migrated_template, tmp_path_factory):
-    url = postgres.create_database("e2e_backlog_ops", template=migrated_template)
-    # Topic gauges recomputed often; broker-1 exports them per topic, for one topic at most.
-    c = LocalCluster(tmp_path_factory.mktemp("backlog"), database_url=url, brokers=2,
-                     env=TEST_ENV | {"MAGNETAR_TOPIC_METRICS_INTERVAL_MS": "300"},
-                     service_env={"broker-1": {"MAGNETAR_METRICS_PER_TOPIC": "true",
-                                               "MAGNETAR_METRICS_MAX_TOPICS": "1"}})
-    c.start()
-    yield c
-    c.close()
-    postgres.drop_database("e2e_backlog_ops")
-
-
-@pytest.fixture(scope="module")
-def client(cluster):
-    c = magnetar.Client(",".join(cluster.broker_urls))
-    yield c
-    c.close()
+# One cluster for the module (tests/e2e/conftest.py): topic gauges recomputed often;
+# broker-1 exports them per topic, for one topic at most.
+pytestmark = [
+    pytest.mark.shared_cluster,
+    pytest.mark.cluster(brokers=2, env={"MAGNETAR_TOPIC_METRICS_INTERVAL_MS": "300"},
+                        service_env={"broker-1": {"MAGNETAR_METRICS_PER_TOPIC": "true",
+                                                  "MAGNETAR_METRICS_MAX_TOPICS": "1"}}),
+]
 
 
 def call(cluster, method: str, path: str, body=None, accept: str = "application/json"):
@@ -282,6 +269,49 @@ def test_terminate_stops_producers_and_consumers_see_the_end(cluster, client):
     consumer.close()
 
 
+def test_terminate_waits_for_a_transaction_that_sent_to_the_topic(cluster, client):
+    """A transaction's messages join the log with its commit marker: terminate waits for
+    it to end, so the committed messages come before the end of the topic, and the last
+    message id terminate answers is the marker's."""
+    name = "terminate-txn"
+    topic = f"persistent://{NS}/{name}"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"plain")  # entry 0
+    txn = client.new_transaction()
+    producer.send(b"t0", txn=txn)
+    producer.send(b"t1", txn=txn)
+    answers: list = []
+    terminating = threading.Thread(target=lambda: answers.append(ok(cluster, "POST", topic_path(name) + "/terminate")))
+    terminating.start()
+    try:
+        wait_until(lambda: ok(cluster, "GET", topic_path(name) + "/stats")["terminated"], 10,
+                   "the terminate to refuse sends while it waits")
+        with pytest.raises(magnetar.TopicTerminated):  # plain sends are refused meanwhile
+            producer.send(b"late")
+        txn.commit()
+    finally:
+        terminating.join(30)
+    assert answers and answers[0]["entryId"] == 1, answers  # the commit marker, entry 1
+    assert ok(cluster, "GET", topic_path(name) + "/lastMessageId")["entryId"] == 1
+    assert sorted(receive_all(consumer, 3)) == [b"plain", b"t0", b"t1"]
+    wait_until(consumer.has_reached_end_of_topic, 10, "the consumer to see the end of the topic")
+    consumer.close()
+
+
+def test_terminate_refuses_while_a_transaction_stays_open_and_changes_nothing(cluster, client):
+    name = "terminate-open-txn"
+    topic = f"persistent://{NS}/{name}"
+    producer = client.create_producer(topic, batching_enabled=False)
+    txn = client.new_transaction()
+    producer.send(b"t0", txn=txn)
+    refused(cluster, "POST", topic_path(name) + "/terminate", 409, reason="open transaction")
+    assert ok(cluster, "GET", topic_path(name) + "/stats")["terminated"] is False
+    producer.send(b"plain")  # still taking messages
+    txn.commit()
+    assert ok(cluster, "POST", topic_path(name) + "/terminate")["entryId"] == 1
+
+
 # ---------------------------------------------------------------- unload
 
 
@@ -429,6 +459,30 @@ def test_stats_carry_rates_under_load(cluster, client):
     consumer.close()
 
 
+def test_msg_rate_redeliver_counts_nacks_redeliver_unacked_and_a_closed_consumers_messages(cluster, client):
+    name = "redeliver"
+    topic = f"persistent://{NS}/{name}"
+    subs = {s: client.subscribe(topic, s, consumer_type=magnetar.ConsumerType.Shared,
+                                negative_ack_redelivery_delay_ms=100) for s in ("nack", "all", "close")}
+    produce(client, name, 6)
+    got = {s: [c.receive(5000) for _ in range(6)] for s, c in subs.items()}
+
+    def rate(sub: str) -> float:
+        return ok(cluster, "GET", topic_path(name) + "/stats")["subscriptions"][sub]["msgRateRedeliver"]
+
+    assert {s: rate(s) for s in subs} == {"nack": 0.0, "all": 0.0, "close": 0.0}
+    for msg in got["nack"][:2]:
+        subs["nack"].negative_acknowledge(msg)
+    subs["all"].redeliver_unacknowledged_messages()
+    subs["close"].close()  # its 6 unacknowledged messages go back for redelivery
+    # The rate is over a 10 s window: n messages read at least n / 11 per second.
+    for sub, count in (("nack", 2), ("all", 6), ("close", 6)):
+        wait_until(lambda: rate(sub) >= count / 11, 10, f"{sub}: {count} redeliveries counted",
+                   explain=lambda: rate(sub))
+    for sub in ("nack", "all"):
+        subs[sub].close()
+
+
 # ---------------------------------------------------------------- Prometheus
 
 
@@ -489,3 +543,17 @@ def test_prometheus_topic_gauges_per_namespace_and_per_topic_bounded(cluster, cl
     assert gauge(samples, "pulsar_storage_size", topic=big) >= 100_000
     assert gauge(samples, "magnetar_broker_topic_metrics_folded") >= 1
     assert gauge(samples, "pulsar_subscription_back_log", topic="persistent://public/metrics/small") is None
+
+    # Messages acknowledged individually beyond the mark-delete position are not backlog
+    # (Pulsar's msgBacklog): three acked out of order leave 997, in the gauges as in stats.
+    consumer = client.subscribe(big, "s")
+    received = [consumer.receive(5000) for _ in range(6)]
+    for msg in received[1::2]:
+        consumer.acknowledge(msg)
+    wait_until(lambda: gauge(scrape(cluster, "broker-1"), "pulsar_subscription_back_log", topic=big,
+                             subscription="s") == 997, 30, "the gauge to take off the individual acks",
+               explain=lambda: gauge(scrape(cluster, "broker-1"), "pulsar_subscription_back_log", topic=big))
+    assert gauge(scrape(cluster, "broker-1"), "pulsar_msg_backlog", topic=big) == 997
+    stats = ok(cluster, "GET", "/admin/v2/persistent/public/metrics/big/stats")
+    assert stats["subscriptions"]["s"]["msgBacklog"] == 997
+    consumer.close()

@@ -22,11 +22,7 @@ import asyncpg
 import pytest
 
 import magnetar
-from magnetar_runtime.local.cluster import LocalCluster
-from tests.e2e.conftest import TEST_ENV
 from tests.waiting import wait_until
-
-pytestmark = pytest.mark.e2e
 
 LIFECYCLE_ENV = {
     "MAGNETAR_DEFAULT_RETENTION_TIME_MINUTES": "0",  # Pulsar's default (TEST_ENV keeps everything)
@@ -37,17 +33,12 @@ LIFECYCLE_ENV = {
     "MAGNETAR_BACKLOG_QUOTA_HOLD_MAX_MS": "15000",
 }
 NS = "public/default"
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_cluster, pytest.mark.cluster(brokers=1, env=LIFECYCLE_ENV)]
 
 
 @pytest.fixture(scope="module")
-def lc(postgres, migrated_template, tmp_path_factory):
-    url = postgres.create_database("e2e_storage_lifecycle", template=migrated_template)
-    cluster = LocalCluster(tmp_path_factory.mktemp("lifecycle"), database_url=url, brokers=1,
-                           env=TEST_ENV | LIFECYCLE_ENV)
-    cluster.start()
-    yield cluster
-    cluster.close()
-    postgres.drop_database("e2e_storage_lifecycle")
+def lc(module_cluster):
+    return module_cluster
 
 
 @pytest.fixture(scope="module")

@@ -266,6 +266,7 @@ def test_stats_refusals(admin):
 
 def test_cursor_shapes_rules():
     from magnetar_admin import stats as shapes
+    from magnetar_protocol.cursorstate import acked_beyond
 
     acks = {5: shapes.WHOLE, 6: shapes.WHOLE, 8: shapes.WHOLE, 9: 0b101, 3: shapes.WHOLE}
     assert shapes.deleted_ranges_text(acks) == "[(2:-1..3:-1], (4:-1..6:-1], (7:-1..8:-1]]"
@@ -275,4 +276,4 @@ def test_cursor_shapes_rules():
     assert shapes.batch_deleted_indexes({4: 1 << (1 << 27) | 1}) == {"4": [0, 1 << 27]}
     # entry 3 is at or before the mark-delete position; entry 9 holds 2 messages only;
     # entry 8 is not in the log any more
-    assert shapes.acked_beyond(acks, 4, {3: 1, 5: 2, 6: 1, 9: 2}) == 2 + 1 + 2
+    assert acked_beyond(4, acks, {3: 1, 5: 2, 6: 1, 9: 2}) == 2 + 1 + 2

@@ -65,8 +65,7 @@ def message_response(message: dict, request: Request) -> Response:
 
 async def _peek(service, name: TopicName, subscription: str, count: int) -> list[dict]:
     """The first ``count`` unacknowledged messages of each partition, partition by partition."""
-    await service.subscription_unit_check(name, subscription)
-    answers = await service.on_partitions(name, "GET", "/internal/v1/subscription/peek",
+    answers = await service.on_partitions(name, "GET", "/internal/v1/subscription/peek", check_subscription=True,
                                           subscription=subscription, count=count)
     return [m for a in answers.values() for m in a["messages"]]
 
@@ -105,16 +104,15 @@ def backlog_routes(r: APIRouter) -> None:
     async def skip(tenant: str, namespace: str, topic: str, subscription: str, numMessages: Count,  # noqa: N803
                    service: Service) -> Response:
         name, sub = bodies.topic(tenant, namespace, topic), bodies.subscription(subscription)
-        await service.subscription_unit_check(name, sub)
-        await service.on_partitions(name, "POST", "/internal/v1/subscription/skip", subscription=sub,
-                                    count=numMessages)
+        await service.on_partitions(name, "POST", "/internal/v1/subscription/skip", check_subscription=True,
+                                    subscription=sub, count=numMessages)
         return Response(status_code=204)
 
     @r.post(SUB + "/skip_all", **NO_CONTENT, summary="Skip every message: clear the subscription's backlog")
     async def skip_all(tenant: str, namespace: str, topic: str, subscription: str, service: Service) -> Response:
         name, sub = bodies.topic(tenant, namespace, topic), bodies.subscription(subscription)
-        await service.subscription_unit_check(name, sub)
-        await service.on_partitions(name, "POST", "/internal/v1/subscription/skip", subscription=sub)
+        await service.on_partitions(name, "POST", "/internal/v1/subscription/skip", check_subscription=True,
+                                    subscription=sub)
         return Response(status_code=204)
 
     @r.post(SUB + "/resetcursor/{timestamp}", **NO_CONTENT,
@@ -123,9 +121,8 @@ def backlog_routes(r: APIRouter) -> None:
     async def reset_by_time(tenant: str, namespace: str, topic: str, subscription: str, timestamp: Timestamp,
                             service: Service) -> Response:
         name, sub = bodies.topic(tenant, namespace, topic), bodies.subscription(subscription)
-        await service.subscription_unit_check(name, sub)
-        await service.on_partitions(name, "POST", "/internal/v1/subscription/reset", subscription=sub,
-                                    timestamp=timestamp)
+        await service.on_partitions(name, "POST", "/internal/v1/subscription/reset", check_subscription=True,
+                                    subscription=sub, timestamp=timestamp)
         return Response(status_code=204)
 
     @r.post(SUB + "/resetcursor", **NO_CONTENT,
@@ -135,13 +132,13 @@ def backlog_routes(r: APIRouter) -> None:
                           body: Body) -> Response:
         name, sub = bodies.topic(tenant, namespace, topic), bodies.subscription(subscription)
         mid = bodies.message_id(body)
-        await service.subscription_unit_check(name, sub)
         target = await _units_for(service, name, mid)
         if mid.entry_id is None:  # latest: the end of each partition
-            await service.on_partitions(target, "POST", "/internal/v1/subscription/skip", subscription=sub)
+            await service.on_partitions(target, "POST", "/internal/v1/subscription/skip", check_subscription=True,
+                                        subscription=sub)
         else:
-            await service.on_partitions(target, "POST", "/internal/v1/subscription/reset", subscription=sub,
-                                        entryId=max(mid.entry_id, 0), batchIndex=mid.batch_index)
+            await service.on_partitions(target, "POST", "/internal/v1/subscription/reset", check_subscription=True,
+                                        subscription=sub, entryId=max(mid.entry_id, 0), batchIndex=mid.batch_index)
         return Response(status_code=204)
 
     @r.get(SUB + "/position/{messagePosition}",

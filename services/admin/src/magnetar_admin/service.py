@@ -19,6 +19,7 @@ from magnetar_admin import stats as shapes
 from magnetar_admin.settings import AdminSettings
 from magnetar_admin.store import AdminStore
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.cursorstate import acked_beyond, decode_acks
 from magnetar_protocol.errors import (
     AuthorizationError,
     BadRequest,
@@ -200,11 +201,11 @@ class AdminService:
     async def _subscription_rows(self, topic_id: int) -> list[dict]:
         rows = []
         for s in await self.store.subscriptions(topic_id):
-            acks = shapes.decode_acks(s["acked_state"])
+            acks = decode_acks(s["acked_state"])
             md = s["mark_delete_entry"]
             sizes = await self.store.entry_sizes(topic_id, [e for e in acks if e > md])
             rows.append({"name": s["subscription"], "mark_delete": md, "acks": acks,
-                         "backlog": s["backlog_messages"] - shapes.acked_beyond(acks, md, sizes),
+                         "backlog": s["backlog_messages"] - acked_beyond(md, acks, sizes),
                          "backlog_bytes": s["backlog_bytes"]})
         return rows
 
@@ -268,45 +269,20 @@ class AdminService:
     # ---------------------------------------------------------------- storage lifecycle
 
     async def expire_messages(self, name: TopicName, subscription: str | None, seconds: int) -> int:
-        """expire-messages on every partition of ``name``: its owner (a live broker
-        takes it first when none is) acknowledges what is older than ``seconds`` on
-        ``subscription`` (every subscription for None); the entries expired."""
-        _, units = await self.existing_ids(name)
-        params = {"seconds": str(seconds)} | ({"subscription": subscription} if subscription else {})
-        expired, missing = 0, 0
-        for tid, unit in units.items():
-            status, answer = await self._owner_call(tid, unit, "/internal/v1/expire-messages", params)
-            if status == 404:
-                missing += 1
-            elif status != 200:
-                raise ServiceNotReady(f"no broker could expire messages on {unit.full} (HTTP {status}); retry")
-            else:
-                expired += answer["expiredEntries"]
-        if missing == len(units):
+        """expire-messages on every partition of ``name``: its owner acknowledges what is
+        older than ``seconds`` on ``subscription`` (every subscription for None); the
+        entries expired.  404 only when no partition has the subscription."""
+        params = {"seconds": seconds, "subscription": subscription}
+        answers = await self.on_partitions(name, "POST", "/internal/v1/expire-messages",
+                                           tolerate=SubscriptionNotFound, **params)
+        found = [a for a in answers.values() if not isinstance(a, SubscriptionNotFound)]
+        if not found:
             raise SubscriptionNotFound(f"subscription {subscription!r} does not exist on {name.full}")
-        return expired
+        return sum(a["expiredEntries"] for a in found)
 
-    async def _owner_call(self, topic_id: int, unit: TopicName, path: str, params: dict):
-        """POST ``path`` to the broker that owns ``unit``: its live owner, else any live
-        broker (which takes the lease through a lookup); once more if it moved meanwhile."""
-        status = None
-        for _ in range(2):
-            owner = (await self.store.owners([topic_id])).get(topic_id, {})
-            if owner.get("alive") and owner.get("url"):
-                url = owner["url"]
-            else:
-                live = await self.store.brokers()
-                if not live:
-                    raise ServiceNotReady(f"no live broker to serve {unit.full}; retry shortly")
-                url = live[0]["url"]
-            status, answer = await self.broker_call(url, path, unit.full, "POST", params)
-            if status != 409:  # 409: NotOwner (it moved); look again
-                return status, answer
-        return status, None
+    # ---------------------------------------------------------------- calls to the owner
 
-    # ---------------------------------------------------------------- backlog operations
-
-    async def owner_url(self, unit: TopicName) -> str:
+    async def _lookup(self, unit: TopicName) -> str:
         """The URL of the broker that owns the partition, an owner assigned if it had none
         (a broker's lookup does that, as a client's would)."""
         brokers = await self.store.brokers()
@@ -328,36 +304,39 @@ class AdminService:
             raise ServiceNotReady(f"{where} did not answer: {exc}; retry") from None
         raise decode_json_error(resp.status, body, where)
 
-    async def on_owner(self, unit: TopicName, method: str, path: str, **params) -> dict:
-        """One of the owner's /internal/v1 operations on a partition (retried once when
-        the partition moved between the lookup and the call)."""
+    async def on_owner(self, unit: TopicName, method: str, path: str, *, owner: dict | None = None,
+                       **params) -> dict:
+        """One of the owner's /internal/v1 operations on a partition.  ``owner``: its
+        ownership row when the caller has it (a live owner is called without a lookup);
+        else, and again when the partition moved or its owner did not answer, a lookup
+        finds (or assigns) the owner."""
+        url = owner["url"] if owner and owner.get("alive") and owner.get("url") else None
         for attempt in range(3):
-            url = await self.owner_url(unit)
+            url = url or await self._lookup(unit)
             try:
                 return await self._broker_json(url, method, path, {"topic": unit.full, **params})
             except (NotOwner, ServiceNotReady):
                 if attempt == 2:
                     raise
+                url = None
         raise AssertionError("unreachable")
 
-    async def on_partitions(self, name: TopicName, method: str, path: str, **params) -> dict[str, dict]:
+    async def on_partitions(self, name: TopicName, method: str, path: str, *, check_subscription: bool = False,
+                            tolerate: type[MagnetarError] | None = None, **params) -> dict[str, dict]:
         """The operation on every partition of the topic (the topic itself when it is not
-        partitioned): {partition name: answer}.  404 when the topic does not exist."""
+        partitioned): {partition name: answer}.  404 when the topic does not exist, or,
+        with ``check_subscription``, when none of its partitions has ``subscription``.  A
+        partition's ``tolerate`` error is its answer; any other error is raised."""
         _, units = await self.existing_ids(name)
-        answers = await asyncio.gather(*(self.on_owner(u, method, path, **params) for u in units.values()),
-                                       return_exceptions=True)
+        if check_subscription and not await self.store.subscription_topics(list(units), params["subscription"]):
+            raise SubscriptionNotFound(f"subscription {params['subscription']!r} does not exist on {name.full}")
+        owners = await self.store.owners(list(units))
+        answers = await asyncio.gather(*(self.on_owner(u, method, path, owner=owners.get(tid), **params)
+                                         for tid, u in units.items()), return_exceptions=True)
         for answer in answers:
-            if isinstance(answer, MagnetarError):
-                raise answer
-            if isinstance(answer, BaseException):
+            if isinstance(answer, BaseException) and not (tolerate and isinstance(answer, tolerate)):
                 raise answer
         return {u.full: a for u, a in zip(units.values(), answers)}
-
-    async def subscription_unit_check(self, name: TopicName, subscription: str) -> None:
-        """404 unless the subscription exists on the topic (any of its partitions)."""
-        _, units = await self.existing_ids(name)
-        if not await self.store.subscription_topics(list(units), subscription):
-            raise SubscriptionNotFound(f"subscription {subscription!r} does not exist on {name.full}")
 
     async def grow_partitions(self, name: TopicName, partitions: int) -> int:
         """Raise the partition count; the topic's durable subscriptions are created on the

@@ -12,18 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.bitsets import set_bits
-
-WHOLE = -1  # an acknowledgement mask covering every message of the entry
-
-
-def decode_acks(state: bytes | None) -> dict[int, int]:
-    """``subscriptions.acked_state`` -> {entry id: mask of acked batch indexes, or WHOLE}."""
-    acks: dict[int, int] = {}
-    for e in pb.CursorState.FromString(bytes(state or b"")).entries:
-        acks[e.entry_id] = WHOLE if not e.acked_bitset else int.from_bytes(e.acked_bitset, "little")
-    return acks
+from magnetar_protocol.cursorstate import WHOLE
 
 
 def position(entry_id: int | None, batch_index: int = -1) -> str:
@@ -52,17 +42,6 @@ def batch_deleted_indexes(acks: dict[int, int]) -> dict[str, list[int]]:
     return {str(e): set_bits(mask) for e, mask in sorted(acks.items()) if mask != WHOLE}
 
 
-def acked_beyond(acks: dict[int, int], mark_delete: int, sizes: dict[int, int]) -> int:
-    """Messages acknowledged individually after the mark-delete position.
-    ``sizes``: entry id -> number of messages in it (entries missing from it are gone)."""
-    total = 0
-    for entry_id, mask in acks.items():
-        if entry_id <= mark_delete or entry_id not in sizes:
-            continue
-        total += sizes[entry_id] if mask == WHOLE else min(mask.bit_count(), sizes[entry_id])
-    return total
-
-
 def subscription_stats(backlog: int, backlog_bytes: int, live: dict, durable: bool) -> dict:
     consumers = list(live.get("consumers", []))
     active = [c.get("consumerName") for c in consumers if c.get("isActive")]
@@ -74,7 +53,7 @@ def subscription_stats(backlog: int, backlog_bytes: int, live: dict, durable: bo
         "unackedMessages": live.get("unackedMessages", 0),
         "msgRateOut": float(live.get("msgRateOut", 0.0)),
         "msgThroughputOut": float(live.get("msgThroughputOut", 0.0)),
-        "msgRateRedeliver": 0.0,
+        "msgRateRedeliver": float(live.get("msgRateRedeliver", 0.0)),
         "msgOutCounter": sum(c.get("msgOutCounter", 0) for c in consumers),
         "bytesOutCounter": live.get("bytesOutCounter", 0),
         "consumers": consumers,

@@ -37,6 +37,7 @@ from magnetar_broker.subscription.backlog import (
 )
 from magnetar_broker.subscription.subscription import Consumer, Subscription
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.cursorstate import acked_beyond
 from magnetar_protocol.errors import BadRequest, Conflict, NotFound, SubscriptionNotFound
 from magnetar_protocol.topics import TopicName
 
@@ -58,10 +59,17 @@ def message_json(plog: PartitionLog, entry: Entry, index: int) -> dict:
                   "partitionKey": m.partition_key if m.HasField("partition_key") else None}
 
 
+async def stored_acked_beyond(plog: PartitionLog, mark_delete: int, acked: dict[int, int]) -> int:
+    """Messages of ``plog`` acknowledged individually after ``mark_delete``."""
+    beyond = [e for e in acked if e > mark_delete]
+    return acked_beyond(mark_delete, acked, await plog.message_counts(beyond)) if beyond else 0
+
+
 class BacklogOps:
     def __init__(self, ownership: Ownership, store: BrokerStore, broker_id: str,
-                 drop_consumer: Callable[[Consumer], None]):
+                 drop_consumer: Callable[[Consumer], None], terminate_txn_wait_s: float = 3.0):
         self.ownership = ownership
+        self.terminate_txn_wait_s = terminate_txn_wait_s
         self.store = store
         self.broker_id = broker_id
         self._drop_consumer = drop_consumer
@@ -151,20 +159,11 @@ class BacklogOps:
         if sub.txn.pending.by_entry or sub.txn.pending.cumulative:
             # Messages a transaction holds stay for its commit or abort: skip around them.
             return await self._skip(sub, end, messages)
-        acked_beyond = await self._acked_beyond(sub)
+        acked = await stored_acked_beyond(sub.log, sub.cursor.mark_delete, sub.cursor.acked)
         if end > 0:
             sub.cursor.ack_cumulative(end - 1, WHOLE)
             sub.deliveries.acked_cumulative(end - 1, WHOLE)
-        return max(messages - acked_beyond, 0)
-
-    async def _acked_beyond(self, sub: Subscription) -> int:
-        """Messages after the mark-delete position already acknowledged individually."""
-        acked = {e: m for e, m in sub.cursor.acked.items() if e > sub.cursor.mark_delete}
-        if not acked:
-            return 0
-        counts = await sub.log.message_counts(list(acked))
-        return sum(counts.get(e, 0) if m == -1 else min(m.bit_count(), counts.get(e, 0))
-                   for e, m in acked.items())
+        return max(messages - acked, 0)
 
     async def reset(self, topic: str, name: str, entry_id: int | None, batch_index: int,
                     timestamp_ms: int | None) -> dict:
@@ -229,7 +228,7 @@ class BacklogOps:
 
     async def terminate(self, topic: str) -> dict:
         plog = await self._log(topic)
-        last = await plog.terminate()
+        last = await plog.terminate(self.terminate_txn_wait_s)
         log.info("terminated %s at entry %d", plog.name.full, last)
         return {"ledgerId": 0, "entryId": last, "partitionIndex": plog.partition_index, "batchIndex": -1}
 

@@ -441,6 +441,15 @@ UPDATE topic_owners SET terminated_entry = coalesce(terminated_entry, $4)
 WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
 RETURNING terminated_entry;
 
+-- name: open_txns_with_messages
+-- What a terminate waits for: transactions with buffered sends here and no outcome yet
+-- (an abort deletes its rows; a commit keeps them, with its outcome row).
+SELECT DISTINCT e.txn_most, e.txn_least FROM txn_entries e
+WHERE e.topic_id = $1
+  AND NOT EXISTS (SELECT 1 FROM txn_outcomes o
+                  WHERE o.topic_id = $1 AND o.subscription = ''
+                    AND o.txn_most = e.txn_most AND o.txn_least = e.txn_least);
+
 -- name: hand_over_topic
 -- Unload to a chosen broker: the lease moves from this owner (its epoch checked) to $4 in
 -- one compare-and-set, so the next lookup answers the new owner at once.
@@ -528,8 +537,9 @@ SELECT coalesce(sum(num_messages), 0)::bigint AS messages,
 FROM entries WHERE topic_id = $1 AND entry_id > $2;
 
 -- name: subscription_backlogs
--- Per durable subscription: messages and bytes after its stored mark-delete position.
-SELECT s.subscription, s.mark_delete_entry,
+-- Per durable subscription: messages and bytes after its stored mark-delete position, and
+-- its individual acks (the caller takes those messages off).
+SELECT s.subscription, s.mark_delete_entry, s.acked_state,
        (SELECT coalesce(sum(e.num_messages), 0)::bigint FROM entries e
         WHERE e.topic_id = s.topic_id AND e.entry_id > s.mark_delete_entry) AS messages,
        (SELECT coalesce(sum(length(e.payload)), 0)::bigint FROM entries e

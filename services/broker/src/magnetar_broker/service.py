@@ -8,7 +8,7 @@ import uuid
 
 from magnetar_broker import metrics
 from magnetar_broker.authorization import Authorizer
-from magnetar_broker.backlog_ops import BacklogOps
+from magnetar_broker.backlog_ops import BacklogOps, stored_acked_beyond
 from magnetar_broker.lifecycle import StorageLifecycle
 from magnetar_broker.ownership import Ownership
 from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
@@ -21,6 +21,7 @@ from magnetar_broker.subscription.cursor import Cursor
 from magnetar_broker.subscription.subscription import Consumer, Subscription
 from magnetar_broker.topic_metrics import PartitionSample, export
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.cursorstate import decode_acks
 from magnetar_protocol.errors import (
     BadRequest,
     ConsumerNotFound,
@@ -83,7 +84,8 @@ class BrokerService:
         # Other protocols' listeners on this service (the Pulsar listener): started
         # before the broker registers live, stopped first on the way out.
         self.front_ends: list = []
-        self.backlog_ops = BacklogOps(self.ownership, store, self.broker_id, self._drop_consumer)
+        self.backlog_ops = BacklogOps(self.ownership, store, self.broker_id, self._drop_consumer,
+                                      settings.terminate_txn_wait_ms / 1000)
         self.producer_handlers = ProducerHandlers(self.sessions, self.authz, self.ownership,
                                                   self.producers, self.broker_id, settings)
 
@@ -164,21 +166,22 @@ class BrokerService:
             if plog.closed:
                 continue
             stored_bytes, _ = await self.store.storage_stats(plog.topic_id)
-            # Messages after each stored mark-delete position (individual acks past it
-            # count until the position passes them; the admin's stats subtract them).
-            backlogs = await self.store.subscription_backlogs(plog.topic_id)
+            # Messages after each stored mark-delete position less those acknowledged
+            # individually past it (Pulsar's msgBacklog), as the admin's stats count them.
+            backlogs = {name: (b[1] - await stored_acked_beyond(plog, b[0], decode_acks(b[3])), b[2])
+                        for name, b in (await self.store.subscription_backlogs(plog.topic_id)).items()}
             rate_in, throughput_in = plog.rate_in.rates(now)
             out = [sub.rate_out.rates(now) for sub in plog.subscriptions.values()]
             samples.append(PartitionSample(plog.name.namespace_name, plog.name.base.full, {
                 "pulsar_storage_size": stored_bytes,
-                "pulsar_msg_backlog": sum(b[1] for b in backlogs.values()),
-                "pulsar_storage_backlog_size": sum(b[2] for b in backlogs.values()),
+                "pulsar_msg_backlog": sum(b[0] for b in backlogs.values()),
+                "pulsar_storage_backlog_size": sum(b[1] for b in backlogs.values()),
                 "pulsar_rate_in": rate_in, "pulsar_throughput_in": throughput_in,
                 "pulsar_rate_out": sum(r[0] for r in out), "pulsar_throughput_out": sum(r[1] for r in out),
                 "pulsar_subscriptions_count": len(backlogs),
                 "pulsar_producers_count": len(plog.producers),
                 "pulsar_consumers_count": sum(len(s.consumers) for s in plog.subscriptions.values()),
-            }, {name: b[1] for name, b in backlogs.items()}))
+            }, {name: b[0] for name, b in backlogs.items()}))
         metrics.TOPIC_GAUGES_COLLECTOR.latest = export(
             samples, self.settings.cluster_name, self.settings.metrics_per_topic, self.settings.metrics_max_topics)
 

@@ -62,6 +62,11 @@ class BrokerSettings(ServiceSettings):
     # then fails with ProducerBlockedQuotaExceeded (the client's send timeout may end it first).
     backlog_quota_hold_max_ms: int = Field(30_000, ge=0)
 
+    # `topics terminate` waits this long for the transactions that sent messages to the
+    # partition to end (their commit markers must come before the end of the topic), then
+    # answers 409 and takes sends again.  Below the admin's broker request timeout (5 s).
+    terminate_txn_wait_ms: int = Field(3000, ge=0)
+
     # Topic gauges of Pulsar's names (pulsar_storage_size, pulsar_msg_backlog, ...): per
     # namespace by default, per topic when true (Pulsar's exposeTopicLevelMetricsInPrometheus),
     # then for at most metrics_max_topics topics per broker (the largest backlogs; the rest

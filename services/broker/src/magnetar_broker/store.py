@@ -126,6 +126,10 @@ class BrokerStore:
         row = await self.pool.fetchrow(Q["terminate_topic"], topic_id, self.broker_id, epoch, last_entry)
         return None if row is None else row[0]
 
+    async def open_txns_with_messages(self, topic_id: int) -> list[TxnID]:
+        """The transactions with messages buffered on the partition and no outcome there."""
+        return [TxnID(r[0], r[1]) for r in await self.pool.fetch(Q["open_txns_with_messages"], topic_id)]
+
     # ---------------------------------------------------------------- log
 
     async def next_entry_id(self, topic_id: int) -> int:
@@ -260,10 +264,12 @@ class BrokerStore:
         row = await self.pool.fetchrow(Q["backlog_since"], topic_id, mark_delete)
         return row["messages"], row["bytes"]
 
-    async def subscription_backlogs(self, topic_id: int) -> dict[str, tuple[int, int, int]]:
-        """{subscription: (stored mark-delete, messages after it, bytes after it)}."""
+    async def subscription_backlogs(self, topic_id: int) -> dict[str, tuple[int, int, int, bytes]]:
+        """{subscription: (stored mark-delete, messages after it, bytes after it, the
+        stored individual acks)}."""
         rows = await self.pool.fetch(Q["subscription_backlogs"], topic_id)
-        return {r["subscription"]: (r["mark_delete_entry"], r["messages"], r["bytes"]) for r in rows}
+        return {r["subscription"]: (r["mark_delete_entry"], r["messages"], r["bytes"], bytes(r["acked_state"]))
+                for r in rows}
 
     async def subscription_state(self, topic_id: int, name: str) -> tuple[int, bytes] | None:
         row = await self.pool.fetchrow(Q["get_subscription"], topic_id, name)

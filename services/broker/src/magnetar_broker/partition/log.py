@@ -25,6 +25,7 @@ from magnetar_broker.store import BrokerStore
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     BadRequest,
+    Conflict,
     MagnetarError,
     MessageTooBig,
     NotOwner,
@@ -44,6 +45,9 @@ if TYPE_CHECKING:  # an annotation only: subscription/ builds on this package, n
 
 log = logging.getLogger("magnetar.broker.topic")
 T = TypeVar("T")
+
+# terminated_entry while a terminate waits for the writes before it: sends are refused.
+TERMINATING = -2
 
 # Room for batch framing and per-message metadata on top of the payload limit.
 BATCH_OVERHEAD = 64 * 1024
@@ -116,6 +120,7 @@ class PartitionLog:
         self.bytes_in = 0
         self.rate_in = Rate(time.monotonic())  # msgRateIn / msgThroughputIn
         self.terminated_entry: int | None = None  # `topics terminate`: the last entry it keeps
+        self._terminating: asyncio.Future | None = None  # a terminate under way
         self._on_lost = on_lost
         self.txnbuf = TxnBuffer(store, topic_id, name.full, roles)
         self._writer: GroupCommit = GroupCommit(self._commit, max_batches_per_commit)
@@ -135,26 +140,52 @@ class PartitionLog:
             raise TopicTerminated(f"{self.name.full} was terminated at entry {self.terminated_entry}; "
                                   "it takes no more messages")
 
-    async def terminate(self) -> int:
-        """Take no more messages: refuse new sends, let the writes in flight finish,
-        then record the last entry (lease-checked).  Its id (-1: an empty log)."""
+    async def terminate(self, txn_wait_s: float) -> int:
+        """Take no more messages: refuse new sends, let the writes in flight finish and
+        the transactions that wrote here end, then record the last entry (lease-checked).
+        Its id (-1: an empty log).  A second call while one runs waits for the same end."""
         self.check_open()
-        if self.terminated_entry is not None:
-            return self.terminated_entry
-        self.terminated_entry = -2  # refuses sends from now on; the real id follows
+        if self._terminating is None:
+            if self.terminated_entry is not None:
+                return self.terminated_entry
+            self._terminating = asyncio.ensure_future(self._terminate(txn_wait_s))
+            self._terminating.add_done_callback(lambda _: setattr(self, "_terminating", None))
+        return await asyncio.shield(self._terminating)
+
+    async def _terminate(self, txn_wait_s: float) -> int:
+        self.terminated_entry = TERMINATING  # refuses sends from now on; the real id follows
         try:
             await self._writer.idle()
+            await self._wait_for_open_txns(txn_wait_s)
             last = self.next_entry_id - 1
             stored = await self.lease_checked(
                 "terminating", self.store.terminate(self.topic_id, self.epoch, last),
                 lambda r: r is not None)
         except BaseException:
-            if self.terminated_entry == -2:
-                self.terminated_entry = None
+            if self.terminated_entry == TERMINATING:
+                self.terminated_entry = None  # not terminated: sends are taken again
             raise
         self.terminated_entry = stored
         self.wake()  # consumers waiting at the end learn it is the end
         return stored
+
+    async def _wait_for_open_txns(self, wait_s: float) -> None:
+        """Wait until every transaction with messages buffered here has ended.  Its
+        messages join the log only with its commit marker, and Pulsar takes no entry after
+        the terminated position: ending first keeps a commit from adding messages beyond
+        the end of the topic (or being refused, half-committed).  Their further sends are
+        refused meanwhile (TopicTerminated), so they can only end."""
+        txns = await self.store.open_txns_with_messages(self.topic_id)
+
+        async def all_ended() -> bool | None:
+            states = [await self.txnbuf.state(t) for t in txns]
+            return True if all(b.committed is not None for b in states) else None
+
+        if txns and await self.long_poll(wait_s, all_ended) is None:
+            left = [str(t) for t in txns if self.txnbuf.txns[t].committed is None]
+            raise Conflict(f"{self.name.full} was not terminated: {len(left)} open transaction(s) sent "
+                           f"messages to it and did not end within {wait_s:g} s ({', '.join(left[:5])}); "
+                           "commit or abort them (or let them time out) and terminate again")
 
     async def persist_topic_epoch(self, topic_epoch: int) -> None:
         """Record a new exclusive producer's epoch (lease-checked) before it is used."""
@@ -432,7 +463,7 @@ class PartitionLog:
         self.rate_in.add(time.monotonic(), total, nbytes)
         metrics.MESSAGES_IN.inc(total)
         metrics.COMMIT_BATCHES.observe(len(items))
-        if cached:
+        if cached or settled.ended:  # an abort too: a terminate may wait for it
             self.wake()
         return settled.results
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from magnetar_broker.partition.batchcheck import WHOLE
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.cursorstate import decode_acks
 
 
 def full_mask(num_messages: int) -> int:
@@ -135,8 +136,6 @@ class Cursor:
 
     @classmethod
     def decode(cls, mark_delete: int, data: bytes) -> "Cursor":
-        cursor = cls(mark_delete)
-        for e in pb.CursorState.FromString(data).entries:
-            cursor.acked[e.entry_id] = -1 if not e.acked_bitset else int.from_bytes(e.acked_bitset, "little")
+        cursor = cls(mark_delete, decode_acks(data))
         cursor._advance()
         return cursor

@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 
 from magnetar_broker import metrics
 from magnetar_broker.entry import Entry
-from magnetar_broker.partition.log import PartitionLog
+from magnetar_broker.partition.log import TERMINATING, PartitionLog
 from magnetar_broker.rates import Rate
 from magnetar_broker.subscription.backlog import lowest_bits
 from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
@@ -85,6 +85,7 @@ class Subscription:
         self.txn = TxnAcks(self)  # acknowledgements inside transactions
         self.rate_out = Rate(time.monotonic())  # msgRateOut / msgThroughputOut
         self.bytes_out = 0
+        self.rate_redeliver = Rate(time.monotonic())  # msgRateRedeliver
 
     @classmethod
     async def open_durable(cls, log: PartitionLog, name: str, initial: int) -> "Subscription":
@@ -121,8 +122,7 @@ class Subscription:
     def remove_consumer(self, consumer: Consumer) -> None:
         if self.consumers.pop(consumer.consumer_id, None) is None:
             return
-        moved = self.deliveries.forget_consumer(consumer.consumer_id)
-        metrics.REDELIVERIES.inc(moved)
+        self.redelivered(self.deliveries.forget_consumer(consumer.consumer_id))
         self._membership_changed()
 
     def _membership_changed(self) -> None:
@@ -133,7 +133,7 @@ class Subscription:
             )
             if self._active is not None and active != self._active and self._active in self.consumers:
                 # The new active consumer must see what the old one had not acknowledged.
-                self.deliveries.release(self._active, None, count=True)
+                self.redelivered(self.deliveries.release(self._active, None, count=True))
             self._active = active
             for c in self.consumers.values():
                 if c.on_active_change is not None:
@@ -298,9 +298,17 @@ class Subscription:
     def redeliver(self, consumer: Consumer, positions) -> int:
         chosen = None if not positions else [(p.entry_id, p.batch_index) for p in positions]
         moved = self.deliveries.release(consumer.consumer_id, chosen, count=True)
-        metrics.REDELIVERIES.inc(moved)
+        self.redelivered(moved)
         self.log.wake()
         return moved
+
+    def redelivered(self, messages: int) -> None:
+        """Count messages taken back for redelivery (nack, ack timeout, redeliver-unacked,
+        a consumer gone with unacknowledged messages, a failover switch, a transaction's
+        abort of its acks): Pulsar's msgRateRedeliver."""
+        if messages:
+            metrics.REDELIVERIES.inc(messages)
+            self.rate_redeliver.add(time.monotonic(), messages, 0)
 
     async def seek(self, entry_id: int, batch_index: int = WHOLE) -> None:
         """Reset the cursor so the next message delivered is (entry_id, batch_index)
@@ -353,7 +361,7 @@ class Subscription:
         """The topic is terminated and every message up to its last entry was read and
         none waits for redelivery (Pulsar's ReachedEndOfTopic)."""
         last = self.log.terminated_entry
-        return (last is not None and last >= -1 and self.read_position > last
+        return (last is not None and last != TERMINATING and self.read_position > last
                 and not self.deliveries.redeliver)
 
     def backlog(self) -> int:
@@ -365,6 +373,7 @@ class Subscription:
             "type": SUB_NAMES.get(self.sub_type, "None"),
             "msgRateOut": rate,
             "msgThroughputOut": throughput,
+            "msgRateRedeliver": self.rate_redeliver.rates(time.monotonic())[0],
             "bytesOutCounter": self.bytes_out,
             "durable": self.durable,
             "markDeletePosition": self.cursor.mark_delete,

@@ -222,5 +222,5 @@ class TxnAcks:
         for entry_id, mask in masks.items():
             if mask:
                 self.sub.deliveries.requeue(entry_id, mask)
-        metrics.REDELIVERIES.inc(sum(m.bit_count() for m in masks.values()))
+        self.sub.redelivered(sum(m.bit_count() for m in masks.values()))
 
