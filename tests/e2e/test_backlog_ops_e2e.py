@@ -479,6 +479,8 @@ def test_msg_rate_redeliver_counts_nacks_redeliver_unacked_and_a_closed_consumer
     for sub, count in (("nack", 2), ("all", 6), ("close", 6)):
         wait_until(lambda: rate(sub) >= count / 11, 10, f"{sub}: {count} redeliveries counted",
                    explain=lambda: rate(sub))
+    consumers = ok(cluster, "GET", topic_path(name) + "/stats")["subscriptions"]["nack"]["consumers"]
+    assert consumers[0]["msgRateRedeliver"] >= 2 / 11  # the consumer that handed them back
     for sub in ("nack", "all"):
         subs[sub].close()
 

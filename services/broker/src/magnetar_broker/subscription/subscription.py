@@ -62,6 +62,8 @@ class Consumer:
     # (a front end that pushes it to its client, the Pulsar listener, sets it).
     on_active_change: Callable[[bool], None] | None = field(default=None, repr=False)
     seeks: int = 0  # the highest seek count its client has sent (FetchRequest.seeks)
+    # msgRateRedeliver: what it handed back (negative acks, ack timeout, redeliver-unacked).
+    rate_redeliver: Rate = field(default_factory=lambda: Rate(time.monotonic()), repr=False)
 
 
 class Subscription:
@@ -299,6 +301,8 @@ class Subscription:
         chosen = None if not positions else [(p.entry_id, p.batch_index) for p in positions]
         moved = self.deliveries.release(consumer.consumer_id, chosen, count=True)
         self.redelivered(moved)
+        if moved:
+            consumer.rate_redeliver.add(time.monotonic(), moved, 0)
         self.log.wake()
         return moved
 
@@ -368,12 +372,13 @@ class Subscription:
         return max(self.log.next_entry_id - 1 - self.cursor.mark_delete, 0)
 
     def stats(self) -> dict:
-        rate, throughput = self.rate_out.rates(time.monotonic())
+        now = time.monotonic()
+        rate, throughput = self.rate_out.rates(now)
         return {
             "type": SUB_NAMES.get(self.sub_type, "None"),
             "msgRateOut": rate,
             "msgThroughputOut": throughput,
-            "msgRateRedeliver": self.rate_redeliver.rates(time.monotonic())[0],
+            "msgRateRedeliver": self.rate_redeliver.rates(now)[0],
             "bytesOutCounter": self.bytes_out,
             "durable": self.durable,
             "markDeletePosition": self.cursor.mark_delete,
@@ -386,6 +391,7 @@ class Subscription:
                 {"consumerName": c.name, "consumerId": c.consumer_id, "priorityLevel": c.priority,
                  "unackedMessages": self.deliveries.unacked.get(c.consumer_id, 0),
                  "msgOutCounter": c.msg_out, "connectedSince": c.connected_since,
+                 "msgRateRedeliver": c.rate_redeliver.rates(now)[0],
                  "isActive": self.sub_type != pb.SUB_FAILOVER or c.consumer_id == self._active}
                 for c in self.consumers.values()
             ],
