@@ -9,6 +9,7 @@ Every client call has a timeout; waits are deadlines (tests/waiting.py).
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import socket
 import struct
@@ -555,3 +556,76 @@ def test_bad_requests_get_typed_errors(magnetar):
     error = _next_of(s, pb.BaseCommand.ERROR)
     assert (error.request_id, error.error) == (4, pb.ConsumerNotFound)
     s.close()
+
+
+# ---------------------------------------------------------------- stats and end of topic
+
+
+def _admin(magnetar, method: str, path: str):
+    req = urllib.request.Request(magnetar.admin_url + path, method=method, data=b"" if method == "POST" else None,
+                                 headers={"accept": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        body = resp.read()
+    return json.loads(body) if body else None
+
+
+def test_deliveries_to_pulsar_consumers_count_in_the_topic_stats(magnetar, client):
+    name = f"pulsar-stats-{next(_topics)}"
+    topic = f"persistent://public/default/{name}"
+    stats_path = f"/admin/v2/persistent/public/default/{name}/stats"
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(3):
+        producer.send(f"stat-{i}".encode())
+    receive_all(consumer, 3)
+    live = wait_until(lambda: (lambda st: st if st["msgOutCounter"] == 3 else None)(
+        _admin(magnetar, "GET", stats_path)), 15, "3 deliveries counted")
+    assert live["bytesOutCounter"] >= 3 * len(b"stat-0") and live["msgRateOut"] > 0
+    assert live["subscriptions"]["s"]["msgOutCounter"] == 3
+    consumer.close()
+    # A reader's deliveries count too, and both stay counted once their consumers closed.
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert [reader.read_next(TIMEOUT_MS).data() for _ in range(3)] == [f"stat-{i}".encode() for i in range(3)]
+    reader.close()
+    closed = wait_until(lambda: (lambda st: st if st["msgOutCounter"] == 6 else None)(
+        _admin(magnetar, "GET", stats_path)), 15,
+        "6 deliveries counted after the consumers closed")
+    assert closed["bytesOutCounter"] >= 6 * len(b"stat-0")
+    assert closed["subscriptions"]["s"]["msgOutCounter"] == 3
+
+
+def _terminated_topic(magnetar, client, count: int) -> str:
+    name = f"pulsar-terminated-{next(_topics)}"
+    topic = f"persistent://public/default/{name}"
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(count):
+        producer.send(f"t{i}".encode())
+    _admin(magnetar, "POST", f"/admin/v2/persistent/public/default/{name}/terminate")
+    return topic
+
+
+def test_a_consumer_that_consumed_a_terminated_topic_is_told_its_end(magnetar, client):
+    topic = _terminated_topic(magnetar, client, 2)
+    s = _owner_socket(magnetar, topic)
+    s.sendall(frames.encode(pb.CommandSubscribe(topic=topic, subscription="s", sub_type=pb.CommandSubscribe.Shared,
+                                                consumer_id=1, request_id=2,
+                                                initial_position=pb.CommandSubscribe.Earliest)))
+    _next_of(s, pb.BaseCommand.SUCCESS)
+    s.sendall(frames.encode(pb.CommandFlow(consumer_id=1, message_permits=100)))
+    got = []
+    while (frame := _read_frame(s)).type != pb.BaseCommand.REACHED_END_OF_TOPIC:
+        if frame.type == pb.BaseCommand.MESSAGE:
+            got.append(frame.payload)
+    assert frame.body.consumer_id == 1 and got == [b"t0", b"t1"]   # told after everything
+    s.close()
+
+
+def test_the_wheel_keeps_its_connection_at_the_end_of_a_terminated_topic(magnetar, client):
+    # Its C++ core drops the connection on REACHED_END_OF_TOPIC (and would get its
+    # unacknowledged messages again): it is not told, and receive waits at the end.
+    topic = _terminated_topic(magnetar, client, 3)
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    assert [m.data() for m in receive_all(consumer, 3)] == [b"t0", b"t1", b"t2"]
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(timeout_millis=1500)   # nothing again: the connection held
+    assert consumer.is_connected()

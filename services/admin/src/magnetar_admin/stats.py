@@ -54,7 +54,8 @@ def subscription_stats(backlog: int, backlog_bytes: int, live: dict, durable: bo
         "msgRateOut": float(live.get("msgRateOut", 0.0)),
         "msgThroughputOut": float(live.get("msgThroughputOut", 0.0)),
         "msgRateRedeliver": float(live.get("msgRateRedeliver", 0.0)),
-        "msgOutCounter": sum(c.get("msgOutCounter", 0) for c in consumers),
+        # The subscription's own count keeps what closed consumers received.
+        "msgOutCounter": live.get("msgOutCounter", sum(c.get("msgOutCounter", 0) for c in consumers)),
         "bytesOutCounter": live.get("bytesOutCounter", 0),
         "consumers": consumers,
         "isDurable": durable,

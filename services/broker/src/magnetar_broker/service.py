@@ -471,20 +471,22 @@ class BrokerService:
 
     def topic_stats(self, plog: PartitionLog) -> dict:
         subscriptions = {name: sub.stats() for name, sub in plog.subscriptions.items()}
-        rate_in, throughput_in = plog.rate_in.rates(time.monotonic())
+        now = time.monotonic()
+        rate_in, throughput_in = plog.rate_in.rates(now)
+        rate_out, throughput_out = plog.rate_out.rates(now)
         return {
             "msgRateIn": rate_in,
             "msgThroughputIn": throughput_in,
-            "msgRateOut": sum(s["msgRateOut"] for s in subscriptions.values()),
-            "msgThroughputOut": sum(s["msgThroughputOut"] for s in subscriptions.values()),
-            "bytesOutCounter": sum(s["bytesOutCounter"] for s in subscriptions.values()),
+            "msgRateOut": rate_out,
+            "msgThroughputOut": throughput_out,
+            "bytesOutCounter": plog.bytes_out,
             "terminatedAtEntry": plog.terminated_entry,
             "topic": plog.name.full,
             "ownerBroker": self.broker_id,
             "ownerEpoch": plog.epoch,
             "msgInCounter": plog.msg_in,
             "bytesInCounter": plog.bytes_in,
-            "msgOutCounter": sum(c.msg_out for s in plog.subscriptions.values() for c in s.consumers.values()),
+            "msgOutCounter": plog.msg_out,
             "lastEntryId": plog.next_entry_id - 1,
             "firstEntryId": plog.first_entry_id,
             "backlogQuotaExceeded": plog.quota_blocked,

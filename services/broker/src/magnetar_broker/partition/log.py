@@ -119,6 +119,11 @@ class PartitionLog:
         self.msg_in = 0
         self.bytes_in = 0
         self.rate_in = Rate(time.monotonic())  # msgRateIn / msgThroughputIn
+        # Delivered to any consumer of any subscription (subscription/subscription.py
+        # counts them), closed consumers and readers' gone subscriptions included.
+        self.msg_out = 0
+        self.bytes_out = 0
+        self.rate_out = Rate(time.monotonic())  # msgRateOut / msgThroughputOut
         self.terminated_entry: int | None = None  # `topics terminate`: the last entry it keeps
         self._terminating: asyncio.Future | None = None  # a terminate under way
         self._on_lost = on_lost

@@ -48,6 +48,7 @@ class Connection:
         self.role = ANONYMOUS
         self.session_id = ""
         self.protocol_version = 0
+        self.client_version = ""
         self.connected = False
         self.last_heard = time.monotonic()
         self.tasks: set[asyncio.Task] = set()
@@ -177,6 +178,7 @@ class Connection:
         reply = await self.service.open_session(mpb.OpenSessionRequest(client_name=cmd.client_version[:200]))
         self.session_id = reply.session_id
         self.protocol_version = min(cmd.protocol_version, SERVER_PROTOCOL_VERSION)
+        self.client_version = cmd.client_version
         self.connected = True
         log.info("pulsar connection %s: %s connected as %r (protocol v%d)", self.peer, cmd.client_version,
                  self.role, self.protocol_version)

@@ -21,6 +21,7 @@ from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
 from magnetar_protocol.errors import BadRequest, ConsumerNotFound, MagnetarError, NotAllowedError
 from magnetar_protocol.pulsar import batches, ids
+from magnetar_protocol.pulsar.clients import understands_end_of_topic
 from magnetar_protocol.pulsar.errors import server_error
 
 log = logging.getLogger("magnetar.broker.pulsar")
@@ -45,6 +46,7 @@ class PulsarConsumer:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     sizes: OrderedDict = field(default_factory=OrderedDict)   # entry id -> messages
     task: asyncio.Task | None = None
+    told_end: bool = False   # REACHED_END_OF_TOPIC sent (once: termination is final)
 
 
 class Consumers:
@@ -122,12 +124,17 @@ class Consumers:
 
     async def _dispatch(self, consumer: PulsarConsumer) -> None:
         wait_ms = self.conn.settings.max_fetch_wait_ms
+        at_end = False
         while self.consumers.get(consumer.pulsar_id) is consumer:
             served = self.service.consumers.get(consumer.magnetar_id)
             if served is None or served.closed:
                 self._closed_by_broker(consumer, "the topic moved or the consumer was closed")
                 return
-            if consumer.permits <= 0:
+            if consumer.permits <= 0 or at_end:
+                # Without permits, or at the end of a terminated topic (where a fetch
+                # answers at once): wait for a FLOW, or look again in a while (a
+                # redelivery may still come).
+                at_end = False
                 consumer.wake.clear()
                 try:
                     await asyncio.wait_for(consumer.wake.wait(), IDLE_CHECK_S)
@@ -143,6 +150,14 @@ class Consumers:
                 return
             for entry in reply.entries:
                 consumer.permits -= self._push(consumer, entry)
+            at_end = reply.end_of_topic and not reply.entries
+            if at_end and not consumer.told_end:
+                # Terminated and all delivered: the client knows it reached the end
+                # (Java's hasReachedEndOfTopic), as from a Pulsar broker, unless it would
+                # drop the connection over it (clients.py).
+                consumer.told_end = True
+                if understands_end_of_topic(self.conn.client_version):
+                    self.conn.send(pb.CommandReachedEndOfTopic(consumer_id=consumer.pulsar_id))
             await self.conn.writer.drain()
 
     def _push(self, consumer: PulsarConsumer, entry: mpb.DeliveredEntry) -> int:

@@ -88,6 +88,7 @@ class Subscription:
         self.rate_out = Rate(time.monotonic())  # msgRateOut / msgThroughputOut
         self.bytes_out = 0
         self.rate_redeliver = Rate(time.monotonic())  # msgRateRedeliver
+        self.msg_out = 0  # every consumer's, those since closed included (as Pulsar counts)
 
     @classmethod
     async def open_durable(cls, log: PartitionLog, name: str, initial: int) -> "Subscription":
@@ -172,9 +173,15 @@ class Subscription:
                 # A part of a batch counts its share of the batch's bytes.
                 nbytes += len(e.batch) * count // max(e.num_messages, 1)
             consumer.msg_out += delivered
+            self.msg_out += delivered
             self.bytes_out += nbytes
+            # The topic's counters outlive the subscription (a reader's goes with it).
+            self.log.msg_out += delivered
+            self.log.bytes_out += nbytes
             if delivered:
-                self.rate_out.add(time.monotonic(), delivered, nbytes)
+                now = time.monotonic()
+                self.rate_out.add(now, delivered, nbytes)
+                self.log.rate_out.add(now, delivered, nbytes)
             metrics.MESSAGES_OUT.inc(delivered)
             return out
 
@@ -379,6 +386,7 @@ class Subscription:
             "msgRateOut": rate,
             "msgThroughputOut": throughput,
             "msgRateRedeliver": self.rate_redeliver.rates(now)[0],
+            "msgOutCounter": self.msg_out,
             "bytesOutCounter": self.bytes_out,
             "durable": self.durable,
             "markDeletePosition": self.cursor.mark_delete,
