@@ -70,13 +70,16 @@ class RpcClient:
                 timeout=self._timeout, connector=aiohttp.TCPConnector(limit=64))
         return self._session
 
-    async def call(self, base_url: str, path: str, request: Message, response_type: type[Message]):
+    async def call(self, base_url: str, path: str, request: Message, response_type: type[Message],
+                   headers: dict[str, str] | None = None):
+        """``headers``: added to this service's own for this call (the Pulsar listener
+        forwards its client's token, so the callee sees that client's role)."""
         if self._local and self._is_local(base_url, path):
             return await self._call_locally(path, request)
         try:
             async with self._http().post(
                 base_url.rstrip("/") + path, data=request.SerializeToString(),
-                headers=self._headers,
+                headers={**self._headers, **headers} if headers else self._headers,
             ) as resp:
                 body = await resp.read()
                 status = resp.status

@@ -46,6 +46,7 @@ class Connection:
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.decoder = frames.FrameDecoder(settings.max_message_size + frames.FRAME_PADDING)
         self.role = ANONYMOUS
+        self.credentials: dict[str, str] = {}   # the client's token, for calls made on its behalf
         self.session_id = ""
         self.protocol_version = 0
         self.client_version = ""
@@ -200,7 +201,10 @@ class Connection:
             token = cmd.auth_data.decode()
         except UnicodeDecodeError:
             raise AuthenticationError("the token is not UTF-8 text") from None
-        return auth.role_of(f"Bearer {token}")
+        role = auth.role_of(f"Bearer {token}")
+        # Coordinators check the role themselves (transactions.py forwards the token).
+        self.credentials = {"authorization": f"Bearer {token}"}
+        return role
 
     # ---------------------------------------------------------------- liveness
 

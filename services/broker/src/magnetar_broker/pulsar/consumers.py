@@ -19,7 +19,7 @@ from magnetar_broker.pulsar.connection import Connection, answer
 from magnetar_broker.pulsar.producers import BROKER_REQUEST
 from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
-from magnetar_protocol.errors import BadRequest, ConsumerNotFound, MagnetarError, NotAllowedError
+from magnetar_protocol.errors import BadRequest, ConsumerNotFound, MagnetarError
 from magnetar_protocol.pulsar import batches, ids
 from magnetar_protocol.pulsar.clients import understands_end_of_topic
 from magnetar_protocol.pulsar.errors import server_error
@@ -194,16 +194,18 @@ class Consumers:
 
         async def call():
             consumer = self._get(cmd.consumer_id)
-            if cmd.txnid_most_bits or cmd.txnid_least_bits:
-                raise NotAllowedError("transactional acks over the Pulsar protocol are not supported yet")
             cumulative = cmd.ack_type == pb.CommandAck.Cumulative
             positions = []
             for mid in cmd.message_id:
                 positions += ids.ack_positions(mid, cumulative, consumer.sizes.get(mid.entry_id))
             if positions:
-                await self.service.ack(mpb.AckRequest(
+                req = mpb.AckRequest(
                     consumer_id=consumer.magnetar_id, positions=positions, session_id=self.conn.session_id,
-                    ack_type=mpb.ACK_CUMULATIVE if cumulative else mpb.ACK_INDIVIDUAL))
+                    ack_type=mpb.ACK_CUMULATIVE if cumulative else mpb.ACK_INDIVIDUAL)
+                if cmd.HasField("txnid_most_bits") or cmd.HasField("txnid_least_bits"):
+                    # Pending in the transaction until it ends (pulsar/transactions.py).
+                    req.txn.CopyFrom(mpb.TxnId(most_bits=cmd.txnid_most_bits, least_bits=cmd.txnid_least_bits))
+                await self.service.ack(req)
 
         try:
             await call()

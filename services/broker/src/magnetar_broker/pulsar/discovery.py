@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from magnetar_broker.pulsar.connection import Connection, answer
 from magnetar_broker.pulsar.errors import message_of
+from magnetar_broker.pulsar.transactions import is_tc_assign, tc_assign_partitions
 from magnetar_broker.settings import PULSAR_LISTENER
 from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
@@ -31,7 +32,10 @@ class Discovery:
     async def partitioned_metadata(self, frame) -> None:
         cmd = frame.body
         try:
-            reply = await self.service.metadata(mpb.PartitionMetadataRequest(topic=cmd.topic))
+            if is_tc_assign(cmd.topic):   # one partition per coordinator (transactions.py)
+                reply = mpb.PartitionMetadataResponse(partitions=await tc_assign_partitions(self.service))
+            else:
+                reply = await self.service.metadata(mpb.PartitionMetadataRequest(topic=cmd.topic))
         except MagnetarError as exc:
             self.conn.send(Metadata(request_id=cmd.request_id, response=Metadata.Failed,
                                     error=server_error(exc), message=message_of(exc)))
@@ -53,6 +57,8 @@ class Discovery:
                               authoritative=True))
 
     async def owner_url(self, topic: str) -> str:
+        if is_tc_assign(topic):   # any listener serves every coordinator
+            return self.conn.settings.pulsar_url
         reply = await self.service.lookup(mpb.LookupRequest(topic=topic))
         if reply.broker_id == self.service.broker_id:
             return self.conn.settings.pulsar_url

@@ -163,8 +163,6 @@ class Producers:
     def _request(self, producer: PulsarProducer, cmd: pb.CommandSend, frame) -> mpb.SendRequest | Exception:
         """The Magnetar send of one Pulsar entry (translated on write: see the docs), or
         why it cannot be stored."""
-        if cmd.txnid_most_bits or cmd.txnid_least_bits:
-            return NotAllowedError("transactional sends over the Pulsar protocol are not supported yet")
         if cmd.is_chunk:
             return NotAllowedError("chunked messages are not supported")
         size = len(frame.raw_metadata) + len(frame.payload)
@@ -180,9 +178,14 @@ class Producers:
         # The wheel leaves highest_sequence_id unset when the ids are consecutive.
         highest = cmd.highest_sequence_id if cmd.highest_sequence_id > cmd.sequence_id \
             else cmd.sequence_id + count - 1
-        return mpb.SendRequest(producer_id=producer.magnetar_id, batch=batch.SerializeToString(),
-                               num_messages=count, sequence_id=cmd.sequence_id, highest_sequence_id=highest,
-                               session_id=self.conn.session_id)
+        req = mpb.SendRequest(producer_id=producer.magnetar_id, batch=batch.SerializeToString(),
+                              num_messages=count, sequence_id=cmd.sequence_id, highest_sequence_id=highest,
+                              session_id=self.conn.session_id)
+        if cmd.HasField("txnid_most_bits") or cmd.HasField("txnid_least_bits"):
+            # In a transaction (pulsar/transactions.py): the partition's transaction
+            # buffer holds it until the coordinator ends the transaction.
+            req.txn.CopyFrom(mpb.TxnId(most_bits=cmd.txnid_most_bits, least_bits=cmd.txnid_least_bits))
+        return req
 
     async def _pump(self, producer: PulsarProducer) -> None:
         try:

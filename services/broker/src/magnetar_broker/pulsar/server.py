@@ -10,14 +10,16 @@ from magnetar_broker.pulsar.connection import Connection
 from magnetar_broker.pulsar.consumers import Consumers
 from magnetar_broker.pulsar.discovery import Discovery
 from magnetar_broker.pulsar.producers import Producers
+from magnetar_broker.pulsar.transactions import COORDINATOR_TIMEOUT_S, Transactions
+from magnetar_runtime.rpc import RpcClient
 
 log = logging.getLogger("magnetar.broker.pulsar")
 
 
-def handlers_for(conn: Connection) -> dict:
+def handlers_for(conn: Connection, rpc: RpcClient) -> dict:
     """Every command the listener serves besides CONNECT and PING/PONG, by type."""
     handlers: dict = {}
-    for role in (Discovery(conn), Producers(conn), Consumers(conn)):
+    for role in (Discovery(conn), Producers(conn), Consumers(conn), Transactions(conn, rpc)):
         handlers |= role.handlers()
     return handlers
 
@@ -28,6 +30,8 @@ class PulsarServer:
         self.settings = settings
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
+        # Calls to the transaction coordinators, each with its client's token.
+        self.rpc = RpcClient(COORDINATOR_TIMEOUT_S)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, self.settings.host, self.settings.pulsar_port)
@@ -43,13 +47,15 @@ class PulsarServer:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.rpc.close()
         self._server = None
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._connections.add(task)
         try:
-            await Connection(self.service, self.settings, reader, writer, handlers_for).serve()
+            await Connection(self.service, self.settings, reader, writer,
+                             lambda conn: handlers_for(conn, self.rpc)).serve()
         except asyncio.CancelledError:
             pass
         except Exception:   # one connection's bug never reaches the others
