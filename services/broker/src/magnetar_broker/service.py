@@ -171,13 +171,13 @@ class BrokerService:
             backlogs = {name: (b[1] - await stored_acked_beyond(plog, b[0], decode_acks(b[3])), b[2])
                         for name, b in (await self.store.subscription_backlogs(plog.topic_id)).items()}
             rate_in, throughput_in = plog.rate_in.rates(now)
-            out = [sub.rate_out.rates(now) for sub in plog.subscriptions.values()]
+            rate_out, throughput_out = plog.rate_out.rates(now)  # gone readers' too, as the stats
             samples.append(PartitionSample(plog.name.namespace_name, plog.name.base.full, {
                 "pulsar_storage_size": stored_bytes,
                 "pulsar_msg_backlog": sum(b[0] for b in backlogs.values()),
                 "pulsar_storage_backlog_size": sum(b[1] for b in backlogs.values()),
                 "pulsar_rate_in": rate_in, "pulsar_throughput_in": throughput_in,
-                "pulsar_rate_out": sum(r[0] for r in out), "pulsar_throughput_out": sum(r[1] for r in out),
+                "pulsar_rate_out": rate_out, "pulsar_throughput_out": throughput_out,
                 "pulsar_subscriptions_count": len(backlogs),
                 "pulsar_producers_count": len(plog.producers),
                 "pulsar_consumers_count": sum(len(s.consumers) for s in plog.subscriptions.values()),
