@@ -13,7 +13,7 @@ import pytest
 import magnetar
 from magnetar_protocol import pulsar_api_pb2 as pb
 from tests.e2e.helpers import read_all
-from tests.e2e.pulsar_wire import Wire, WireError, coordinators
+from tests.e2e.pulsar_wire import TC_ASSIGN, Wire, WireError, coordinators
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.shared_cluster, pytest.mark.cluster(brokers=1)]
@@ -36,6 +36,7 @@ def wire(cluster):
 def _tc(wire: Wire) -> Wire:
     tcs = coordinators(wire)
     assert list(tcs) == [0]   # one coordinator: one partition, TCID 0
+    assert wire.partitions(f"{TC_ASSIGN}-partition-0") == 0   # a partition is not partitioned
     return tcs[0]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from magnetar_broker.pulsar.connection import Connection, answer
 from magnetar_broker.pulsar.errors import message_of
-from magnetar_broker.pulsar.transactions import is_tc_assign, tc_assign_partitions
+from magnetar_broker.pulsar.transactions import TC_ASSIGN_TOPIC, is_tc_assign, tc_assign_partitions
 from magnetar_broker.settings import PULSAR_LISTENER
 from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
@@ -33,7 +33,8 @@ class Discovery:
         cmd = frame.body
         try:
             if is_tc_assign(cmd.topic):   # one partition per coordinator (transactions.py)
-                reply = mpb.PartitionMetadataResponse(partitions=await tc_assign_partitions(self.service))
+                partitions = 0 if cmd.topic != TC_ASSIGN_TOPIC else await tc_assign_partitions(self.service)
+                reply = mpb.PartitionMetadataResponse(partitions=partitions)
             else:
                 reply = await self.service.metadata(mpb.PartitionMetadataRequest(topic=cmd.topic))
         except MagnetarError as exc:
