@@ -15,6 +15,7 @@ import socket
 import struct
 import threading
 import urllib.request
+from datetime import timedelta
 
 import pulsar
 import pytest
@@ -299,7 +300,8 @@ def test_magnetar_and_pulsar_clients_read_each_other(magnetar, client):
                                        partition_key="pk", ordering_key=f"ok{i}", event_timestamp=1000 + i)
         pulsar_producer.flush()
         m_producer = m.create_producer(topic)
-        m_producer.send(b"m0", properties={"from": "magnetar"}, partition_key="mk")
+        m_producer.send(b"m0", properties={"from": "magnetar"}, partition_key="mk", ordering_key=b"mo",
+                        event_timestamp=2000)
         m_producer.flush()
         m_consumer = m.subscribe(topic, "mc", initial_position=mclient.InitialPosition.Earliest)
         got = [m_consumer.receive(timeout_millis=TIMEOUT_MS) for _ in range(4)]
@@ -311,8 +313,135 @@ def test_magnetar_and_pulsar_clients_read_each_other(magnetar, client):
         back = receive_all(p_consumer, 4)
         assert [b.data() for b in back] == [b"p0", b"p1", b"p2", b"m0"]
         assert back[3].properties() == {"from": "magnetar"} and back[3].partition_key() == "mk"
+        assert back[3].ordering_key() == "mo" and back[3].event_timestamp() == 2000
+        assert [b.publish_timestamp() for b in back] == [g.publish_timestamp() for g in got]
     finally:
         m.close()
+
+
+def _raw_producer(magnetar, topic: str) -> tuple[socket.socket, str]:
+    s = _owner_socket(magnetar, topic)
+    s.sendall(frames.encode(pb.CommandProducer(topic=topic, producer_id=1, request_id=1)))
+    created = _next_of(s, pb.BaseCommand.PRODUCER_SUCCESS)
+    return s, created.producer_name
+
+
+def _raw_messages(magnetar, topic: str, count: int) -> list:
+    """``count`` MESSAGE frames (metadata and payload as the broker sent them) read by a
+    frame-level consumer: the wheel shows neither null values nor deliver_at_time."""
+    s = _owner_socket(magnetar, topic)
+    s.sendall(frames.encode(pb.CommandSubscribe(
+        topic=topic, subscription=f"raw{next(_topics)}", sub_type=pb.CommandSubscribe.Exclusive, consumer_id=1,
+        request_id=2, initial_position=pb.CommandSubscribe.Earliest)))
+    _next_of(s, pb.BaseCommand.SUCCESS)
+    s.sendall(frames.encode(pb.CommandFlow(consumer_id=1, message_permits=1000)))
+    got = []
+    while len(got) < count:
+        frame = _read_frame(s)
+        if frame.type == pb.BaseCommand.MESSAGE:
+            got.append(frame)
+    s.close()
+    return got
+
+
+def test_every_pulsar_message_field_survives_both_protocols(magnetar, client):
+    """The producer's publish time, a null value, null and base64 keys, deliver_at_time,
+    event time, properties, keys: kept for a Pulsar consumer and a Magnetar one, from a
+    single message and from a compressed batch."""
+    import magnetar as mclient
+
+    topic = new_topic("fidelity")
+    s, name = _raw_producer(magnetar, topic)
+    single = pb.MessageMetadata(
+        producer_name=name, sequence_id=0, publish_time=1_600_000_000_123, partition_key="a2V5",
+        partition_key_b64_encoded=True, ordering_key=b"ok", event_time=77, null_value=True,
+        deliver_at_time=1_900_000_000_000, properties=[pb.KeyValue(key="p", value="1")])
+    s.sendall(frames.encode(pb.CommandSend(producer_id=1, sequence_id=0), single, b""))
+    assert _next_of(s, pb.BaseCommand.SEND_RECEIPT).sequence_id == 0
+    body = b""
+    for meta, data in ((pb.SingleMessageMetadata(payload_size=2, null_partition_key=True, event_time=5), b"b0"),
+                       (pb.SingleMessageMetadata(payload_size=2, partition_key="k1", ordering_key=b"o1",
+                                                 properties=[pb.KeyValue(key="q", value="2")]), b"b1")):
+        raw = meta.SerializeToString()
+        body += struct.pack(">I", len(raw)) + raw + data
+    batch = pb.MessageMetadata(producer_name=name, sequence_id=1, publish_time=1_600_000_000_456,
+                               num_messages_in_batch=2, highest_sequence_id=2,
+                               compression=pb.ZSTD, uncompressed_size=len(body))
+    from magnetar_protocol.pulsar.compression import compress
+    s.sendall(frames.encode(pb.CommandSend(producer_id=1, sequence_id=1, num_messages=2, highest_sequence_id=2),
+                            batch, compress(pb.ZSTD, body)))
+    assert _next_of(s, pb.BaseCommand.SEND_RECEIPT).sequence_id == 1
+    s.close()
+
+    # The wheel.
+    wheel = receive_all(client.subscribe(topic, "w", initial_position=pulsar.InitialPosition.Earliest), 3)
+    assert [m.data() for m in wheel] == [b"", b"b0", b"b1"]
+    assert [m.publish_timestamp() for m in wheel] == [1_600_000_000_123, 1_600_000_000_456, 1_600_000_000_456]
+    assert [m.partition_key() for m in wheel] == ["a2V5", "", "k1"]
+    assert [m.ordering_key() for m in wheel] == ["ok", "", "o1"]
+    assert [m.event_timestamp() for m in wheel] == [77, 5, 0]
+    assert [m.properties() for m in wheel] == [{"p": "1"}, {}, {"q": "2"}]
+    # What the wheel does not show, at the frame level.
+    first, batched = _raw_messages(magnetar, topic, 2)
+    assert first.metadata.null_value and first.metadata.partition_key_b64_encoded
+    assert first.metadata.deliver_at_time == 1_900_000_000_000
+    assert first.metadata.publish_time == 1_600_000_000_123 and batched.metadata.publish_time == 1_600_000_000_456
+    assert batched.metadata.num_messages_in_batch == 2
+    (size,) = struct.unpack(">I", batched.payload[:4])
+    assert pb.SingleMessageMetadata.FromString(batched.payload[4:4 + size]).null_partition_key
+
+    # Magnetar's client.
+    m = mclient.Client(",".join(magnetar.broker_urls))
+    try:
+        consumer = m.subscribe(topic, "m2", initial_position=mclient.InitialPosition.Earliest)
+        got = [consumer.receive(timeout_millis=TIMEOUT_MS) for _ in range(3)]
+        assert [g.data() for g in got] == [b"", b"b0", b"b1"]
+        assert [g.has_null_value() for g in got] == [True, False, False]
+        assert [g.has_null_partition_key() for g in got] == [False, True, False]
+        assert [g.partition_key_b64_encoded() for g in got] == [True, False, False]
+        assert [g.deliver_at_time() for g in got] == [1_900_000_000_000, 0, 0]
+        assert [g.publish_timestamp() for g in got] == [1_600_000_000_123, 1_600_000_000_456, 1_600_000_000_456]
+        assert [g.partition_key() for g in got] == ["a2V5", "", "k1"]
+        assert [g.ordering_key() for g in got] == [b"ok", b"", b"o1"]
+        assert [g.event_timestamp() for g in got] == [77, 5, 0]
+        assert [g.properties() for g in got] == [{"p": "1"}, {}, {"q": "2"}]
+
+        # The wheel's own deliver_after and publish time reach Magnetar's client.
+        other = new_topic("fidelity-wheel")
+        producer = client.create_producer(other, batching_enabled=False)
+        producer.send(b"later", deliver_after=timedelta(hours=1), event_timestamp=9)
+        wheel_got = client.subscribe(other, "w", consumer_type=pulsar.ConsumerType.Exclusive,
+                                     initial_position=pulsar.InitialPosition.Earliest).receive(TIMEOUT_MS)
+        mine = m.subscribe(other, "m", initial_position=mclient.InitialPosition.Earliest).receive(TIMEOUT_MS)
+        assert mine.data() == b"later" and mine.event_timestamp() == 9
+        assert mine.deliver_at_time() > mine.publish_timestamp() + 3_000_000
+        assert mine.publish_timestamp() == wheel_got.publish_timestamp()
+    finally:
+        m.close()
+
+
+@pytest.mark.parametrize("lie", ["garbage", "short", "huge"])
+def test_a_send_that_does_not_decompress_gets_send_error(magnetar, lie):
+    from magnetar_protocol.pulsar.compression import compress
+
+    topic = new_topic(f"undecompressable-{lie}")
+    s, name = _raw_producer(magnetar, topic)
+    body = b"hello compressed world " * 20
+    payload, size = {"garbage": (b"\x00\xff not lz4 at all " * 4, len(body)),
+                     "short": (compress(pb.LZ4, body), len(body) - 7),
+                     "huge": (compress(pb.LZ4, body), 2**31)}[lie]
+    s.sendall(frames.encode(pb.CommandSend(producer_id=1, sequence_id=0), pb.MessageMetadata(
+        producer_name=name, sequence_id=0, publish_time=1, compression=pb.LZ4, uncompressed_size=size), payload))
+    refused = _next_of(s, pb.BaseCommand.SEND_ERROR)
+    assert refused.sequence_id == 0 and "LZ4" in refused.message
+    # The connection goes on; the good message is the topic's first and only one.
+    s.sendall(frames.encode(pb.CommandSend(producer_id=1, sequence_id=1), pb.MessageMetadata(
+        producer_name=name, sequence_id=1, publish_time=1, compression=pb.LZ4, uncompressed_size=len(body)),
+        compress(pb.LZ4, body)))
+    receipt = _next_of(s, pb.BaseCommand.SEND_RECEIPT)
+    assert receipt.sequence_id == 1 and receipt.message_id.entry_id == 0
+    s.close()
+    assert magnetar.services["broker-0"].alive and magnetar.services["broker-1"].alive
 
 
 # ---------------------------------------------------------------- bad frames
@@ -445,6 +574,65 @@ def test_key_shared_keeps_each_key_on_one_consumer(client):
     assert not keys_of[0] & keys_of[1] and keys_of[0] | keys_of[1] == {f"key-{i}" for i in range(8)}
 
 
+def test_key_shared_dispatches_by_ordering_key_before_partition_key(client):
+    topic = new_topic("keyshared-ordering")
+    consumers = [client.subscribe(topic, "k", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=f"c{i}")
+                 for i in range(2)]
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(40):   # one partition key: by it alone a single consumer would get all
+        producer.send(f"m{i}".encode(), partition_key="same", ordering_key=f"order-{i % 8}")
+    keys_of = []
+    for consumer in consumers:
+        got = []
+        while True:
+            try:
+                got.append(consumer.receive(timeout_millis=1000))
+            except pulsar.Timeout:
+                break
+        keys_of.append({m.ordering_key() for m in got})
+    assert all(keys_of), f"one consumer got every ordering key: {keys_of}"
+    assert not keys_of[0] & keys_of[1] and keys_of[0] | keys_of[1] == {f"order-{i}" for i in range(8)}
+
+
+def test_nack_redelivers_just_that_message(client):
+    topic = new_topic("nack-one")
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+                                negative_ack_redelivery_delay_ms=100)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(4):
+        producer.send(f"m{i}".encode())
+    got = receive_all(consumer, 4)
+    consumer.negative_acknowledge(got[1])     # the others stay unacknowledged, not redelivered
+    again = consumer.receive(timeout_millis=TIMEOUT_MS)
+    assert (again.data(), again.redelivery_count()) == (b"m1", 1)
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(timeout_millis=1000)
+
+
+def test_redeliver_one_message_of_a_batch_by_its_index(magnetar, client):
+    # Frame level: the wheel nacks a batched message as its whole batch.
+    topic = new_topic("redeliver-index")
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=3,
+                                      batching_max_publish_delay_ms=1000)
+    for i in range(3):
+        producer.send_async(f"m{i}".encode(), None)
+    producer.flush()
+    s = _owner_socket(magnetar, topic)
+    s.sendall(frames.encode(pb.CommandSubscribe(
+        topic=topic, subscription="s", sub_type=pb.CommandSubscribe.Shared, consumer_id=1, request_id=2,
+        initial_position=pb.CommandSubscribe.Earliest)))
+    _next_of(s, pb.BaseCommand.SUCCESS)
+    s.sendall(frames.encode(pb.CommandFlow(consumer_id=1, message_permits=100)))
+    first = _next_of(s, pb.BaseCommand.MESSAGE)
+    assert not first.ack_set and first.redelivery_count == 0
+    s.sendall(frames.encode(pb.CommandRedeliverUnacknowledgedMessages(consumer_id=1, message_ids=[
+        pb.MessageIdData(ledger_id=first.message_id.ledger_id, entry_id=first.message_id.entry_id, batch_index=1)])))
+    again = _next_of(s, pb.BaseCommand.MESSAGE)
+    assert again.message_id.entry_id == first.message_id.entry_id and again.redelivery_count == 1
+    assert list(again.ack_set) == [0b010]      # just message 1 is due again
+    s.close()
+
+
 def test_a_send_over_the_size_limit_gets_send_error(magnetar):
     topic = new_topic("big")
     s = _raw(magnetar)
@@ -511,6 +699,10 @@ def test_compressed_batches_are_readable_by_both_clients(magnetar, client, codec
     for data in payloads:
         producer.send_async(data, None)
     producer.flush()
+    alone = client.create_producer(topic, batching_enabled=False,
+                                   compression_type=getattr(pulsar.CompressionType, codec))
+    payloads.append(f"{codec} unbatched ".encode() * 20)
+    alone.send(payloads[-1])
     m = mclient.Client(",".join(magnetar.broker_urls))
     try:
         m_consumer = m.subscribe(topic, "m", initial_position=mclient.InitialPosition.Earliest)

@@ -1,6 +1,14 @@
 import random
 
-from magnetar_broker.subscription.dispatch import WHOLE, Deliveries, HashRing, failover_active, key_hash, mask_indices
+from magnetar_broker.subscription.dispatch import (
+    WHOLE,
+    Deliveries,
+    HashRing,
+    dispatch_key,
+    failover_active,
+    key_hash,
+    mask_indices,
+)
 
 
 def test_delivery_and_individual_ack():
@@ -85,3 +93,12 @@ def test_an_entry_handed_to_the_same_consumer_again_is_counted_once():
     assert deliveries.unacked[7] == 3
     deliveries.acked(1, 0)
     assert deliveries.unacked[7] == 2
+
+
+def test_key_shared_dispatches_by_the_ordering_key_before_the_partition_key():
+    assert dispatch_key(b"order", "part") == b"order"
+    assert dispatch_key(None, "part") == "part"
+    assert dispatch_key(b"", "part") == b""          # an empty ordering key is still one
+    assert dispatch_key(None, None) is None
+    # A key hashes alike as text or as its UTF-8 bytes.
+    assert key_hash("k1") == key_hash(b"k1") and key_hash(None) == key_hash(b"")

@@ -34,7 +34,10 @@ def test_magnetar_batch_round_trips(codec, count):
     assert metadata.IsInitialized() and metadata.compression == codec
     assert metadata.HasField("num_messages_in_batch") == (count > 1)
     assert metadata.sequence_id == 40 and metadata.highest_sequence_id == 40 + count - 1
-    assert batches.to_message_batch(metadata, payload) == batch
+    back = batches.to_message_batch(metadata, payload)
+    for message in batch.messages:   # the entry's publish time is each message's now
+        message.publish_time = 5
+    assert back == batch
 
 
 def test_single_message_fields_travel_in_the_entry_metadata():
@@ -51,7 +54,7 @@ def test_single_message_fields_travel_in_the_entry_metadata():
     assert forced.num_messages_in_batch == 1
 
 
-def test_null_value_survives_unpacking_but_not_the_magnetar_batch_and_the_ordering_key_both():
+def test_null_value_and_the_ordering_key_survive_unpacking_and_the_magnetar_batch():
     single = pb.SingleMessageMetadata(payload_size=0, ordering_key=b"\x00ord", null_value=True,
                                       properties=[pb.KeyValue(key="k", value="1"),
                                                   pb.KeyValue(key="k", value="2")])
@@ -62,7 +65,25 @@ def test_null_value_survives_unpacking_but_not_the_magnetar_batch_and_the_orderi
     assert (message.ordering_key, message.null_value, message.sequence_id) == (b"\x00ord", True, 3)
     assert message.properties == {"k": "2"}, "a repeated key keeps its last value"
     assert batches.to_message_batch(metadata, struct.pack(">I", len(raw)) + raw) == \
-        mpb.MessageBatch(messages=[mpb.SingleMessage(sequence_id=3, properties={"k": "2"}, ordering_key=b"\x00ord")])
+        mpb.MessageBatch(messages=[mpb.SingleMessage(sequence_id=3, properties={"k": "2"}, ordering_key=b"\x00ord",
+                                                     null_value=True, publish_time=1)])
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_every_pulsar_field_round_trips_through_the_magnetar_batch(batched):
+    message = mpb.SingleMessage(payload=b"", sequence_id=4, partition_key="a2V5", partition_key_b64_encoded=True,
+                                null_value=True, publish_time=1_600_000_000_000, deliver_at_time=1_900_000_000_000,
+                                ordering_key=b"o", event_time=3, properties={"p": "1"})
+    keyless = mpb.SingleMessage(payload=b"x", sequence_id=5, null_partition_key=True,
+                                publish_time=1_600_000_000_000, deliver_at_time=1_900_000_000_000)
+    batch = mpb.MessageBatch(messages=[message, keyless] if batched else [message])
+    metadata, payload = batches.to_pulsar_entry(batch, producer_name="p", publish_time=99, compression=pb.LZ4)
+    assert metadata.publish_time == 1_600_000_000_000 and metadata.deliver_at_time == 1_900_000_000_000
+    assert batches.to_message_batch(metadata, payload) == batch
+    # A Magnetar producer's message has no publish time of its own: the entry's is used.
+    plain, _ = batches.to_pulsar_entry(mpb.MessageBatch(messages=[mpb.SingleMessage(payload=b"m")]),
+                                       producer_name="p", publish_time=99)
+    assert plain.publish_time == 99 and not plain.HasField("deliver_at_time")
 
 
 def test_sequence_ids_default_to_the_entrys_first_plus_index():

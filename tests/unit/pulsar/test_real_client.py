@@ -66,6 +66,13 @@ def _assert_decoded(sends, expected: list[dict]) -> None:
     magnetar = mpb.MessageBatch()
     for frame in sends:
         magnetar.MergeFrom(batches.to_message_batch(frame.metadata, frame.payload))
+    # Each message keeps its entry's publish time, the wheel's clock.
+    publish = [frame.metadata.publish_time for frame in sends
+               for _ in range(frame.metadata.num_messages_in_batch if frame.metadata.HasField(
+                   "num_messages_in_batch") else 1)]
+    assert [m.publish_time for m in magnetar.messages] == publish and all(publish)
+    for m in magnetar.messages:
+        m.ClearField("publish_time")
     assert magnetar == mpb.MessageBatch(messages=[
         mpb.SingleMessage(payload=e["content"], properties=e["properties"],
                           partition_key=e["partition_key"], event_time=e["event_timestamp"],

@@ -22,7 +22,8 @@ import time
 from magnetar_protocol import magnetar_pb2 as pb
 
 
-def message_fields(properties=None, partition_key=None, event_timestamp=None) -> dict | None:
+def message_fields(properties=None, partition_key=None, event_timestamp=None,
+                   ordering_key=None) -> dict | None:
     """Validated optional ``SingleMessage`` fields, or None when there are none."""
     fields: dict = {}
     if properties:
@@ -35,6 +36,13 @@ def message_fields(properties=None, partition_key=None, event_timestamp=None) ->
         if not isinstance(event_timestamp, int) or event_timestamp < 0:
             raise ValueError(f"event_timestamp must be ms since the epoch, got {event_timestamp!r}")
         fields["event_time"] = event_timestamp
+    if ordering_key is not None:
+        # Pulsar's ordering key: Key_Shared dispatches by it before the partition key.
+        if isinstance(ordering_key, str):
+            ordering_key = ordering_key.encode()
+        if not isinstance(ordering_key, bytes):
+            raise TypeError(f"ordering_key must be bytes or str, not {type(ordering_key).__name__}")
+        fields["ordering_key"] = ordering_key
     return fields or None
 
 

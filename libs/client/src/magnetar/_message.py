@@ -66,8 +66,26 @@ class Message:
         return dict(self._msg.properties)
 
     def publish_timestamp(self) -> int:
-        """Milliseconds since the epoch when the broker stored the message."""
-        return self._info.publish_time
+        """Milliseconds since the epoch when it was published: a Pulsar producer's own
+        publish time, else when the broker stored it."""
+        return self._msg.publish_time or self._info.publish_time
+
+    def has_null_value(self) -> bool:
+        """A Pulsar producer sent a null value (a tombstone), not an empty payload."""
+        return self._msg.null_value
+
+    def has_null_partition_key(self) -> bool:
+        """A Pulsar producer set a null key, not an empty one."""
+        return self._msg.null_partition_key
+
+    def partition_key_b64_encoded(self) -> bool:
+        """The key is base64 text of a bytes key (a Pulsar producer's ``setKeyBytes``)."""
+        return self._msg.partition_key_b64_encoded
+
+    def deliver_at_time(self) -> int:
+        """A Pulsar producer's delayed-delivery time in ms since the epoch, 0 when unset
+        (carried, not enforced: docs/pulsar-protocol.md)."""
+        return self._msg.deliver_at_time
 
     def event_timestamp(self) -> int:
         """The producer's event time in ms since the epoch, 0 when unset."""

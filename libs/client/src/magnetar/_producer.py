@@ -128,12 +128,12 @@ class Producer:
             part.send_soon()
 
     def send_async(self, data, callback, properties=None, partition_key=None, sequence_id=None,
-                   event_timestamp=None, txn=None) -> None:
+                   event_timestamp=None, txn=None, ordering_key=None) -> None:
         """Queue a message (on the event loop; never blocks: raises ProducerQueueIsFull
         when ``max_pending_messages`` are pending).  ``callback(result, msg_id)`` gets
         ``Result.Ok`` and the MessageId, or the exception and None."""
         data = self.check(data)
-        fields = message_fields(properties, partition_key, event_timestamp)
+        fields = message_fields(properties, partition_key, event_timestamp, ordering_key)
         seq = check_sequence_id(sequence_id)
         self.slots.take()
         try:
@@ -143,10 +143,10 @@ class Producer:
             raise
 
     async def send(self, data, properties=None, partition_key=None, sequence_id=None,
-                   event_timestamp=None, txn=None) -> MessageId:
+                   event_timestamp=None, txn=None, ordering_key=None) -> MessageId:
         """Send one message and wait for the broker's receipt; its MessageId."""
         data = self.check(data)
-        fields = message_fields(properties, partition_key, event_timestamp)
+        fields = message_fields(properties, partition_key, event_timestamp, ordering_key)
         seq = check_sequence_id(sequence_id)
         await self.slots.take_async()
         future = asyncio.get_running_loop().create_future()

@@ -162,33 +162,34 @@ class Producer:
 
     def send(self, data: bytes, properties: dict | None = None, partition_key: str | None = None,
              sequence_id: int | None = None, event_timestamp: int | None = None,
-             txn: "Transaction | None" = None) -> MessageId:
+             txn: "Transaction | None" = None, ordering_key: bytes | str | None = None) -> MessageId:
         """Send and wait for the broker's receipt; the message's MessageId (entry id -1
         for a dropped duplicate or a transactional send)."""
         self._io.check_thread()
         waiter = _Waiter()
         self._queue(data, waiter, properties, partition_key, sequence_id, event_timestamp,
-                    txn, True)
+                    txn, True, ordering_key)
         return waiter.result()
 
     def send_async(self, data: bytes, callback, properties: dict | None = None,
                    partition_key: str | None = None, sequence_id: int | None = None,
-                   event_timestamp: int | None = None, txn: "Transaction | None" = None) -> None:
+                   event_timestamp: int | None = None, txn: "Transaction | None" = None,
+                   ordering_key: bytes | str | None = None) -> None:
         """Queue a message; ``callback(result, msg_id)`` runs on the client's thread with
         ``magnetar.Result.Ok`` and the MessageId, or the exception and None.  Blocks
         while ``max_pending_messages`` are pending (``block_if_queue_full=False``: raises
         ProducerQueueIsFull).  Payload errors (TypeError, MessageTooBig) raise here."""
         self._queue(data, callback, properties, partition_key, sequence_id, event_timestamp,
-                    txn, False)
+                    txn, False, ordering_key)
 
     def _queue(self, data, callback, properties, partition_key, sequence_id, event_timestamp,
-               txn, seal: bool) -> None:
+               txn, seal: bool, ordering_key=None) -> None:
         p = self._p
         if type(data) is not bytes or p.closed or len(data) > p.max_message_size:
             data = p.check(data)
         fields = None
-        if properties is not None or partition_key is not None or event_timestamp:
-            fields = message_fields(properties, partition_key, event_timestamp)
+        if properties is not None or partition_key is not None or event_timestamp or ordering_key is not None:
+            fields = message_fields(properties, partition_key, event_timestamp, ordering_key)
         if sequence_id is not None:
             check_sequence_id(sequence_id)
         inner_txn = None

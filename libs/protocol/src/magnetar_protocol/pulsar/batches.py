@@ -20,16 +20,17 @@ message bytes                                   ``payload``
 ``sequence_id`` (single; batch: per message,    ``sequence_id``
 or the entry's first id + index when absent)
 ``MessageMetadata.producer_name``               the entry's producer (``DeliveredEntry``)
-``MessageMetadata.publish_time``                the entry's ``publish_time``, set by the
-                                                broker, not the producer
+``MessageMetadata.publish_time`` (the           ``publish_time`` of each message (the
+producer's clock)                               entry's own publish time is the broker's)
+``null_value``                                  ``null_value``
+``null_partition_key``                          ``null_partition_key``
+``partition_key_b64_encoded``                   ``partition_key_b64_encoded`` (the key
+                                                stays the base64 text, as on the wire)
+``MessageMetadata.deliver_at_time``             ``deliver_at_time`` (carried, not enforced)
 ==============================================  ===========================================
 
-What ``SingleMessage`` lacks, so it is dropped on the way in and absent on the way out
-(proto additions proposed in docs/pulsar-protocol.md): the producer-set ``publish_time``, ``null_value``
-and ``null_partition_key`` (a null payload or key is not an empty one),
-``partition_key_b64_encoded`` (a bytes key; the base64 text is kept as the key),
-``deliver_at_time`` (delayed delivery), ``schema_version``, ``replicate_to`` and the
-chunking and encryption fields (refused: they need the whole message's context).
+Not kept: ``schema_version`` and ``replicate_to``; the chunking and encryption fields are
+refused (they need the whole message's context).
 
 Pure: no I/O.
 """
@@ -69,6 +70,8 @@ class PulsarMessage:
     ordering_key: bytes | None = None
     event_time: int = 0
     null_value: bool = False
+    null_partition_key: bool = False
+    partition_key_b64_encoded: bool = False
 
 
 def _entry_messages(metadata: pb.MessageMetadata, payload: bytes, max_size: int):
@@ -137,6 +140,8 @@ def unpack_entry(metadata: pb.MessageMetadata, payload: bytes,
             ordering_key=single.ordering_key if single.HasField("ordering_key") else None,
             event_time=single.event_time,
             null_value=single.null_value,
+            null_partition_key=single.null_partition_key,
+            partition_key_b64_encoded=single.partition_key_b64_encoded,
         ))
     return messages
 
@@ -148,8 +153,19 @@ def to_message_batch(metadata: pb.MessageMetadata, payload: bytes,
     constructor costs 8x more (upb, measured by bench/pulsar_codec.py)."""
     batch = mpb.MessageBatch()
     add = batch.messages.add
+    publish_time = metadata.publish_time
+    deliver_at = metadata.deliver_at_time
     for index, (data, sequence_id, single) in enumerate(_entry_messages(metadata, payload, max_size)):
-        message = add(payload=data, sequence_id=sequence_id, event_time=single.event_time)
+        message = add(payload=data, sequence_id=sequence_id, event_time=single.event_time,
+                      publish_time=publish_time)
+        if deliver_at:
+            message.deliver_at_time = deliver_at
+        if single.null_value:
+            message.null_value = True
+        if single.null_partition_key:
+            message.null_partition_key = True
+        if single.partition_key_b64_encoded:
+            message.partition_key_b64_encoded = True
         try:
             # A proto2 string that is not UTF-8 reads as bytes; proto3 refuses it here.
             if single.HasField("partition_key"):
@@ -180,9 +196,12 @@ def to_pulsar_entry(batch: mpb.MessageBatch, *, producer_name: str, publish_time
     metadata = pb.MessageMetadata(
         producer_name=producer_name,
         sequence_id=first.sequence_id,
-        publish_time=publish_time,
+        # A Pulsar producer's own publish time when it set one, else the broker's.
+        publish_time=first.publish_time or publish_time,
         highest_sequence_id=messages[-1].sequence_id,
     )
+    if first.deliver_at_time:
+        metadata.deliver_at_time = first.deliver_at_time
     if not batched:
         metadata.properties.extend(_key_values(first.properties))
         if first.HasField("partition_key"):
@@ -191,6 +210,7 @@ def to_pulsar_entry(batch: mpb.MessageBatch, *, producer_name: str, publish_time
             metadata.event_time = first.event_time
         if first.HasField("ordering_key"):
             metadata.ordering_key = first.ordering_key
+        _flags(metadata, first)
         data = first.payload
     else:
         metadata.num_messages_in_batch = len(messages)
@@ -209,6 +229,7 @@ def to_pulsar_entry(batch: mpb.MessageBatch, *, producer_name: str, publish_time
                 single.event_time = message.event_time
             if message.HasField("ordering_key"):
                 single.ordering_key = message.ordering_key
+            _flags(single, message)
             single_bytes = single.SerializeToString()
             parts += (_U32.pack(len(single_bytes)), single_bytes, message.payload)
         data = b"".join(parts)
@@ -217,3 +238,13 @@ def to_pulsar_entry(batch: mpb.MessageBatch, *, producer_name: str, publish_time
         metadata.uncompressed_size = len(data)
         data = compress(compression, data)
     return metadata, data
+
+
+def _flags(target, message: mpb.SingleMessage) -> None:
+    """The null and base64 flags, named alike in MessageMetadata and SingleMessageMetadata."""
+    if message.null_value:
+        target.null_value = True
+    if message.null_partition_key:
+        target.null_partition_key = True
+    if message.partition_key_b64_encoded:
+        target.partition_key_b64_encoded = True

@@ -224,7 +224,11 @@ class Consumers:
         consumer = self.consumers.get(cmd.consumer_id)
         if consumer is None:
             return
-        positions = [mpb.Position(entry_id=mid.entry_id, batch_index=ids.WHOLE) for mid in cmd.message_ids]
+        # Just the listed messages (a negative ack); a batch index names one message of a
+        # batch, else the whole entry goes again.
+        positions = [mpb.Position(entry_id=mid.entry_id,
+                                  batch_index=mid.batch_index if mid.HasField("batch_index") and mid.batch_index >= 0
+                                  else ids.WHOLE) for mid in cmd.message_ids]
         try:
             await self.service.redeliver(mpb.RedeliverRequest(
                 consumer_id=consumer.magnetar_id, positions=positions, session_id=self.conn.session_id))

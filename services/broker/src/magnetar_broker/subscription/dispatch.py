@@ -178,8 +178,14 @@ def _hash32(data: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=4).digest(), "big")
 
 
-def key_hash(key: str | None) -> int:
-    return _hash32((key or "").encode())
+def key_hash(key: str | bytes | None) -> int:
+    return _hash32(key if isinstance(key, bytes) else (key or "").encode())
+
+
+def dispatch_key(ordering_key: bytes | None, partition_key: str | None) -> str | bytes | None:
+    """The key Key_Shared dispatches a message by: its ordering key when it has one (a
+    Pulsar producer's), else its partition key (Pulsar's rule)."""
+    return ordering_key if ordering_key is not None else partition_key
 
 
 def failover_active(consumers: list[tuple[int, str, int]], partition_index: int) -> int | None:

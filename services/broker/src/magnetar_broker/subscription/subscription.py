@@ -25,6 +25,7 @@ from magnetar_broker.subscription.dispatch import (
     SUB_NAMES,
     Deliveries,
     HashRing,
+    dispatch_key,
     failover_active,
     key_hash,
     mask_indices,
@@ -240,7 +241,8 @@ class Subscription:
         if hashes is None:
             try:
                 batch = pb.MessageBatch.FromString(entry.payload)
-                hashes = [key_hash(m.partition_key if m.HasField("partition_key") else None)
+                hashes = [key_hash(dispatch_key(m.ordering_key if m.HasField("ordering_key") else None,
+                                                m.partition_key if m.HasField("partition_key") else None))
                           for m in batch.messages]
             except (DecodeError, RuntimeWarning):
                 # An undecodable entry (stored before batches were checked, or corrupted)
