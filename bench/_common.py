@@ -191,3 +191,74 @@ def paced(total: int, rate: float):
         while time.perf_counter() < due:
             time.sleep(0.0002)
         yield i
+
+
+def send_full_speed(producer, messages: int, size: int, ok, sample_every: int = 100,
+                    timeout_s: float = 120, progress_every: int = 0) -> dict:
+    """``send_async`` ``messages`` payloads of ``size`` bytes as fast as ``producer``
+    takes them (a Magnetar or a pulsar-client producer: same call), then wait for every
+    receipt.  Every ``sample_every``-th message is timed from the call to its receipt.
+    ``ok`` is the client's success result; any other result ends the bench."""
+    import itertools
+    import threading
+
+    payload = b"x" * size
+    latencies: list[float] = []
+    done = threading.Event()
+    settled = itertools.count(1)
+    failures: list = []
+
+    def on_sent(result, _msg_id):
+        if result != ok:
+            failures.append(result)
+        if next(settled) == messages:
+            done.set()
+
+    def on_sampled(result, msg_id, t):
+        latencies.append(time.perf_counter() - t)
+        on_sent(result, msg_id)
+
+    started = time.perf_counter()
+    for i in range(messages):
+        if i % sample_every == 0:
+            t = time.perf_counter()
+            producer.send_async(payload, lambda r, m, t=t: on_sampled(r, m, t))
+        else:
+            producer.send_async(payload, on_sent)
+        if progress_every and i % progress_every == 0 and i:
+            print(f"  ... {i:,} queued ({i / (time.perf_counter() - started):,.0f} msgs/s)", flush=True)
+    producer.flush()
+    if not done.wait(timeout_s):
+        raise SystemExit(f"only {next(settled) - 1} of {messages} sends settled within {timeout_s} s")
+    elapsed = time.perf_counter() - started
+    if failures:
+        raise SystemExit(f"{len(failures)} sends failed, e.g. {failures[0]}")
+    return {"messages": messages, "seconds": round(elapsed, 3), "msgs_per_s": round(messages / elapsed),
+            "mb_per_s": round(messages * size / elapsed / 1e6, 1),
+            "p50_publish_ms": round(percentile(latencies, 50) * 1000, 2),
+            "p99_publish_ms": round(percentile(latencies, 99) * 1000, 2)}
+
+
+def send_paced(producer, total: int, rate: float, payload: bytes, sample_every: int = 1,
+               on_result=None, stop=None) -> list[float]:
+    """Offered load: ``send_async`` paced at ``rate`` per second (see ``paced``); the
+    publish latencies (call to receipt) of every ``sample_every``-th message.
+    ``on_result(result)`` sees every receipt; ``stop`` (an Event) ends the loop early."""
+    latencies: list[float] = []
+
+    def sent(result, _mid, t=None):
+        if t is not None:
+            latencies.append(time.perf_counter() - t)
+        if on_result is not None:
+            on_result(result)
+
+    for i in paced(total, rate):
+        if stop is not None and stop.is_set():
+            break
+        if i % sample_every == 0:
+            t = time.perf_counter()
+            producer.send_async(payload, lambda r, m, t=t: sent(r, m, t))
+        else:
+            producer.send_async(payload, sent)
+    producer.flush()
+    return latencies

@@ -14,14 +14,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import itertools
 import sys
-import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import RssSampler, bench_cluster, copy_ceiling, durable_postgres, paced, percentile, report  # noqa: E402
+from _common import (  # noqa: E402
+    RssSampler,
+    bench_cluster,
+    copy_ceiling,
+    durable_postgres,
+    percentile,
+    report,
+    send_full_speed,
+    send_paced,
+)
 
 import magnetar  # noqa: E402
 
@@ -29,50 +35,16 @@ import magnetar  # noqa: E402
 def produce_full_speed(client, topic: str, messages: int, size: int) -> dict:
     producer = client.create_producer(topic, batching_max_messages=1000, batching_max_publish_delay_ms=5,
                                       max_pending_messages=20000)
-    payload = b"x" * size
-    latencies: list[float] = []
-    done = threading.Event()
-    settled = itertools.count(1)
-
-    def on_sent(result, msg_id):
-        if result is not magnetar.Result.Ok:
-            raise SystemExit(f"send failed: {result}")
-        if next(settled) == messages:
-            done.set()
-
-    def on_sampled(result, msg_id, t):  # every 100th message records its latency
-        latencies.append(time.perf_counter() - t)
-        on_sent(result, msg_id)
-
-    started = time.perf_counter()
-    for i in range(messages):
-        if i % 100 == 0:
-            t = time.perf_counter()
-            producer.send_async(payload, lambda r, m, t=t: on_sampled(r, m, t))
-        else:
-            producer.send_async(payload, on_sent)
-        if i % 50000 == 0 and i:
-            print(f"  ... {i:,} queued ({i / (time.perf_counter() - started):,.0f} msgs/s)", flush=True)
-    producer.flush()
-    done.wait()
-    elapsed = time.perf_counter() - started
+    figures = send_full_speed(producer, messages, size, magnetar.Result.Ok, progress_every=50000, timeout_s=600)
     producer.close()
-    return {"messages": messages, "seconds": round(elapsed, 3), "msgs_per_s": round(messages / elapsed),
-            "mb_per_s": round(messages * size / elapsed / 1e6, 1),
-            "p50_publish_ms": round(percentile(latencies, 50) * 1000, 2),
-            "p99_publish_ms": round(percentile(latencies, 99) * 1000, 2)}
+    return figures
 
 
 def produce_at_rate(client, topic: str, rate: int, seconds: float, size: int) -> dict:
     """Offered load: send_async paced at `rate` msgs/s; latency from call to receipt."""
     producer = client.create_producer(topic, batching_max_publish_delay_ms=1)
-    payload = b"y" * size
-    latencies: list[float] = []
     total = int(rate * seconds)
-    for i in paced(total, rate):
-        t = time.perf_counter()
-        producer.send_async(payload, lambda r, m, t=t: latencies.append(time.perf_counter() - t))
-    producer.flush()
+    latencies = send_paced(producer, total, rate, b"y" * size)
     producer.close()
     return {"offered_msgs_per_s": rate, "messages": total,
             "p50_publish_ms": round(percentile(latencies, 50) * 1000, 2),

@@ -21,60 +21,55 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(1, str(Path(__file__).parent.parent))   # the stub broker of the tests
 import pulsar  # noqa: E402
-from _common import bench_cluster, durable_postgres, percentile, report  # noqa: E402
+from _common import bench_cluster, durable_postgres, report, send_full_speed  # noqa: E402
 
 import magnetar  # noqa: E402
 from tests.unit.pulsar.stub_broker import StubBroker  # noqa: E402
 
+# The producers' settings: "default" is each client's own defaults (the wheel: batches of
+# up to 1000 messages or 128 KiB, 10 ms delay, 1000 pending; Magnetar's: 1000, 1 ms,
+# 1000), as an application that sets nothing gets; "tuned" is bench/produce.py's.
+SETTINGS = {"default": {}, "tuned": {"batching_max_messages": 1000, "batching_max_publish_delay_ms": 5,
+                                     "max_pending_messages": 20000}}
 
-def produce(name: str, client, ok, topic: str, messages: int, size: int, **options) -> dict:
-    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=1000,
-                                      batching_max_publish_delay_ms=5, max_pending_messages=20000, **options)
-    payload = b"x" * size
-    latencies: list[float] = []
-    done = threading.Event()
-    settled = itertools.count(1)
-    failures: list = []
 
-    def on_sent(result, _msg_id):
-        if result != ok:
-            failures.append(result)
-        if next(settled) == messages:
-            done.set()
-
-    def on_sampled(result, msg_id, t):
-        latencies.append(time.perf_counter() - t)
-        on_sent(result, msg_id)
-
-    started = time.perf_counter()
-    for i in range(messages):
-        if i % 100 == 0:
-            t = time.perf_counter()
-            producer.send_async(payload, lambda r, m, t=t: on_sampled(r, m, t))
-        else:
-            producer.send_async(payload, on_sent)
-    producer.flush()
-    if not done.wait(120):
-        raise SystemExit(f"{name}: only {next(settled) - 1} of {messages} sends settled within 120 s")
-    elapsed = time.perf_counter() - started
+def produce(name: str, client, ok, topic: str, messages: int, size: int, settings: str, broker=None,
+            **options) -> dict:
+    """send_async with callbacks at full speed; CPU µs per message of this process (the
+    client: its threads included) and of the broker process."""
+    producer = client.create_producer(topic, batching_enabled=True, **SETTINGS[settings], **options)
+    cpu_client = time.process_time()
+    cpu_broker = _cpu(broker)
+    figures = send_full_speed(producer, messages, size, ok)
+    figures["client_cpu_us_per_msg"] = round((time.process_time() - cpu_client) / messages * 1e6, 1)
+    if broker is not None:
+        figures["broker_cpu_us_per_msg"] = round((_cpu(broker) - cpu_broker) / messages * 1e6, 1)
     producer.close()
-    if failures:
-        raise SystemExit(f"{name}: {len(failures)} sends failed, e.g. {failures[0]}")
-    return {"msgs_per_s": round(messages / elapsed), "p99_publish_ms": round(percentile(latencies, 99) * 1000, 2)}
+    return figures
+
+
+def _cpu(proc) -> float:
+    if proc is None:
+        return 0.0
+    times = proc.cpu_times()
+    return times.user + times.system
 
 
 def consume(name: str, client, topic: str, messages: int, **options) -> dict:
     consumer = client.subscribe(topic, f"bench-{name}", receiver_queue_size=5000, **options)
     started = time.perf_counter()
-    for _ in range(messages):
-        consumer.acknowledge(consumer.receive(timeout_millis=30000))
+    for received in range(messages):
+        try:
+            message = consumer.receive(timeout_millis=30000)
+        except Exception as exc:
+            raise SystemExit(f"{name}: consume stalled after {received} of {messages} messages: {exc!r}") from None
+        consumer.acknowledge(message)
     elapsed = time.perf_counter() - started
     consumer.close()
     return {"msgs_per_s": round(messages / elapsed)}
@@ -85,19 +80,25 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--settings", choices=sorted(SETTINGS), default="default",
+                        help="producer settings of both clients (default: each client's own defaults)")
     args = parser.parse_args()
 
     with durable_postgres() as url, bench_cluster(url) as cluster:
+        import psutil
+
+        broker = psutil.Process(cluster.services["broker-0"].process.pid)
         m_client = magnetar.Client(cluster.service_url)
         p_client = pulsar.Client(cluster.pulsar_service_url, operation_timeout_seconds=60)
         runs = {
             "magnetar": lambda topic: (
-                produce("magnetar", m_client, magnetar.Result.Ok, topic, args.messages, args.size),
+                produce("magnetar", m_client, magnetar.Result.Ok, topic, args.messages, args.size, args.settings,
+                        broker),
                 consume("magnetar", m_client, topic, args.messages,
                         initial_position=magnetar.InitialPosition.Earliest)),
             "pulsar": lambda topic: (
-                produce("pulsar", p_client, pulsar.Result.Ok, topic, args.messages, args.size,
-                        block_if_queue_full=True),
+                produce("pulsar", p_client, pulsar.Result.Ok, topic, args.messages, args.size, args.settings,
+                        broker, block_if_queue_full=True),
                 consume("pulsar", p_client, topic, args.messages,
                         initial_position=pulsar.InitialPosition.Earliest)),
         }
@@ -108,13 +109,14 @@ def main() -> None:
             for name in order:
                 produced, consumed = runs[name](next(topics))
                 print(f"  round {round_ + 1} {name:<8} produce {produced['msgs_per_s']:>8,} msgs/s "
-                      f"p99 {produced['p99_publish_ms']} ms; consume {consumed['msgs_per_s']:>8,} msgs/s",
+                      f"p99 {produced['p99_publish_ms']} ms, CPU µs/msg client {produced['client_cpu_us_per_msg']} "
+                      f"broker {produced['broker_cpu_us_per_msg']}; consume {consumed['msgs_per_s']:>8,} msgs/s",
                       flush=True)
                 results[name].append((produced, consumed))
             with StubBroker() as stub:
                 s_client = pulsar.Client(stub.url, operation_timeout_seconds=60)
                 produced = produce("stub", s_client, pulsar.Result.Ok, next(topics), args.messages, args.size,
-                                   block_if_queue_full=True)
+                                   args.settings, block_if_queue_full=True)
                 s_client.close()
             print(f"  round {round_ + 1} wheel ceiling (stub broker) produce {produced['msgs_per_s']:>8,} msgs/s",
                   flush=True)
@@ -126,11 +128,14 @@ def main() -> None:
         values = [r[part][key] for r in results[name]]
         return max(values) if key == "msgs_per_s" else min(values)
 
-    figures = {"messages": args.messages, "size": args.size, "rounds": args.rounds}
+    figures = {"messages": args.messages, "size": args.size, "rounds": args.rounds, "settings": args.settings}
     for name in ("magnetar", "pulsar"):
         figures[f"{name}_produce_msgs_per_s"] = best(name, 0, "msgs_per_s")
         figures[f"{name}_produce_p99_ms"] = best(name, 0, "p99_publish_ms")
         figures[f"{name}_consume_msgs_per_s"] = best(name, 1, "msgs_per_s")
+        for side in ("client", "broker"):
+            key = f"{side}_cpu_us_per_msg"
+            figures[f"{name}_produce_{key}"] = min(r[0][key] for r in results[name])
     figures["wheel_ceiling_produce_msgs_per_s"] = best("stub", 0, "msgs_per_s")
     figures["produce_ratio_pulsar_over_wheel_ceiling"] = round(
         figures["pulsar_produce_msgs_per_s"] / figures["wheel_ceiling_produce_msgs_per_s"], 2)
@@ -138,6 +143,8 @@ def main() -> None:
         figures["pulsar_produce_msgs_per_s"] / figures["magnetar_produce_msgs_per_s"], 2)
     figures["consume_ratio_pulsar_over_magnetar"] = round(
         figures["pulsar_consume_msgs_per_s"] / figures["magnetar_consume_msgs_per_s"], 2)
+    figures["produce_ratio_per_round"] = [round(p[0]["msgs_per_s"] / m[0]["msgs_per_s"], 2)
+                                          for p, m in zip(results["pulsar"], results["magnetar"])]
     report("Pulsar protocol (pulsar-client wheel) vs Magnetar client, best of rounds", figures)
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import asyncpg  # noqa: E402
-from _common import bench_cluster, durable_postgres, paced, percentile, report  # noqa: E402
+from _common import bench_cluster, durable_postgres, percentile, report, send_full_speed, send_paced  # noqa: E402
 
 import magnetar  # noqa: E402
 
@@ -109,23 +109,15 @@ def soak(cluster, client, url: str, seconds: float, rate: float, size: int, samp
                                       max_pending_messages=20000)
     payload = b"s" * size
 
-    def produce() -> None:
-        def sent(result, _mid, t=None):
-            if result is not magnetar.Result.Ok:
-                counters.failed += 1
-                return
+    def on_result(result) -> None:
+        if result is magnetar.Result.Ok:
             counters.produced += 1
-            if t is not None:
-                counters.latencies.append(time.perf_counter() - t)
-        for i in paced(int(seconds * rate), rate):
-            if stop.is_set():
-                break
-            if i % 10 == 0:
-                t = time.perf_counter()
-                producer.send_async(payload, lambda r, m, t=t: sent(r, m, t))
-            else:
-                producer.send_async(payload, sent)
-        producer.flush()
+        else:
+            counters.failed += 1
+
+    def produce() -> None:
+        counters.latencies = send_paced(producer, int(seconds * rate), rate, payload, sample_every=10,
+                                        on_result=on_result, stop=stop)
 
     pt = threading.Thread(target=produce, daemon=True)
     pt.start()
@@ -160,36 +152,18 @@ def soak(cluster, client, url: str, seconds: float, rate: float, size: int, samp
 def burst(client, messages: int, size: int) -> float:
     producer = client.create_producer(TOPIC, batching_max_messages=1000, batching_max_publish_delay_ms=5,
                                       max_pending_messages=20000)
-    payload = b"b" * size
-    done = threading.Event()
-    count = [0]
-
-    def sent(result, _mid):
-        count[0] += 1
-        if count[0] == messages:
-            done.set()
-    started = time.perf_counter()
-    for _ in range(messages):
-        producer.send_async(payload, sent)
-    producer.flush()
-    done.wait(120)
-    elapsed = time.perf_counter() - started
+    figures = send_full_speed(producer, messages, size, magnetar.Result.Ok)
     producer.close()
-    return messages / elapsed
+    return figures["msgs_per_s"]
 
 
 def paced_latency(client, seconds: float, rate: float, size: int) -> float:
     """p99 publish latency (ms) of ``seconds`` of sends at ``rate`` per second."""
     producer = client.create_producer(TOPIC, batching_max_messages=200, batching_max_publish_delay_ms=5,
                                       max_pending_messages=20000)
-    payload = b"p" * size
-    latencies: list[float] = []
-    for _ in paced(int(seconds * rate), rate):
-        t = time.perf_counter()
-        producer.send_async(payload, lambda r, m, t=t: latencies.append(time.perf_counter() - t))
-    producer.flush()
+    latencies = send_paced(producer, int(seconds * rate), rate, b"p" * size)
     producer.close()
-    return round(percentile(sorted(latencies), 99) * 1000, 2)
+    return round(percentile(latencies, 99) * 1000, 2)
 
 
 def drain(client, sub: str) -> None:
