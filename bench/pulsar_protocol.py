@@ -82,6 +82,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--settings", choices=sorted(SETTINGS), default="default",
                         help="producer settings of both clients (default: each client's own defaults)")
+    parser.add_argument("--consume", action=argparse.BooleanOptionalAction, default=True,
+                        help="also drain each topic (--no-consume: produce figures only)")
     args = parser.parse_args()
 
     with durable_postgres() as url, bench_cluster(url) as cluster:
@@ -95,12 +97,12 @@ def main() -> None:
                 produce("magnetar", m_client, magnetar.Result.Ok, topic, args.messages, args.size, args.settings,
                         broker),
                 consume("magnetar", m_client, topic, args.messages,
-                        initial_position=magnetar.InitialPosition.Earliest)),
+                        initial_position=magnetar.InitialPosition.Earliest) if args.consume else {}),
             "pulsar": lambda topic: (
                 produce("pulsar", p_client, pulsar.Result.Ok, topic, args.messages, args.size, args.settings,
                         broker, block_if_queue_full=True),
                 consume("pulsar", p_client, topic, args.messages,
-                        initial_position=pulsar.InitialPosition.Earliest)),
+                        initial_position=pulsar.InitialPosition.Earliest) if args.consume else {}),
         }
         results: dict[str, list] = {"magnetar": [], "pulsar": [], "stub": []}
         topics = (f"persistent://public/default/bench-pulsar-{i}" for i in itertools.count())
@@ -110,7 +112,7 @@ def main() -> None:
                 produced, consumed = runs[name](next(topics))
                 print(f"  round {round_ + 1} {name:<8} produce {produced['msgs_per_s']:>8,} msgs/s "
                       f"p99 {produced['p99_publish_ms']} ms, CPU µs/msg client {produced['client_cpu_us_per_msg']} "
-                      f"broker {produced['broker_cpu_us_per_msg']}; consume {consumed['msgs_per_s']:>8,} msgs/s",
+                      f"broker {produced['broker_cpu_us_per_msg']}; consume {consumed.get('msgs_per_s', 0):>8,} msgs/s",
                       flush=True)
                 results[name].append((produced, consumed))
             with StubBroker() as stub:
@@ -132,7 +134,8 @@ def main() -> None:
     for name in ("magnetar", "pulsar"):
         figures[f"{name}_produce_msgs_per_s"] = best(name, 0, "msgs_per_s")
         figures[f"{name}_produce_p99_ms"] = best(name, 0, "p99_publish_ms")
-        figures[f"{name}_consume_msgs_per_s"] = best(name, 1, "msgs_per_s")
+        if args.consume:
+            figures[f"{name}_consume_msgs_per_s"] = best(name, 1, "msgs_per_s")
         for side in ("client", "broker"):
             key = f"{side}_cpu_us_per_msg"
             figures[f"{name}_produce_{key}"] = min(r[0][key] for r in results[name])
@@ -141,8 +144,9 @@ def main() -> None:
         figures["pulsar_produce_msgs_per_s"] / figures["wheel_ceiling_produce_msgs_per_s"], 2)
     figures["produce_ratio_pulsar_over_magnetar"] = round(
         figures["pulsar_produce_msgs_per_s"] / figures["magnetar_produce_msgs_per_s"], 2)
-    figures["consume_ratio_pulsar_over_magnetar"] = round(
-        figures["pulsar_consume_msgs_per_s"] / figures["magnetar_consume_msgs_per_s"], 2)
+    if args.consume:
+        figures["consume_ratio_pulsar_over_magnetar"] = round(
+            figures["pulsar_consume_msgs_per_s"] / figures["magnetar_consume_msgs_per_s"], 2)
     figures["produce_ratio_per_round"] = [round(p[0]["msgs_per_s"] / m[0]["msgs_per_s"], 2)
                                           for p, m in zip(results["pulsar"], results["magnetar"])]
     report("Pulsar protocol (pulsar-client wheel) vs Magnetar client, best of rounds", figures)

@@ -420,7 +420,7 @@ def test_every_pulsar_message_field_survives_both_protocols(magnetar, client):
         m.close()
 
 
-@pytest.mark.parametrize("lie", ["garbage", "short", "huge"])
+@pytest.mark.parametrize("lie", ["garbage", "short", "long", "huge"])
 def test_a_send_that_does_not_decompress_gets_send_error(magnetar, lie):
     from magnetar_protocol.pulsar.compression import compress
 
@@ -429,11 +429,14 @@ def test_a_send_that_does_not_decompress_gets_send_error(magnetar, lie):
     body = b"hello compressed world " * 20
     payload, size = {"garbage": (b"\x00\xff not lz4 at all " * 4, len(body)),
                      "short": (compress(pb.LZ4, body), len(body) - 7),
+                     "long": (compress(pb.LZ4, body), len(body) + 7),
                      "huge": (compress(pb.LZ4, body), 2**31)}[lie]
     s.sendall(frames.encode(pb.CommandSend(producer_id=1, sequence_id=0), pb.MessageMetadata(
         producer_name=name, sequence_id=0, publish_time=1, compression=pb.LZ4, uncompressed_size=size), payload))
     refused = _next_of(s, pb.BaseCommand.SEND_ERROR)
-    assert refused.sequence_id == 0 and "LZ4" in refused.message
+    assert (refused.sequence_id, refused.error) == (0, pb.NotAllowedError) and "LZ4" in refused.message
+    if lie == "huge":   # refused from the claimed size, before allocating it
+        assert "over the limit" in refused.message
     # The connection goes on; the good message is the topic's first and only one.
     s.sendall(frames.encode(pb.CommandSend(producer_id=1, sequence_id=1), pb.MessageMetadata(
         producer_name=name, sequence_id=1, publish_time=1, compression=pb.LZ4, uncompressed_size=len(body)),
