@@ -7,13 +7,16 @@ process, one after the other, each round in both orders so neither always runs o
 warmer cache.  Prints per client:
   - produce: msgs/s of send_async at full speed and p99 publish latency (every 100th
     message timed from the call to its receipt);
-  - consume: msgs/s draining the backlog with receive + acknowledge;
+  - CPU µs per message during the produce, of this process (the client) and the broker;
+  - consume: msgs/s draining the backlog with receive + acknowledge (the subscription is
+    made before the produce: with retention 0 a topic without one may trim);
 and the ratios Pulsar / Magnetar.  The wheel's own ceiling is measured in the same run:
 the same produce against a stub broker that answers every SEND at once and stores
 nothing (tests/unit/pulsar/stub_broker.py), so "pulsar / wheel ceiling" says how much of
 the wheel's speed the broker keeps, apart from what the wheel itself costs.
 
     .venv/bin/python bench/pulsar_protocol.py [--messages 100000] [--size 100] [--rounds 2]
+        [--settings default|tuned] [--no-consume]
 """
 
 from __future__ import annotations
@@ -92,17 +95,17 @@ def main() -> None:
         broker = psutil.Process(cluster.services["broker-0"].process.pid)
         m_client = magnetar.Client(cluster.service_url)
         p_client = pulsar.Client(cluster.pulsar_service_url, operation_timeout_seconds=60)
+        def run(name: str, client, ok, topic: str, **options) -> tuple[dict, dict]:
+            if args.consume:
+                # The subscription exists before the produce: with retention 0 (the
+                # default) a topic without one may trim what it stores, as Pulsar may.
+                client.subscribe(topic, f"bench-{name}").close()
+            produced = produce(name, client, ok, topic, args.messages, args.size, args.settings, broker, **options)
+            return produced, consume(name, client, topic, args.messages) if args.consume else {}
+
         runs = {
-            "magnetar": lambda topic: (
-                produce("magnetar", m_client, magnetar.Result.Ok, topic, args.messages, args.size, args.settings,
-                        broker),
-                consume("magnetar", m_client, topic, args.messages,
-                        initial_position=magnetar.InitialPosition.Earliest) if args.consume else {}),
-            "pulsar": lambda topic: (
-                produce("pulsar", p_client, pulsar.Result.Ok, topic, args.messages, args.size, args.settings,
-                        broker, block_if_queue_full=True),
-                consume("pulsar", p_client, topic, args.messages,
-                        initial_position=pulsar.InitialPosition.Earliest) if args.consume else {}),
+            "magnetar": lambda topic: run("magnetar", m_client, magnetar.Result.Ok, topic),
+            "pulsar": lambda topic: run("pulsar", p_client, pulsar.Result.Ok, topic, block_if_queue_full=True),
         }
         results: dict[str, list] = {"magnetar": [], "pulsar": [], "stub": []}
         topics = (f"persistent://public/default/bench-pulsar-{i}" for i in itertools.count())
