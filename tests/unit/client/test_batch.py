@@ -139,3 +139,16 @@ def test_message_fields_validation():
         message_fields(partition_key=b"bytes-key")
     with pytest.raises(ValueError):
         message_fields(event_timestamp=-1)
+
+
+def test_an_ordering_key_is_bytes_on_the_wire():
+    assert message_fields(ordering_key="o") == {"ordering_key": b"o"}
+    assert message_fields(ordering_key=b"") == {"ordering_key": b""}    # empty is still a key
+    with pytest.raises(TypeError):
+        message_fields(ordering_key=7)
+    b = Collecting(max_messages=10, max_bytes=1 << 20)
+    b.add(b"ordered", None, message_fields(ordering_key=b"\x00o"))
+    b.add(b"plain", None)
+    b.seal_all()
+    ordered, plain = pb.MessageBatch.FromString(b.sealed[0].data).messages
+    assert ordered.ordering_key == b"\x00o" and not plain.HasField("ordering_key")
