@@ -22,6 +22,7 @@ import asyncpg
 import pytest
 
 import magnetar
+from magnetar_protocol import magnetar_pb2 as pb
 from tests.waiting import wait_until
 
 LIFECYCLE_ENV = {
@@ -158,6 +159,28 @@ def test_with_no_subscription_retention_alone_decides_and_earliest_starts_at_the
                10, "the late subscription's mark-delete at 9")
     produce(mclient, "trim-nosub", 1, prefix="after")
     assert sub.receive(timeout_millis=5000).data() == b"after0"  # the cursor moves on over the hole
+
+
+def test_a_partition_owned_but_not_loaded_is_trimmed_too(lc, mclient):
+    create(lc, "trim-unloaded")
+    ok(lc, "POST", "/admin/v2/persistent/public/default/trim-unloaded/retention",
+       {"retentionTimeInMinutes": 60, "retentionSizeInMB": -1})
+    produce(mclient, "trim-unloaded", 10)
+    # The broker gives the partition up (one broker: the lease is released) and takes it
+    # back on a lookup alone, which assigns the owner without loading the partition.
+    ok(lc, "PUT", "/admin/v2/persistent/public/default/trim-unloaded/unload")
+    owners = ("SELECT o.broker_id FROM topic_owners o JOIN topics t USING (topic_id) WHERE t.topic = $1")
+    assert sql(lc, owners, full("trim-unloaded"))[0][0] is None
+    run, core = mclient._io.run, mclient._client.core
+    run(core.call(lc.broker_urls[0], "/v1/topics/lookup", pb.LookupRequest(topic=full("trim-unloaded")),
+                  pb.LookupResponse))
+    assert sql(lc, owners, full("trim-unloaded"))[0][0] is not None
+    two_more_passes(lc)
+    assert stored(lc, "trim-unloaded") == list(range(10))  # retention still protects them
+    ok(lc, "DELETE", "/admin/v2/persistent/public/default/trim-unloaded/retention")
+    # No producer or consumer comes back: the loop must tend the owned partition itself.
+    wait_until(lambda: stored(lc, "trim-unloaded") == [9], 10, "the unloaded partition trimmed",
+               explain=lambda: stored(lc, "trim-unloaded"))
 
 
 def test_retention_keeps_acknowledged_data_until_removed(lc, mclient):

@@ -23,6 +23,7 @@ from magnetar_broker.partition.trimming import (
     trim_before,
     ttl_expire_through,
 )
+from magnetar_broker.partition.trimpace import TrimBudget, TrimPace, batch_cut, pause_after
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
 from magnetar_broker.subscription.subscription import Subscription
@@ -39,6 +40,7 @@ INFINITE = Retention(-1, -1)
 SCAN_ENTRIES = 2000
 
 OpenSubscription = Callable[[PartitionLog, str], Awaitable[Subscription]]
+LoadPartition = Callable[[TopicName], Awaitable[PartitionLog]]
 
 
 def now_ms() -> int:
@@ -70,30 +72,52 @@ class PolicyCache:
 
 class StorageLifecycle:
     def __init__(self, store: BrokerStore, settings: BrokerSettings, logs: Callable[[], list[PartitionLog]],
-                 open_subscription: OpenSubscription):
+                 open_subscription: OpenSubscription, load: LoadPartition):
         self.store = store
         self.settings = settings
         self.policies = PolicyCache(store, settings)
         self._logs = logs
         self._open_subscription = open_subscription
+        self._load = load
+        self.pace = TrimPace(batch_entries=settings.trim_batch_entries, batch_bytes=settings.trim_batch_bytes,
+                             duty=settings.trim_duty_percent / 100, min_pause_s=settings.trim_min_pause_ms / 1000,
+                             max_pause_s=settings.trim_max_pause_ms / 1000,
+                             partition_batches=settings.trim_max_batches, pass_batches=settings.trim_pass_batches)
 
     async def run_once(self) -> None:
-        for plog in self._logs():
+        budget = TrimBudget(self.pace)
+        for plog in await self._owned_logs():
             if plog.closed:
                 continue
             try:
-                await self.tend(plog)
+                await self.tend(plog, budget)
             except Exception:
                 if not plog.closed:  # a lost lease ends the pass for this partition quietly
                     log.exception("storage lifecycle of %s failed; next tick retries", plog.name.full)
         metrics.LIFECYCLE_PASSES.inc()
 
-    async def tend(self, plog: PartitionLog) -> None:
+    async def _owned_logs(self) -> list[PartitionLog]:
+        """Every partition this broker owns that has a log.  One owned but not loaded (no
+        client since this broker took it: after a restart, a hand-over or a lookup
+        alone) is loaded here, or its acknowledged data and expired messages would wait
+        for a client that may never come."""
+        logs = self._logs()
+        loaded = {plog.topic_id for plog in logs}
+        for topic_id, topic in await self.store.owned_topics_with_entries():
+            if topic_id in loaded:
+                continue
+            try:
+                logs.append(await self._load(TopicName.parse(topic)))
+            except Exception as exc:  # the lease moved meanwhile, or the topic went: not ours to tend
+                log.debug("lifecycle could not load %s: %s", topic, exc)
+        return logs
+
+    async def tend(self, plog: PartitionLog, budget: TrimBudget) -> None:
         policies = await self.policies.get(plog.name)
         if policies.message_ttl_s > 0:
             await self.expire(plog, None, policies.message_ttl_s)
         await self.check_quota(plog, policies)
-        await self.trim(plog, policies.retention)
+        await self.trim(plog, policies.retention, budget)
 
     # ---------------------------------------------------------------- expiry (the one primitive)
 
@@ -175,13 +199,15 @@ class StorageLifecycle:
 
     # ---------------------------------------------------------------- trimming
 
-    async def trim(self, plog: PartitionLog, retention: Retention) -> int:
-        """Delete what no rule keeps, in bounded batches; the entries deleted."""
+    async def trim(self, plog: PartitionLog, retention: Retention, budget: TrimBudget) -> int:
+        """Delete what no rule keeps, in small batches paced by partition/trimpace.py (a
+        large backlog must not hold sends up); the entries deleted."""
         if retention == INFINITE:
             return 0  # nothing can go: spare the database the queries
         total = None
         deleted = 0
-        for _ in range(self.settings.trim_max_batches):
+        for _ in range(budget.partition()):
+            started = time.monotonic()
             # Under the lock that opening a subscription takes, so a new subscription
             # from Earliest cannot start below what this batch deletes.
             async with plog.subscriptions_lock:
@@ -193,10 +219,11 @@ class StorageLifecycle:
                 if total is None and retention.size_mb > 0:
                     total = await self.store.log_bytes(plog.topic_id)
                 metas = await self.store.entry_metas(plog.topic_id, plog.first_entry_id, bound,
-                                                     self.settings.trim_batch_entries)
+                                                     self.pace.batch_entries)
                 if not metas:  # ids below bound that were never stored (a hole): move on
                     plog.trimmed(bound)
                     break
+                metas = metas[:batch_cut([m.size for m in metas], self.pace)]
                 below = trim_before(metas, total or 0, retention, now_ms())
                 if below is None:
                     break
@@ -205,12 +232,17 @@ class StorageLifecycle:
                     "trimming", self.store.trim_entries(plog.topic_id, plog.epoch, below), lambda r: r[0])
                 plog.trimmed(below)
             failpoint("broker.trim.after_delete")
+            budget.spend()
             deleted += entries
             if total is not None:
                 total -= size
             metrics.TRIMMED_ENTRIES.inc(entries)
             metrics.TRIMMED_BYTES.inc(size)
-            await asyncio.sleep(0)  # let produce and dispatch run between batches
+            took = time.monotonic() - started
+            metrics.TRIM_BATCH_SECONDS.observe(took)
+            pause = pause_after(took, self.pace)
+            metrics.TRIM_PAUSE_SECONDS.inc(pause)
+            await asyncio.sleep(pause)  # sends and dispatch get the database between batches
         if deleted:
             log.info("trimmed %d entries of %s (first entry now %d)", deleted, plog.name.full,
                      plog.first_entry_id)

@@ -37,6 +37,10 @@ TP_COMMIT_LATENCY = Histogram(
 # Storage lifecycle (lifecycle.py): what trimming deleted, TTL expired, quotas evicted.
 TRIMMED_ENTRIES = Counter("magnetar_broker_trimmed_entries_total", "Log entries deleted by trimming")
 TRIMMED_BYTES = Counter("magnetar_broker_trimmed_bytes_total", "Payload bytes deleted by trimming")
+TRIM_BATCH_SECONDS = Histogram("magnetar_broker_trim_batch_seconds", "Time of one trim batch (its queries and DELETE)",
+                               buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0))
+TRIM_PAUSE_SECONDS = Counter("magnetar_broker_trim_pause_seconds_total",
+                             "Time trimming paused between batches to leave the database to sends")
 LIFECYCLE_EXPIRED = Counter("magnetar_broker_expired_entries_total",
                             "Entries acknowledged by messageTTL or expire-messages")
 LIFECYCLE_EVICTED = Counter("magnetar_broker_evicted_entries_total",

@@ -24,6 +24,13 @@ WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3;
 -- name: owned_topics
 SELECT topic_id, epoch FROM topic_owners WHERE broker_id = $1;
 
+-- name: owned_topics_with_entries
+-- The partitions this broker owns that have a log, loaded or not (the lifecycle loop
+-- tends them all, not only those a client has opened since the broker started).
+SELECT o.topic_id, t.topic FROM topic_owners o JOIN topics t USING (topic_id)
+WHERE o.broker_id = $1 AND EXISTS (SELECT 1 FROM entries e WHERE e.topic_id = o.topic_id)
+ORDER BY o.topic_id;
+
 -- name: live_brokers
 SELECT broker_id, url FROM brokers
 WHERE heartbeat_at > now() - make_interval(secs => $1::float8)

@@ -74,7 +74,7 @@ class BrokerService:
         self.dedup_expiry_loop = BackgroundLoop("dedup-expiry", min(max(idle_s / 4, 0.2), 60),
                                                 self.expire_idle_producers)
         self.lifecycle = StorageLifecycle(store, settings, lambda: list(self.ownership.logs.values()),
-                                          self.durable_subscription)
+                                          self.durable_subscription, self.ownership.get_log)
         self.lifecycle_loop = BackgroundLoop("storage-lifecycle", settings.lifecycle_interval_ms / 1000,
                                              self.lifecycle.run_once)
         self.topic_metrics_loop = BackgroundLoop("topic-metrics", settings.topic_metrics_interval_ms / 1000,

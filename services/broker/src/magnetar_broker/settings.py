@@ -51,11 +51,20 @@ class BrokerSettings(ServiceSettings):
     # backlog quota (Pulsar: retentionCheckIntervalInSeconds 120, messageExpiryCheck 5 min,
     # backlogQuotaCheckIntervalInSeconds 60; one loop here, so the smallest matters).
     lifecycle_interval_ms: int = Field(10_000, gt=0)
-    # Entries deleted per statement: each statement holds the partition's lease row FOR
-    # SHARE, which a produce also takes, so a small batch keeps sends from waiting long.
+    # Trimming's pace (partition/trimpace.py says why): a DELETE takes at most this many
+    # entries and bytes (1 MiB: a few ms of PostgreSQL, so a send waits about that long
+    # behind it at worst), then trimming pauses so it uses at most trim_duty_percent of the
+    # time while a backlog remains (25%: 500 entries of 1 KiB take ~5-10 ms here, so
+    # ~20-40k entries/s per broker, far above what a broker produces in entries).
     trim_batch_entries: int = Field(500, gt=0)
-    # At most this many batches per partition per iteration (the next tick goes on).
+    trim_batch_bytes: int = Field(1 << 20, gt=0)
+    trim_duty_percent: int = Field(25, gt=0, le=100)
+    trim_min_pause_ms: int = Field(2, ge=0)
+    trim_max_pause_ms: int = Field(1000, ge=0)
+    # Batches per partition per pass (fairness between partitions) and per pass over all
+    # of them (a pass ends in bounded time; the next pass goes on where this one stopped).
     trim_max_batches: int = Field(200, gt=0)
+    trim_pass_batches: int = Field(2000, gt=0)
     # How long lifecycle policies are cached: the longest a policy change takes to apply.
     storage_policy_cache_ms: int = Field(3000, ge=0)
     # producer_request_hold: a send waits at most this long for the backlog to shrink,

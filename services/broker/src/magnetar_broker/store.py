@@ -62,6 +62,10 @@ class BrokerStore:
         rows = await self.pool.fetch(Q["owned_topics"], self.broker_id)
         return {r["topic_id"]: r["epoch"] for r in rows}
 
+    async def owned_topics_with_entries(self) -> list[tuple[int, str]]:
+        rows = await self.pool.fetch(Q["owned_topics_with_entries"], self.broker_id)
+        return [(r["topic_id"], r["topic"]) for r in rows]
+
     async def live_coordinators(self, ttl_s: float) -> list[tuple[int, str]]:
         return [(r[0], r[1]) for r in await self.pool.fetch(Q["live_coordinators"], ttl_s)]
 
