@@ -314,6 +314,34 @@ def test_quota_hold_makes_sends_wait_until_the_backlog_shrinks(lc, mclient):
     assert done[0] == magnetar.Result.Ok
 
 
+def test_quota_exception_refuses_the_very_next_send_once_the_backlog_passes_the_limit(lc, mclient):
+    quota(lc, "quota-exc-now", "producer_exception", limit_size=10)
+    mclient.subscribe("quota-exc-now", "s", initial_position=magnetar.InitialPosition.Earliest)
+    producer = mclient.create_producer("quota-exc-now", batching_enabled=False, send_timeout_millis=5000)
+    producer.send(b"a")  # within the quota
+    two_more_passes(lc)  # the partition knows its quota and its backlog
+    producer.send(b"0123456789abcdef")  # this one passes the limit...
+    with pytest.raises(magnetar.ProducerBlockedQuotaExceeded, match="backlog quota"):
+        producer.send(b"x")  # ...so the next fails at once, not a lifecycle pass later
+
+
+def test_quota_hold_holds_the_very_next_send_and_an_ack_releases_it(lc, mclient):
+    quota(lc, "quota-hold-now", "producer_request_hold", limit_size=10)
+    sub = mclient.subscribe("quota-hold-now", "s", initial_position=magnetar.InitialPosition.Earliest)
+    producer = mclient.create_producer("quota-hold-now", batching_enabled=False, send_timeout_millis=20000)
+    producer.send(b"a")
+    two_more_passes(lc)
+    producer.send(b"0123456789abcdef")
+    done = []
+    producer.send_async(b"held", lambda res, mid: done.append(res))  # at once: no pass ran since
+    two_more_passes(lc)
+    assert done == []  # held from the start, and still
+    for msg in receive(sub, 2):
+        sub.acknowledge(msg)
+    wait_until(lambda: done, 15, "the held send completes once the backlog is consumed")
+    assert done[0] == magnetar.Result.Ok
+
+
 def _blocked(cluster, topic: str) -> bool:
     stats = ok(cluster, "GET", f"/admin/v2/persistent/public/default/{topic}/stats")
     return stats.get("backlogQuotaExceeded") is not None

@@ -116,6 +116,8 @@ class StorageLifecycle:
         policies = await self.policies.get(plog.name)
         if policies.message_ttl_s > 0:
             await self.expire(plog, None, policies.message_ttl_s)
+        plog.quota_check = lambda: self.check_quota_now(plog)
+        plog.quota_recheck_ms = self.settings.backlog_quota_recheck_ms
         await self.check_quota(plog, policies)
         await self.trim(plog, policies.retention, budget)
 
@@ -159,26 +161,36 @@ class StorageLifecycle:
 
     # ---------------------------------------------------------------- backlog quota
 
-    async def check_quota(self, plog: PartitionLog, policies: Policies) -> None:
+    async def check_quota_now(self, plog: PartitionLog) -> None:
+        """The send path's exact check (partition/quota.py): no eviction here, the pass evicts."""
+        await self.check_quota(plog, await self.policies.get(plog.name), evict=False)
+
+    async def check_quota(self, plog: PartitionLog, policies: Policies, evict: bool = True) -> None:
         quota = policies.quota
         plog.quota_hold_s = self.settings.backlog_quota_hold_max_ms / 1000
+        since = plog.appended_bytes
         if quota is None:
+            plog.backlog.measured(None, False, 0, None)
             plog.set_quota(None)
             return
         mark_deletes, _ = await self.store.trim_floor(plog.topic_id)
         if not mark_deletes:
+            plog.backlog.measured(quota, False, 0, None)
             plog.set_quota(None)
             return
         slowest = min(mark_deletes)
         backlog_bytes = await self.store.log_bytes(plog.topic_id, slowest + 1)
         oldest = await self.store.entry_metas(plog.topic_id, slowest + 1, plog.next_entry_id, 1)
         oldest_ms = oldest[0].publish_time_ms if oldest else None
+        # Appends while the queries ran may be counted twice: the estimate errs high, safely.
+        plog.backlog.measured(quota, True, backlog_bytes + plog.appended_bytes - since, oldest_ms)
         now = now_ms()
         if not quota_exceeded(quota, backlog_bytes, oldest_ms, now):
             plog.set_quota(None)
             return
         if quota.policy == EVICTION:
-            await self._evict(plog, quota, slowest, backlog_bytes, now)
+            if evict:
+                await self._evict(plog, quota, slowest, backlog_bytes, now)
             plog.set_quota(None)
             return
         age = f", oldest unacknowledged {(now - oldest_ms) // 1000} s old" if oldest_ms is not None else ""

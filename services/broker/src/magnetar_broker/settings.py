@@ -70,6 +70,9 @@ class BrokerSettings(ServiceSettings):
     # producer_request_hold: a send waits at most this long for the backlog to shrink,
     # then fails with ProducerBlockedQuotaExceeded (the client's send timeout may end it first).
     backlog_quota_hold_max_ms: int = Field(30_000, ge=0)
+    # Sends check the quota against an estimate; past the limit they ask for an exact
+    # check (a few queries) at most this often (partition/quota.py).
+    backlog_quota_recheck_ms: int = Field(100, ge=0)
 
     # `topics terminate` waits this long for the transactions that sent messages to the
     # partition to end (their commit markers must come before the end of the topic), then

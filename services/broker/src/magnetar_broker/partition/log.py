@@ -18,6 +18,7 @@ from magnetar_broker.partition.access import AccessState
 from magnetar_broker.partition.batchcheck import WHOLE, batch_index_problem, batch_problem
 from magnetar_broker.partition.dedup import Verdict, drop_persisted, judge
 from magnetar_broker.partition.planner import Append, TxnAppend, TxnEnd, plan_plain
+from magnetar_broker.partition.quota import BacklogEstimate, check_before_send
 from magnetar_broker.partition.txnbuffer import TxnBuffer
 from magnetar_broker.partition.txnrules import ended_error
 from magnetar_broker.rates import Rate
@@ -105,6 +106,16 @@ class PartitionLog:
         self.quota_blocked: str | None = None
         self.quota_reason = ""
         self.quota_hold_s = 30.0
+        # The send path's view of the backlog quota (partition/quota.py): an estimate kept
+        # on append, and the exact check (the lifecycle loop installs it) run when the
+        # estimate passes the limit or an ack may have brought a blocked backlog back.
+        self.backlog = BacklogEstimate()
+        self.quota_check: Callable[[], Awaitable[None]] | None = None
+        self.quota_recheck_ms = 100
+        self.appended_bytes = 0  # every byte appended, so a check can add what came in meanwhile
+        self._quota_checking: asyncio.Task | None = None
+        self._quota_ack_pending = False
+        self._quota_tasks: set[asyncio.Task] = set()
         self.persisted_seq: dict[str, int] = {}  # producer name -> last persisted sequence id
         self.pushed_seq: dict[str, int] = {}     # ... including batches not yet committed
         self.producers: dict[int, Producer] = {}
@@ -300,6 +311,11 @@ class PartitionLog:
         """Validate and deduplicate one batch: a queue item, or the duplicate's answer."""
         self.check_open()
         producer.check_not_fenced()
+        if self.quota_check is not None:
+            now = int(time.time() * 1000)
+            if check_before_send(self.backlog, self.quota_blocked, now, self.quota_recheck_ms):
+                self.backlog.checked_ms = now
+                await self._run_quota_check()
         if self.quota_blocked is not None:
             await self._quota_gate()
         self.check_not_terminated()
@@ -358,6 +374,36 @@ class PartitionLog:
                 f"{self.name.full}: backlog quota exceeded ({self.quota_reason}); policy {self.quota_blocked}. "
                 "Consume or expire the backlog (magnetar-admin topics expire-messages / clear-backlog) "
                 "or raise the quota (magnetar-admin namespaces set-backlog-quota)")
+
+    async def _run_quota_check(self) -> None:
+        """The exact quota check, one at a time: sends arriving meanwhile share it."""
+        task = self._quota_checking
+        if task is None or task.done():
+            task = self._quota_checking = asyncio.get_running_loop().create_task(self.quota_check())
+        try:
+            await asyncio.shield(task)
+        except Exception as exc:  # the pass retries; a send is not failed for a check that failed
+            log.warning("%s: backlog quota check failed: %s", self.name.full, exc)
+
+    def quota_acked(self) -> None:
+        """A subscription acknowledged: a blocked partition checks again shortly (one check
+        for a burst of acks), so held sends go as soon as the backlog is under the limit."""
+        if self.quota_blocked is None or self.quota_check is None or self._quota_ack_pending:
+            return
+        self._quota_ack_pending = True
+        task = asyncio.get_running_loop().create_task(self._quota_after_ack())
+        self._quota_tasks.add(task)
+        task.add_done_callback(self._quota_tasks.discard)
+
+    async def _quota_after_ack(self) -> None:
+        await asyncio.sleep(self.quota_recheck_ms / 1000)
+        self._quota_ack_pending = False  # acks during the check ask for one more
+        if not self.closed:
+            await self._run_quota_check()
+
+    def _appended(self, nbytes: int) -> None:
+        self.appended_bytes += nbytes
+        self.backlog.appended(nbytes, int(time.time() * 1000))
 
     async def _quota_clear(self) -> bool | None:
         return True if self.quota_blocked != HOLD else None
@@ -433,6 +479,7 @@ class PartitionLog:
             total += entry.num_messages
             nbytes += len(entry.payload)
         self.bytes_in += nbytes
+        self._appended(nbytes)
         self.msg_in += total
         self.rate_in.add(time.monotonic(), total, nbytes)
         metrics.MESSAGES_IN.inc(total)
@@ -464,6 +511,7 @@ class PartitionLog:
             self._cache(entry)
             total += entry.num_messages
             nbytes += entry.size()
+        self._appended(nbytes)
         self.msg_in += total
         self.rate_in.add(time.monotonic(), total, nbytes)
         metrics.MESSAGES_IN.inc(total)

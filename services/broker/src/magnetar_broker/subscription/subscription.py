@@ -305,6 +305,7 @@ class Subscription:
         self.log.wake()
         if self.durable:
             await self._saver.submit(None)
+            self.log.quota_acked()  # once the cursor is stored: the check reads it
 
     def redeliver(self, consumer: Consumer, positions) -> int:
         chosen = None if not positions else [(p.entry_id, p.batch_index) for p in positions]
