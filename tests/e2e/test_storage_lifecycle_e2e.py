@@ -241,6 +241,56 @@ def test_a_trimmed_commit_marker_takes_its_transaction_buffer_rows(lc, mclient):
     assert stored(lc, "trim-marker") == [1]
 
 
+OUTCOMES = ("SELECT count(*) FROM txn_outcomes o JOIN topics t USING (topic_id) "
+            "WHERE t.topic = $1 AND o.txn_most = $2 AND o.txn_least = $3")
+
+
+def committed_txn(lc, client, topic: str):
+    """A transaction that sent one message to ``topic`` and committed, followed by one plain
+    message; once the coordinator has finished it (COMMITTED, 2)."""
+    producer = client.create_producer(topic, batching_enabled=False)
+    txn = client.new_transaction()
+    producer.send(b"t", txn=txn)
+    txn.commit()
+    producer.send(b"plain")
+    producer.close()
+    tid = txn.txn_id
+    wait_until(lambda: sql(lc, "SELECT status FROM transactions WHERE coordinator_id = $1 AND txn_id = $2",
+                           *tid)[0][0] == 2, 10, "the coordinator finished the transaction")
+    return tid
+
+
+def forget(lc, tid) -> None:
+    """What the coordinator's purge_ended does once an ended transaction's retention
+    (ended_retention_s, a day) has passed: forget it."""
+    sql(lc, "DELETE FROM transactions WHERE coordinator_id = $1 AND txn_id = $2 AND status IN (2, 4)", *tid)
+
+
+def test_a_txn_outcome_row_goes_once_its_transaction_is_forgotten_and_its_marker_trimmed(lc, mclient):
+    sub = mclient.subscribe("outcome-gone", "s", initial_position=magnetar.InitialPosition.Earliest)
+    tid = committed_txn(lc, mclient, "outcome-gone")
+    for msg in receive(sub, 2):
+        sub.acknowledge(msg)
+    wait_until(lambda: stored(lc, "outcome-gone") == [1], 10, "the commit marker trimmed",
+               explain=lambda: stored(lc, "outcome-gone"))
+    # The coordinator still knows the transaction (a repeated EndTxnOnPartition must be
+    # answered exactly): the row stays, marker or not.
+    two_more_passes(lc)
+    assert sql(lc, OUTCOMES, full("outcome-gone"), *tid)[0][0] == 1
+    forget(lc, tid)
+    wait_until(lambda: sql(lc, OUTCOMES, full("outcome-gone"), *tid)[0][0] == 0, 10,
+               "the forgotten transaction's outcome row deleted")
+
+
+def test_a_txn_outcome_row_stays_while_its_commit_marker_is_stored(lc, mclient):
+    mclient.subscribe("outcome-kept", "s", initial_position=magnetar.InitialPosition.Earliest)  # acks nothing
+    tid = committed_txn(lc, mclient, "outcome-kept")
+    forget(lc, tid)
+    two_more_passes(lc)
+    assert stored(lc, "outcome-kept") == [0, 1]
+    assert sql(lc, OUTCOMES, full("outcome-kept"), *tid)[0][0] == 1
+
+
 # ---------------------------------------------------------------- TTL and expire-messages
 
 def test_message_ttl_expires_unacknowledged_messages_for_every_subscription(lc, mclient):

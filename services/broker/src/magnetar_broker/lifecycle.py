@@ -120,6 +120,7 @@ class StorageLifecycle:
         plog.quota_recheck_ms = self.settings.backlog_quota_recheck_ms
         await self.check_quota(plog, policies)
         await self.trim(plog, policies.retention, budget)
+        await self.trim_outcomes(plog)
 
     # ---------------------------------------------------------------- expiry (the one primitive)
 
@@ -210,6 +211,15 @@ class StorageLifecycle:
                             sub.name, plog.name.full, n)
 
     # ---------------------------------------------------------------- trimming
+
+    async def trim_outcomes(self, plog: PartitionLog) -> int:
+        """Delete the partition's txn_outcomes rows that nothing can need any more (one
+        bounded batch a pass: they are few next to entries); the rows deleted."""
+        owned, deleted = await plog.lease_checked(
+            "trimming transaction outcomes",
+            self.store.trim_txn_outcomes(plog.topic_id, plog.epoch, self.pace.batch_entries), lambda r: r[0])
+        metrics.TRIMMED_TXN_OUTCOMES.inc(deleted)
+        return deleted
 
     async def trim(self, plog: PartitionLog, retention: Retention, budget: TrimBudget) -> int:
         """Delete what no rule keeps, in small batches paced by partition/trimpace.py (a

@@ -37,6 +37,8 @@ TP_COMMIT_LATENCY = Histogram(
 # Storage lifecycle (lifecycle.py): what trimming deleted, TTL expired, quotas evicted.
 TRIMMED_ENTRIES = Counter("magnetar_broker_trimmed_entries_total", "Log entries deleted by trimming")
 TRIMMED_BYTES = Counter("magnetar_broker_trimmed_bytes_total", "Payload bytes deleted by trimming")
+TRIMMED_TXN_OUTCOMES = Counter("magnetar_broker_trimmed_txn_outcomes_total",
+                               "txn_outcomes rows deleted (their transaction forgotten, nothing of it left)")
 TRIM_BATCH_SECONDS = Histogram("magnetar_broker_trim_batch_seconds", "Time of one trim batch (its queries and DELETE)",
                                buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0))
 TRIM_PAUSE_SECONDS = Counter("magnetar_broker_trim_pause_seconds_total",

@@ -519,6 +519,39 @@ SELECT (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM gone) AS ent
        (SELECT coalesce(sum(size), 0) FROM gone)::bigint
        + (SELECT coalesce(sum(size), 0) FROM buffered)::bigint AS bytes;
 
+-- name: trim_txn_outcomes
+-- How the partition and its subscriptions ended transactions (txn_outcomes), at most $4
+-- rows, only while this broker holds the lease at epoch $3.  A row answers a repeated
+-- EndTxnOn* exactly and refuses a late send or ack in an ended transaction; it goes
+-- only when nothing can ask any more: the coordinator has forgotten the transaction
+-- (purge_ended: it is final and past its retention, so no EndTxnOn* is driven again and
+-- a late send or ack is refused by the registration check), and nothing of it is left
+-- here (no commit marker, no buffered batch, no pending ack: all trimmed or discarded).
+WITH owner AS (
+    SELECT 1 FROM topic_owners
+    WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
+    FOR SHARE
+), doomed AS (
+    SELECT o.subscription, o.txn_most, o.txn_least FROM txn_outcomes o
+    WHERE o.topic_id = $1 AND EXISTS (SELECT 1 FROM owner)
+      AND NOT EXISTS (SELECT 1 FROM transactions t
+                      WHERE t.coordinator_id = o.txn_most AND t.txn_id = o.txn_least)
+      AND NOT EXISTS (SELECT 1 FROM entries e
+                      WHERE e.topic_id = $1 AND e.txn_most = o.txn_most AND e.txn_least = o.txn_least)
+      AND NOT EXISTS (SELECT 1 FROM txn_entries x
+                      WHERE x.topic_id = $1 AND x.txn_most = o.txn_most AND x.txn_least = o.txn_least)
+      AND NOT EXISTS (SELECT 1 FROM pending_acks p
+                      WHERE p.topic_id = $1 AND p.subscription = o.subscription
+                        AND p.txn_most = o.txn_most AND p.txn_least = o.txn_least)
+    LIMIT $4
+), gone AS (
+    DELETE FROM txn_outcomes o USING doomed d
+    WHERE o.topic_id = $1 AND o.subscription = d.subscription
+      AND o.txn_most = d.txn_most AND o.txn_least = d.txn_least
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM gone) AS deleted;
+
 -- name: subscription_names
 SELECT subscription FROM subscriptions WHERE topic_id = $1 ORDER BY subscription;
 

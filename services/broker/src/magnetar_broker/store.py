@@ -323,6 +323,12 @@ class BrokerStore:
     async def log_bytes(self, topic_id: int, start: int = 0) -> int:
         return await self.pool.fetchval(Q["log_bytes"], topic_id, start)
 
+    async def trim_txn_outcomes(self, topic_id: int, epoch: int, limit: int) -> tuple[bool, int]:
+        """Delete at most ``limit`` txn_outcomes rows nothing can need (queries.sql says
+        which); (the lease held, rows deleted)."""
+        row = await self.pool.fetchrow(Q["trim_txn_outcomes"], topic_id, self.broker_id, epoch, limit)
+        return bool(row["owned"]), row["deleted"]
+
     async def trim_entries(self, topic_id: int, epoch: int, below: int) -> tuple[bool, int, int]:
         """Delete the entries below ``below`` (and their commit markers' buffered
         batches) while this broker holds the lease: (owned, entries, bytes)."""
