@@ -178,6 +178,21 @@ def drain(client, sub: str) -> None:
     consumer.close()
 
 
+def trim_figures(cluster) -> dict:
+    """The broker's trimming counters: batches, their mean time, the time paused."""
+    import re
+    with urllib.request.urlopen(cluster.broker_urls[0] + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+
+    def value(name: str) -> float:
+        m = re.search(rf"^{name} (\S+)$", text, re.M)
+        return float(m[1]) if m else 0.0
+    batches = value("magnetar_broker_trim_batch_seconds_count")
+    return {"batches": int(batches), "entries": int(value("magnetar_broker_trimmed_entries_total")),
+            "mean_batch_ms": round(value("magnetar_broker_trim_batch_seconds_sum") * 1000 / max(batches, 1), 2),
+            "paused_s": round(value("magnetar_broker_trim_pause_seconds_total"), 1)}
+
+
 def plot(samples: list[dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -214,14 +229,18 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=40000, help="messages per throughput round")
     ap.add_argument("--latency-s", type=float, default=15, help="paced seconds per latency round")
     ap.add_argument("--plot", type=Path, default=Path("soak.png"))
+    ap.add_argument("--unpaced", action="store_true",
+                    help="trim as before pacing (500-entry batches, no byte bound, no pause): for comparison")
     a = ap.parse_args()
     with durable_postgres() as url:
+        unpaced = {"MAGNETAR_TRIM_BATCH_BYTES": str(1 << 40), "MAGNETAR_TRIM_DUTY_PERCENT": "100",
+                   "MAGNETAR_TRIM_MIN_PAUSE_MS": "0", "MAGNETAR_TRIM_PASS_BATCHES": "1000000"} if a.unpaced else {}
         with bench_cluster(url, admin=True, env={"MAGNETAR_LIFECYCLE_INTERVAL_MS": "1000",
-                                                  "MAGNETAR_STORAGE_POLICY_CACHE_MS": "0"}) as cluster:
+                                                  "MAGNETAR_STORAGE_POLICY_CACHE_MS": "0"} | unpaced) as cluster:
             client = magnetar.Client(",".join(cluster.broker_urls))
             t0 = time.monotonic()
             print(f"soak: {a.duration_s:.0f} s at {a.rate:.0f} msgs/s of {a.size} B; retention 0, then "
-                  f"{a.retention_minutes} min", flush=True)
+                  f"{a.retention_minutes} min; trimming {'unpaced' if a.unpaced else 'paced'}", flush=True)
             set_retention(cluster, 0, 0)
             s1, f1 = soak(cluster, client, url, a.duration_s / 2, a.rate, a.size, a.sample_s, a.slow_lag_s,
                           "retention 0", t0)
@@ -242,8 +261,10 @@ def main() -> None:
                 drain(client, "fast"), drain(client, "slow")
                 print(f"  round {r + 1}: full speed trimming off {off[-1]:,.0f} msgs/s, on {on[-1]:,.0f} msgs/s; "
                       f"p99 at {a.rate:.0f}/s off {p99_off[-1]} ms, on {p99_on[-1]} ms", flush=True)
+            trims = trim_figures(cluster)
+            print(f"  trimming: {trims}", flush=True)
             client.close()
-    report("soak", {"retention 0": f1, "short retention": f2,
+    report("soak", {"trimming": trims, "retention 0": f1, "short retention": f2,
                     "throughput": {"off_msgs_per_s": [round(x) for x in off], "on_msgs_per_s": [round(x) for x in on],
                                    "ratio_on_to_off": round(statistics.median(on) / statistics.median(off), 3),
                                    "p99_ms_off": p99_off, "p99_ms_on": p99_on}})
