@@ -52,10 +52,11 @@ class BrokerSettings(ServiceSettings):
     # backlogQuotaCheckIntervalInSeconds 60; one loop here, so the smallest matters).
     lifecycle_interval_ms: int = Field(10_000, gt=0)
     # Trimming's pace (partition/trimpace.py says why): a DELETE takes at most this many
-    # entries and bytes (1 MiB: a few ms of PostgreSQL, so a send waits about that long
-    # behind it at worst), then trimming pauses so it uses at most trim_duty_percent of the
-    # time while a backlog remains (25%: 500 entries of 1 KiB take ~5-10 ms here, so
-    # ~20-40k entries/s per broker, far above what a broker produces in entries).
+    # entries and bytes (1 MiB: 17.6 ms mean on the loaded soak machine against 55.7 ms
+    # for the unbounded 500-entry batch, so a send waits about that long behind one at
+    # worst), then trimming pauses so it uses at most trim_duty_percent of the time while
+    # a backlog remains (25%: ~14 MB/s per broker at that batch time, above what a broker
+    # takes in; docs/performance.md "Paced trimming").
     trim_batch_entries: int = Field(500, gt=0)
     trim_batch_bytes: int = Field(1 << 20, gt=0)
     trim_duty_percent: int = Field(25, gt=0, le=100)
