@@ -354,6 +354,7 @@ class Subscription:
         self.log.wake()
         if self.durable:
             await self._saver.submit(None)
+            self.log.quota_acked()
         return self.cursor.mark_delete - before
 
     async def save_now(self) -> None:
