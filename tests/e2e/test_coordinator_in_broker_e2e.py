@@ -5,11 +5,16 @@ broker: test_transaction_crashes.py and the copier chaos test.)"""
 
 from __future__ import annotations
 
+import urllib.request
+
 import jwt
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import magnetar
+from magnetar_protocol import magnetar_pb2 as pb
 from tests.e2e.helpers import grant, read_all
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -77,3 +82,81 @@ def test_a_hosted_coordinator_tells_its_broker_as_itself_not_as_the_client(clust
         assert read_all(alice, "hosted-auth") == [b"from alice"]
     finally:
         alice.close()
+
+
+# ---------------------------------------------------------------- one-phase commit (issue 18)
+
+
+def _one_phase_count(cluster, broker: str) -> float:
+    with urllib.request.urlopen(cluster.url(broker) + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "magnetar_txn_one_phase_total")
+
+
+def _txn_on(cluster, client, broker: str):
+    """A transaction whose coordinator is the one ``broker`` hosts (the client takes
+    the coordinators round robin); the others are aborted."""
+    url = cluster.url(broker)
+    tcid = cluster.query("SELECT coordinator_id FROM coordinators WHERE url = $1", url)[0][0]
+    for _ in range(8):
+        txn = client.new_transaction()
+        if txn.txn_id.most_bits == tcid:
+            return txn
+        txn.abort()
+    raise AssertionError(f"no transaction landed on {broker}'s coordinator {tcid}")
+
+
+@pytest.mark.cluster(brokers=2, coordinator_in_broker=True)
+def test_one_phase_only_where_every_participant_is_served_by_the_coordinator_s_broker(cluster, client):
+    """A consume-transform-produce transaction on the hosting broker alone ends in one
+    SQL transaction (its messages and its ack exactly as with two phases); one with a
+    partition on the other broker too takes the two-phase path; and so does one whose
+    partition moved away between its registration and its commit."""
+    topics = _topics_on_each_broker(cluster, client, "one-phase")
+    here, there = sorted(topics)
+    local, remote = topics[here], topics[there]
+    client.create_producer(local).send(b"in")
+    consumer = client.subscribe(local, "ctp", initial_position=magnetar.InitialPosition.Earliest)
+    producer = client.create_producer(local)
+    before = _one_phase_count(cluster, here)
+
+    message = consumer.receive(timeout_millis=10000)
+    txn = _txn_on(cluster, client, here)
+    producer.send(b"local-1", txn=txn)
+    consumer.acknowledge(message, txn=txn)
+    txn.commit()
+    assert _one_phase_count(cluster, here) == before + 1
+    assert read_all(client, local) == [b"in", b"local-1"]
+    consumer.close()
+    again = client.subscribe(local, "ctp")  # the ack of "in" committed with it
+    assert again.receive(timeout_millis=10000).data() == b"local-1"
+    again.close()
+
+    # One participant here, one on the other broker: two phases, both applied.
+    to_remote = client.create_producer(remote)
+    txn = _txn_on(cluster, client, here)
+    producer.send(b"local-2", txn=txn)
+    to_remote.send(b"remote-2", txn=txn)
+    txn.commit()
+    assert _one_phase_count(cluster, here) == before + 1
+    assert read_all(client, local)[-1] == b"local-2"
+    assert read_all(client, remote) == [b"remote-2"]
+
+    # Registered here, then the partition moves to the other broker before the commit.
+    txn = _txn_on(cluster, client, here)
+    producer.send(b"moved-3", txn=txn)
+    _admin(cluster, "PUT", "/admin/v2/persistent/" + local.split("://")[1] + "/unload")
+    wait_until(lambda: cluster.owner_of(local) not in (None, here), 15, "the partition's new owner")
+    txn.commit()
+    assert _one_phase_count(cluster, here) == before + 1
+    assert read_all(client, local) == [b"in", b"local-1", b"local-2", b"moved-3"]
+    status = cluster.query("SELECT status FROM transactions WHERE coordinator_id = $1 "
+                           "AND txn_id = $2", txn.txn_id.most_bits, txn.txn_id.least_bits)
+    assert [r["status"] for r in status] == [pb.TXN_COMMITTED]
+
+
+def _admin(cluster, method: str, path: str) -> None:
+    req = urllib.request.Request(cluster.admin_url + path, method=method)
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status in (200, 204)

@@ -107,3 +107,49 @@ def test_broker_killed_during_end_txn_on_partition_completes_on_new_owner_once(c
         assert read_all(client, topic) == [b"before", b"t0", b"t1", b"t2"]
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("point", ["coordinator.one_phase_before_commit",
+                                   "coordinator.one_phase_after_commit"])
+def test_broker_hosting_the_coordinator_killed_around_its_one_phase_commit(cluster_factory, point):
+    """A consume-transform-produce transaction on one broker hosting its coordinator ends
+    in one SQL transaction (issue 18).  SIGKILL just before its COMMIT: nothing of it is
+    durable (still OPEN, no outcome anywhere), and the client's retried commit applies
+    it after the restart; just after: all of it is durable (COMMITTED, the partition's
+    and the subscription's outcomes).  Either way every message once, the ack final."""
+    cluster = cluster_factory(brokers=1, coordinator_in_broker=True)
+    cluster.restart("broker-0", extra_env={"MAGNETAR_FAILPOINTS": point})
+    client = magnetar.Client(cluster.service_url)
+    try:
+        client.create_producer("one-phase-in").send(b"in")
+        consumer = client.subscribe("one-phase-in", "ctp",
+                                    initial_position=magnetar.InitialPosition.Earliest)
+        producer = client.create_producer("one-phase-out")
+        message = consumer.receive(timeout_millis=10000)
+        txn = client.new_transaction()
+        for i in range(3):
+            producer.send(f"o{i}".encode(), txn=txn)
+        consumer.acknowledge(message, txn=txn)
+        committer, outcome = commit_in_background(txn)  # retried until the broker is back
+        cluster.services["broker-0"].process.wait(30)  # it killed itself at the failpoint
+        ids = (txn.txn_id.most_bits, txn.txn_id.least_bits)
+        status = cluster.query("SELECT status FROM transactions WHERE coordinator_id = $1 "
+                               "AND txn_id = $2", *ids)[0]["status"]
+        outcomes = cluster.query("SELECT count(*) FROM txn_outcomes WHERE txn_most = $1 "
+                                 "AND txn_least = $2", *ids)[0][0]
+        if point.endswith("before_commit"):
+            assert (status, outcomes) == (pb.TXN_OPEN, 0)  # nothing
+        else:
+            assert (status, outcomes) == (pb.TXN_COMMITTED, 2)  # all
+        cluster.start("broker-0")
+        committer.join(60)
+        assert "ok" in outcome, outcome
+        assert read_all(client, "one-phase-out") == [b"o0", b"o1", b"o2"]
+        status = cluster.query("SELECT status FROM transactions WHERE coordinator_id = $1 "
+                               "AND txn_id = $2", *ids)
+        assert [r["status"] for r in status] == [pb.TXN_COMMITTED]
+        consumer.close()
+        with pytest.raises(magnetar.Timeout):  # the ack is final: "in" is not redelivered
+            client.subscribe("one-phase-in", "ctp").receive(timeout_millis=500)
+    finally:
+        client.close()

@@ -81,3 +81,14 @@ def test_ack_first_sets_the_leading_indexes_in_one_step():
     assert c.mark_delete == 0 and c.acked == {}
     c.ack_first(1, 0)  # nothing
     assert c.acked == {}
+
+
+def test_a_copy_moves_alone():
+    c = Cursor(-1)
+    c.note_size(1, 2)
+    c.ack(0, WHOLE)
+    twin = c.copy()
+    twin.ack(1, 0)
+    twin.ack(1, 1)
+    assert twin.mark_delete == 1  # the copy knew entry 1's size
+    assert c.mark_delete == 0 and not c.is_acked(1, 0)

@@ -81,3 +81,15 @@ def test_cumulative_at_or_below_the_same_txns_position_conflicts():
     for entry_id in (2, 1):  # at or below mark-delete
         with pytest.raises(TransactionConflict):
             PendingAcks().check_cumulative(T1, entry_id, WHOLE, c)
+
+
+def test_peek_answers_what_take_would_and_leaves_it_held():
+    p, c = PendingAcks(), Cursor(-1)
+    p.add(T1, p.check_individual(T1, [(5, 1), (3, 0)], c), False)
+    p.check_cumulative(T2, 2, WHOLE, c)
+    p.add(T2, [(2, WHOLE)], True)
+    assert p.peek(T1) == ([(3, 0), (5, 1)], None)
+    assert p.peek(T2) == ([], (2, WHOLE))
+    assert p.holds(T1) and p.holds(T2)  # a one-phase commit's write may still roll back
+    assert p.take(T1) == ([(3, 0), (5, 1)], None)
+    assert p.take(T2) == ([], (2, WHOLE))

@@ -33,6 +33,10 @@ class GroupCommit(Generic[T, R]):
         self._tasks: set[asyncio.Task] = set()
         self._idle = asyncio.Event()
         self._idle.set()
+        # Held around each commit of a one-at-a-time writer, so that another writer of the
+        # same rows (a one-phase commit writing a partition's marker in its own SQL
+        # transaction) can stop this one between groups: ``hold()``.
+        self._holding = asyncio.Lock() if max_in_flight == 1 else None
 
     def submit(self, item: T) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
@@ -41,6 +45,19 @@ class GroupCommit(Generic[T, R]):
             self._idle.clear()
             self._tasks.add(asyncio.create_task(self._drain()))
         return fut
+
+    def hold(self) -> asyncio.Lock:
+        """``async with writer.hold():`` no group of this writer is being committed, and
+        none starts, until the block ends (one-at-a-time writers only)."""
+        if self._holding is None:
+            raise RuntimeError("only a writer with max_in_flight=1 can be held")
+        return self._holding
+
+    async def _commit_held(self, items: list[T]) -> list[R]:
+        if self._holding is None:
+            return await self._commit(items)
+        async with self._holding:
+            return await self._commit(items)
 
     async def idle(self) -> None:
         """Wait until nothing is queued or being committed."""
@@ -52,7 +69,7 @@ class GroupCommit(Generic[T, R]):
                 group = self._queue[: self._max_items]
                 del self._queue[: self._max_items]
                 try:
-                    results = await self._commit([item for item, _ in group])
+                    results = await self._commit_held([item for item, _ in group])
                 except BaseException as exc:
                     for _, fut in group:
                         if not fut.done():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from magnetar_broker.api import add_routes as add_broker_routes
 from magnetar_broker.api import txn_handlers
+from magnetar_broker.onephase import LocalEnds
 from magnetar_broker.service import BrokerService
 from magnetar_coordinator.api import add_routes as add_coordinator_routes
 from magnetar_coordinator.service import CoordinatorService, new_instance_id
@@ -31,7 +32,11 @@ class BrokerWithCoordinator:
     def build(cls, broker: BrokerService, pool, auth) -> "BrokerWithCoordinator":
         settings = CoordinatorSettings()  # the same MAGNETAR_* variables the broker read
         store = CoordinatorStore(pool, settings.resolved_coordinator_id(), new_instance_id())
-        return cls(broker, CoordinatorService(store, settings, auth))
+        coordinator = CoordinatorService(store, settings, auth)
+        # Transactions whose participants this broker alone serves end in one SQL
+        # transaction (issue 18); the rest take the two-phase path.
+        coordinator.local_ends = LocalEnds(broker.ownership)
+        return cls(broker, coordinator)
 
     @property
     def ready(self) -> bool:

@@ -194,19 +194,20 @@ class BrokerStore:
     async def txn_expired(self, txn: TxnID) -> bool:
         return bool(await self.pool.fetchval(Q["txn_expired"], *txn))
 
-    async def outcome(self, topic_id: int, subscription: str, txn: TxnID) -> bool | None:
-        return await self.pool.fetchval(Q["get_outcome"], topic_id, subscription, *txn)
+    async def outcome(self, topic_id: int, subscription: str, txn: TxnID, conn=None) -> bool | None:
+        return await (conn or self.pool).fetchval(Q["get_outcome"], topic_id, subscription, *txn)
 
     async def write_txn_group(self, topic_id: int, epoch: int, exclusive_epoch: int | None,
-                              rows, topic: str = "") -> tuple[bool, bool, list[tuple]]:
+                              rows, topic: str = "", conn=None) -> tuple[bool, bool, list[tuple]]:
         """One statement for a transactional group (queries.sql ``write_txn_group``)
         writing ``rows`` (the planner's GroupRows):
         (this broker still owns the lease, the exclusive producer's epoch held, one row
         per registration: (registered, batches and messages buffered here before,
         coordinator status or None, expired, owner)); nothing is written unless both
         hold, and nothing of a refused registration's transaction.  The registrations
-        are for ``topic``."""
-        row = await self.pool.fetchrow(
+        are for ``topic``.  ``conn``: run it in that connection's transaction (a one-phase
+        commit's)."""
+        row = await (conn or self.pool).fetchrow(
             Q["write_txn_group"], topic_id, self.broker_id, epoch, exclusive_epoch,
             *columns(rows.entries, 9), *columns(rows.txn_entries, 8), *columns(rows.sequences, 4),
             *columns(rows.outcomes, 3), *columns(rows.discards, 2), *columns(rows.registrations, 4),
@@ -232,11 +233,12 @@ class BrokerStore:
 
     async def end_subscription_txns(self, topic_id: int, epoch: int, subscription: str,
                                     cursor: tuple[int, bytes] | None,
-                                    ended: list[tuple[int, int, bool]]) -> bool:
+                                    ended: list[tuple[int, int, bool]], conn=None) -> bool:
         """EndTxnOnSubscription of a group in one statement: the cursor (if given), the
-        pending acks and the outcomes; False (nothing written) when the lease moved."""
+        pending acks and the outcomes; False (nothing written) when the lease moved.
+        ``conn``: run it in that connection's transaction (a one-phase commit's)."""
         mark_delete, state = cursor if cursor is not None else (0, b"")
-        return bool(await self.pool.fetchval(
+        return bool(await (conn or self.pool).fetchval(
             Q["end_subscription_txns"], topic_id, subscription, epoch, cursor is not None,
             mark_delete, state, [e[0] for e in ended], [e[1] for e in ended],
             [e[2] for e in ended], self.broker_id))

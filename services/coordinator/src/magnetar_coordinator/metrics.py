@@ -14,3 +14,6 @@ EXECUTION_LATENCY = Histogram(
 )
 ADOPTIONS = Counter("magnetar_txn_coordinator_adoptions",
                     "Coordinator ids of gone processes this process adopted")
+ONE_PHASE = Counter("magnetar_txn_one_phase",
+                    "Transactions ended in one SQL transaction by the broker hosting their "
+                    "coordinator (the rest take the two-phase path)")

@@ -53,6 +53,9 @@ class CoordinatorService:
             self.participants = Participants(self.rpc, store.live_brokers, self.ttl_s)
         else:
             self.rpc, self.participants = adopter.rpc, adopter.participants
+        # A hosting broker's participants (magnetar_broker.onephase.LocalEnds), set by
+        # hosted_coordinator: transactions it alone serves end in one SQL transaction.
+        self.local_ends = adopter.local_ends if adopter is not None else None
         # TCIDs this process adopted: TCID -> the service acting for it.
         self.adopted: dict[int, CoordinatorService] = {}
         self.ready = False
@@ -299,6 +302,8 @@ class CoordinatorService:
     async def end_txn(self, txn_id: int, action: int, timed_out: bool = False,
                       expired: bool = False) -> None:
         """Drive the transaction to the end ``action`` asks for; idempotent."""
+        if await self._one_phase(txn_id, action, timed_out, expired):
+            return
         # The usual case first: an OPEN transaction, ended once.  One compare-and-set
         # instead of a read and then a write; anything else is planned from the record.
         if await self._start_ending(txn_id, action, timed_out, expired):
@@ -316,6 +321,58 @@ class CoordinatorService:
                 continue  # someone else moved it (a timeout, a duplicate request): plan again
             await self._until_driven(txn_id, action)
             return
+
+    async def _one_phase(self, txn_id: int, action: int, timed_out: bool, expired: bool) -> bool:
+        """End an OPEN transaction whose participants this process's broker all serves
+        in ONE SQL transaction: the status compare-and-set (fence and key epoch checked in
+        the statement, the row locked until the end), the participants re-read under that
+        lock, the markers and acknowledgement settlements (the broker's writers held, so
+        lease-checked rows in their order), the final status.  False, with nothing
+        changed, sends it the two-phase way: no hosting broker, the setting off, a
+        participant served elsewhere or moving, not OPEN, a key fenced, a lease lost."""
+        if self.local_ends is None or not self.settings.one_phase_commit:
+            return False
+        partitions, subscriptions = await self._guard(self.store.participants(txn_id))
+        held = await self.local_ends.hold(TxnID(self.tcid, txn_id), action == pb.TXN_COMMIT,
+                                          True, partitions, subscriptions)
+        if held is None:
+            return False
+        target, final = sm.ending_status(action), sm.final_status(action)
+        committing = False
+        try:
+            failpoint("coordinator.before_ending_durable")
+            async with self.store.transaction() as conn:
+                moved, key_ok = await self._guard(self.store.start_ending_in(
+                    conn, txn_id, target, timed_out, expired))
+                if not (moved and key_ok):
+                    raise _TwoPhase  # planned from its record there
+                # A registration that committed before the row lock is seen here; one
+                # after it finds the transaction no longer OPEN and is refused.
+                if not held.same_participants(*await self.store.participants_in(conn, txn_id)):
+                    raise _TwoPhase
+                if not await held.write(conn):
+                    raise _TwoPhase
+                await self._guard(self.store.transition_in(conn, txn_id, target, final))
+                failpoint("coordinator.one_phase_before_commit")
+                committing = True  # leaving the block commits
+        except _TwoPhase:
+            await held.release()
+            return False
+        except BaseException:
+            # A failed commit's outcome is unknown: the broker reloads the participants.
+            await held.release(unknown=committing)
+            raise
+        failpoint("coordinator.after_ending_durable")
+        failpoint("coordinator.one_phase_after_commit")
+        try:
+            await held.apply()
+        finally:
+            await held.release()
+        metrics.APPEND_LOG.inc()
+        metrics.ONE_PHASE.inc()
+        metrics.ACTIVE.dec()
+        (metrics.COMMITTED if action == pb.TXN_COMMIT else metrics.ABORTED).inc()
+        return True
 
     async def _until_driven(self, txn_id: int, action: int) -> None:
         task = self._drive(txn_id, action)
@@ -395,6 +452,10 @@ class CoordinatorService:
         live = await self.store.live_coordinators(self.ttl_s)
         return pb.LookupCoordinatorsResponse(
             coordinators=[pb.CoordinatorInfo(coordinator_id=i, url=u) for i, u in live])
+
+
+class _TwoPhase(Exception):
+    """Roll a one-phase attempt back: the two-phase path ends the transaction."""
 
 
 def new_instance_id() -> str:

@@ -26,6 +26,10 @@ class CoordinatorSettings(ServiceSettings):
     max_txn_pool: int = Field(64, gt=0)
     max_txn_hold_ms: int = Field(5000, ge=0)
     broker_request_timeout_ms: int = Field(10_000, gt=0)
+    # A broker hosting this coordinator ends a transaction whose participants it all
+    # serves in one SQL transaction (issue 18); false keeps the two-phase path for every
+    # transaction (to compare the two in one build).  No effect on a coordinator process.
+    one_phase_commit: bool = True
 
     @field_validator("coordinator_id", mode="before")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -189,6 +190,43 @@ class CoordinatorStore:
             if not moved and not await conn.fetchval(Q["holds_fence"], self.tcid, self.fence_epoch):
                 raise self.fenced()
         return [txn_id in moved for txn_id in ids]
+
+    # ---------------------------------------------------------------- one-phase commit
+
+    @asynccontextmanager
+    async def transaction(self):
+        """One SQL transaction (a one-phase commit's): committed when the block ends,
+        rolled back when it raises.  Yields the connection, for the ``*_in`` methods and
+        the hosting broker's writes."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield conn
+
+    async def start_ending_in(self, conn, txn_id: int, target: int, timed_out: bool,
+                              expired: bool) -> tuple[bool, bool]:
+        """``start_ending``'s compare-and-set (fence and key epoch in the statement) in
+        ``conn``'s transaction, so the transaction's row stays locked until it ends:
+        a registration racing it waits, then finds it no longer OPEN."""
+        row = await conn.fetchrow(Q["start_ending"], self.tcid, self.fence_epoch, txn_id,
+                                  target, timed_out, expired)
+        if not row["fenced_ok"]:
+            raise self.fenced()
+        return bool(row["moved"]), bool(row["key_ok"])
+
+    async def participants_in(self, conn, txn_id: int) -> tuple[list[str], list[tuple[str, str]]]:
+        """The participants as ``conn``'s transaction sees them (after its row lock)."""
+        partitions, subscriptions = [], []
+        for _, topic, sub in await conn.fetch(Q["txns_participants"], self.tcid, [txn_id]):
+            if sub:
+                subscriptions.append((topic, sub))
+            else:
+                partitions.append(topic)
+        return partitions, subscriptions
+
+    async def transition_in(self, conn, txn_id: int, current: int, target: int) -> None:
+        moved = await conn.fetch(Q["transitions"], self.tcid, self.fence_epoch, [txn_id],
+                                 [current], [target])
+        if not moved:  # the row is locked by this transaction: only a lost fence explains it
+            raise self.fenced()
 
     async def get(self, txn_id: int) -> TxnRecord | None:
         row = await self.pool.fetchrow(Q["get_txn"], self.tcid, txn_id)

@@ -431,6 +431,11 @@ class PartitionLog:
             return
         await self._writer.submit(TxnEnd(txn, commit))
 
+    def hold_writer(self):
+        """``async with``: no group of this partition is written until the block ends (a
+        one-phase commit writes this partition's marker in its own SQL transaction)."""
+        return self._writer.hold()
+
     async def _commit(self, queued: list) -> list:
         if self.terminated_entry is not None and any(isinstance(i, (Append, TxnAppend)) for i in queued):
             # Sends admitted just before `terminate` are refused; transaction endings pass.
@@ -502,6 +507,12 @@ class PartitionLog:
         if settled is None:
             self.lose("fenced: another broker took the topic over")
             raise NotOwner(f"{self.name.full} moved to another broker; look it up again")
+        self.apply_settled(settled, len(items))
+        return settled.results
+
+    def apply_settled(self, settled, group_size: int = 1) -> None:
+        """The in-memory effects of a written transactional group (or of a one-phase
+        commit's marker, written in the coordinator's SQL transaction)."""
         self.next_entry_id = settled.next_entry_id
         for name, seq in settled.sequences.items():
             self.persisted_seq[name] = max(seq, self.persisted_seq.get(name, -1))
@@ -515,10 +526,9 @@ class PartitionLog:
         self.msg_in += total
         self.rate_in.add(time.monotonic(), total, nbytes)
         metrics.MESSAGES_IN.inc(total)
-        metrics.COMMIT_BATCHES.observe(len(items))
+        metrics.COMMIT_BATCHES.observe(group_size)
         if cached or settled.ended:  # an abort too: a terminate may wait for it
             self.wake()
-        return settled.results
 
     # ---------------------------------------------------------------- reading
 

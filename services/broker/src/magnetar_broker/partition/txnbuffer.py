@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 from magnetar_broker import metrics
-from magnetar_broker.partition.planner import Settled, plan_group, settle_group
+from magnetar_broker.partition.planner import GroupPlan, Settled, plan_group, settle_group
 from magnetar_broker.partition.txnrules import Actor, TxnBuf, ended_error, expired_error
 from magnetar_broker.store import BrokerStore
 from magnetar_protocol.errors import MagnetarError, ProducerFenced
@@ -86,6 +86,10 @@ class TxnBuffer:
             return None  # the caller treats None as "fenced"
         if not allowed:
             raise ProducerFenced(f"the topic epoch of {self.topic} moved on; batch refused")
+        return self.settle(plan, registered)
+
+    def settle(self, plan: GroupPlan, registered: list) -> Settled:
+        """Apply a written group's plan to this buffer; what the log applies."""
         settled = settle_group(plan, self.txns, registered, self.topic)
         metrics.TB_ACTIVE.inc(settled.opened)
         metrics.TB_ACTIVE.dec(len(settled.ended))

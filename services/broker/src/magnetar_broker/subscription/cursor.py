@@ -30,6 +30,11 @@ class Cursor:
         for entry_id in complete or ():
             self.acked[entry_id] = -1  # -1: every bit set, whatever the size
 
+    def copy(self) -> "Cursor":
+        twin = Cursor(self.mark_delete, self.acked)
+        twin._sizes = dict(self._sizes)
+        return twin
+
     # ---------------------------------------------------------------- queries
 
     def is_acked(self, entry_id: int, index: int) -> bool:

@@ -96,6 +96,13 @@ class PendingAcks:
             self.by_entry.setdefault(entry_id, {})[index] = txn
             mine.add((entry_id, index))
 
+    def peek(self, txn: TxnID) -> tuple[list[tuple[int, int]], tuple[int, int] | None]:
+        """What ``take`` would return, leaving everything held."""
+        cumulative = None
+        if self.cumulative and self.cumulative[0] == txn:
+            cumulative = (self.cumulative[1], self.cumulative[2])
+        return sorted(self.by_txn.get(txn, ())), cumulative
+
     def take(self, txn: TxnID) -> tuple[list[tuple[int, int]], tuple[int, int] | None]:
         """Remove and return the transaction's (individual positions, cumulative position)."""
         taken = sorted(self.by_txn.pop(txn, ()))
