@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import magnetar
 from magnetar_protocol import magnetar_pb2 as pb
-from tests.e2e.helpers import grant, read_all
+from tests.e2e.helpers import commit_in_background, grant, read_all
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -160,3 +160,34 @@ def _admin(cluster, method: str, path: str) -> None:
     req = urllib.request.Request(cluster.admin_url + path, method=method)
     with urllib.request.urlopen(req, timeout=30) as resp:
         assert resp.status in (200, 204)
+
+
+@pytest.mark.cluster(brokers=1, coordinator_in_broker=True)
+def test_concurrent_one_phase_commits_on_the_same_participants_each_apply_once(cluster, client):
+    """One-phase ends queued together share one SQL transaction (group commit): several
+    transactions' markers on one partition in one statement, their acks on one
+    subscription in another.  Every transaction's messages appear once, every ack holds."""
+    topic, count = "one-phase-group", 8
+    source = client.create_producer(topic + "-in")
+    for i in range(count):
+        source.send(f"in-{i}".encode())
+    consumer = client.subscribe(topic + "-in", "ctp",
+                                initial_position=magnetar.InitialPosition.Earliest)
+    producer = client.create_producer(topic)
+    before = _one_phase_count(cluster, "broker-0")
+    txns = []
+    for _ in range(count):
+        message = consumer.receive(timeout_millis=10000)
+        txn = client.new_transaction()
+        producer.send(b"out-" + message.data(), txn=txn)
+        consumer.acknowledge(message, txn=txn)
+        txns.append(txn)
+    committers = [commit_in_background(txn) for txn in txns]
+    for thread, outcome in committers:
+        thread.join(60)
+        assert "ok" in outcome, outcome
+    assert _one_phase_count(cluster, "broker-0") == before + count
+    assert sorted(read_all(client, topic)) == sorted(f"out-in-{i}".encode() for i in range(count))
+    consumer.close()
+    with pytest.raises(magnetar.Timeout):  # every ack committed
+        client.subscribe(topic + "-in", "ctp").receive(timeout_millis=500)

@@ -1,6 +1,6 @@
 """The one-phase-or-two-phase decision (magnetar_broker.commitpath, issue 18)."""
 
-from magnetar_broker.commitpath import plan_one_phase
+from magnetar_broker.commitpath import plan_one_phase, union
 
 A = "persistent://public/default/a"
 B = "persistent://public/default/b"
@@ -38,3 +38,11 @@ def test_a_registration_that_raced_the_hold_makes_the_plan_stale():
     assert not plan.same_participants([A, B], [(A, "s")])
     assert not plan.same_participants([A], [(A, "s"), (A, "t")])
     assert not plan.same_participants([], [(A, "s")])
+
+
+def test_a_group_holds_the_union_of_its_participants_in_the_same_order():
+    one = plan_one_phase(True, [B], [(A, "s")], {A, B, C})
+    two = plan_one_phase(True, [A, B], [(A, "s"), (C, "t")], {A, B, C})
+    group = union([one, two])
+    assert group.partitions == (A, B)
+    assert group.subscriptions == ((A, "s"), (C, "t"))

@@ -37,3 +37,14 @@ def plan_one_phase(enabled: bool, partitions: Iterable[str],
     if any(p not in served_here for p in parts) or any(t not in served_here for t, _ in subs):
         return None
     return OnePhasePlan(parts, subs)
+
+
+def union(plans: Iterable[OnePhasePlan]) -> OnePhasePlan:
+    """The participants of a group of one-phase ends written together (group commit),
+    in the same holding order."""
+    parts: set[str] = set()
+    subs: set[tuple[str, str]] = set()
+    for plan in plans:
+        parts.update(plan.partitions)
+        subs.update(plan.subscriptions)
+    return OnePhasePlan(tuple(sorted(parts)), tuple(sorted(subs)))

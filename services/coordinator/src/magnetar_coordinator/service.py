@@ -25,6 +25,7 @@ from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.failpoints import failpoint
+from magnetar_runtime.groupcommit import GroupCommit
 from magnetar_runtime.loops import BackgroundLoop
 from magnetar_runtime.rpc import RpcClient
 
@@ -56,6 +57,7 @@ class CoordinatorService:
         # A hosting broker's participants (magnetar_broker.onephase.LocalEnds), set by
         # hosted_coordinator: transactions it alone serves end in one SQL transaction.
         self.local_ends = adopter.local_ends if adopter is not None else None
+        self._one_phase_ends = GroupCommit(self._one_phase_group, 256)
         # TCIDs this process adopted: TCID -> the service acting for it.
         self.adopted: dict[int, CoordinatorService] = {}
         self.ready = False
@@ -324,42 +326,65 @@ class CoordinatorService:
 
     async def _one_phase(self, txn_id: int, action: int, timed_out: bool, expired: bool) -> bool:
         """End an OPEN transaction whose participants this process's broker all serves
-        in ONE SQL transaction: the status compare-and-set (fence and key epoch checked in
-        the statement, the row locked until the end), the participants re-read under that
-        lock, the markers and acknowledgement settlements (the broker's writers held, so
-        lease-checked rows in their order), the final status.  False, with nothing
-        changed, sends it the two-phase way: no hosting broker, the setting off, a
-        participant served elsewhere or moving, not OPEN, a key fenced, a lease lost."""
+        in ONE SQL transaction, shared with the other such ends queued meanwhile (group
+        commit, ``_one_phase_group``).  False, with nothing changed, sends it the
+        two-phase way: no hosting broker, the setting off, a participant served
+        elsewhere or moving, not OPEN, a key fenced, a lease lost."""
         if self.local_ends is None or not self.settings.one_phase_commit:
             return False
         partitions, subscriptions = await self._guard(self.store.participants(txn_id))
-        held = await self.local_ends.hold(TxnID(self.tcid, txn_id), action == pb.TXN_COMMIT,
-                                          True, partitions, subscriptions)
-        if held is None:
+        plan = self.local_ends.plan(partitions, subscriptions)
+        if plan is None:
             return False
-        target, final = sm.ending_status(action), sm.final_status(action)
+        done = await self._guard(self._one_phase_ends.submit(
+            (txn_id, action, timed_out, expired, plan)))
+        if done:
+            metrics.APPEND_LOG.inc()
+            metrics.ONE_PHASE.inc()
+            metrics.ACTIVE.dec()
+            (metrics.COMMITTED if action == pb.TXN_COMMIT else metrics.ABORTED).inc()
+        return done
+
+    async def _one_phase_group(self, items: list[tuple]) -> list[bool]:
+        """The one SQL transaction of a group of one-phase ends: the status
+        compare-and-sets (fence and key epoch checked in the statements; the rows stay
+        locked to the end), the participants re-read under those locks, each
+        participant's markers or acknowledgement settlements (the broker's writers held,
+        lease-checked statements), the final statuses; the in-memory effects after the
+        COMMIT.  Anything unexpected rolls the whole group back to the two-phase path."""
+        first: dict[int, int] = {}
+        for i, (txn_id, *_) in enumerate(items):
+            first.setdefault(txn_id, i)  # a repeated id: the two-phase path answers it
+        group = [items[i] for i in first.values()]
+        held = await self.local_ends.hold(
+            [(TxnID(self.tcid, t), a == pb.TXN_COMMIT, plan) for t, a, _, _, plan in group])
+        if held is None:
+            return [False] * len(items)
+        ids = [t for t, *_ in group]
+        endings = [sm.ending_status(a) for _, a, *_ in group]
         committing = False
         try:
             failpoint("coordinator.before_ending_durable")
             async with self.store.transaction() as conn:
-                moved, key_ok = await self._guard(self.store.start_ending_in(
-                    conn, txn_id, target, timed_out, expired))
-                if not (moved and key_ok):
-                    raise _TwoPhase  # planned from its record there
-                # A registration that committed before the row lock is seen here; one
-                # after it finds the transaction no longer OPEN and is refused.
-                if not held.same_participants(*await self.store.participants_in(conn, txn_id)):
+                if not await self.store.start_endings_in(
+                        conn, [(t, e, out, exp) for (t, _, out, exp, _), e in zip(group, endings)]):
+                    raise _TwoPhase  # not OPEN, or a key fenced: planned from its record
+                # A registration that committed before the row locks is seen here; one
+                # after them finds the transaction no longer OPEN and is refused.
+                found = await self.store.participants_in(conn, ids)
+                if not held.same_participants({TxnID(self.tcid, t): p for t, p in found.items()}):
                     raise _TwoPhase
                 if not await held.write(conn):
                     raise _TwoPhase
-                await self._guard(self.store.transition_in(conn, txn_id, target, final))
+                await self.store.transitions_in(
+                    conn, ids, endings, [sm.final_status(a) for _, a, *_ in group])
                 failpoint("coordinator.one_phase_before_commit")
                 committing = True  # leaving the block commits
         except _TwoPhase:
             await held.release()
-            return False
+            return [False] * len(items)
         except BaseException:
-            # A failed commit's outcome is unknown: the broker reloads the participants.
+            # A failed COMMIT's outcome is unknown: the broker reloads the participants.
             await held.release(unknown=committing)
             raise
         failpoint("coordinator.after_ending_durable")
@@ -368,11 +393,7 @@ class CoordinatorService:
             await held.apply()
         finally:
             await held.release()
-        metrics.APPEND_LOG.inc()
-        metrics.ONE_PHASE.inc()
-        metrics.ACTIVE.dec()
-        (metrics.COMMITTED if action == pb.TXN_COMMIT else metrics.ABORTED).inc()
-        return True
+        return [first[t] == i for i, (t, *_) in enumerate(items)]
 
     async def _until_driven(self, txn_id: int, action: int) -> None:
         task = self._drive(txn_id, action)

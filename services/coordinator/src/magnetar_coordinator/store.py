@@ -201,31 +201,44 @@ class CoordinatorStore:
         async with self.pool.acquire() as conn, conn.transaction():
             yield conn
 
-    async def start_ending_in(self, conn, txn_id: int, target: int, timed_out: bool,
-                              expired: bool) -> tuple[bool, bool]:
-        """``start_ending``'s compare-and-set (fence and key epoch in the statement) in
-        ``conn``'s transaction, so the transaction's row stays locked until it ends:
-        a registration racing it waits, then finds it no longer OPEN."""
-        row = await conn.fetchrow(Q["start_ending"], self.tcid, self.fence_epoch, txn_id,
-                                  target, timed_out, expired)
-        if not row["fenced_ok"]:
-            raise self.fenced()
-        return bool(row["moved"]), bool(row["key_ok"])
+    async def start_endings_in(self, conn, items: list[tuple[int, int, bool, bool]]) -> bool:
+        """OPEN -> COMMITTING/ABORTING of every (txn, target, timed out, expired) of
+        ``items`` (distinct ids) in ``conn``'s transaction, so their rows stay locked
+        until it ends: a registration racing it waits, then finds it no longer OPEN.
+        Those without a key in one statement, keyed ones one at a time (their key's
+        epoch checked in the statement).  False unless every one moved."""
+        ids, targets, timed_out, expired = (list(column) for column in zip(*items))
+        moved = {r["txn_id"] for r in await conn.fetch(
+            Q["start_ending_unkeyed"], self.tcid, self.fence_epoch, ids, targets, timed_out,
+            expired)}
+        for txn_id, target, out, exp in items:
+            if txn_id in moved:
+                continue
+            row = await conn.fetchrow(Q["start_ending"], self.tcid, self.fence_epoch, txn_id,
+                                      target, out, exp)
+            if not row["fenced_ok"]:
+                raise self.fenced()
+            if not (row["moved"] and row["key_ok"]):
+                return False
+        return True
 
-    async def participants_in(self, conn, txn_id: int) -> tuple[list[str], list[tuple[str, str]]]:
-        """The participants as ``conn``'s transaction sees them (after its row lock)."""
-        partitions, subscriptions = [], []
-        for _, topic, sub in await conn.fetch(Q["txns_participants"], self.tcid, [txn_id]):
+    async def participants_in(self, conn, txn_ids: list[int]) -> dict[int, tuple[list, list]]:
+        """txn -> (partitions, [(topic, subscription)]) as ``conn``'s transaction sees them
+        (after its row locks)."""
+        found: dict[int, tuple[list, list]] = {txn_id: ([], []) for txn_id in txn_ids}
+        for txn_id, topic, sub in await conn.fetch(Q["txns_participants"], self.tcid, txn_ids):
+            partitions, subscriptions = found[txn_id]
             if sub:
                 subscriptions.append((topic, sub))
             else:
                 partitions.append(topic)
-        return partitions, subscriptions
+        return found
 
-    async def transition_in(self, conn, txn_id: int, current: int, target: int) -> None:
-        moved = await conn.fetch(Q["transitions"], self.tcid, self.fence_epoch, [txn_id],
-                                 [current], [target])
-        if not moved:  # the row is locked by this transaction: only a lost fence explains it
+    async def transitions_in(self, conn, txn_ids: list[int], current: list[int],
+                             target: list[int]) -> None:
+        moved = await conn.fetch(Q["transitions"], self.tcid, self.fence_epoch, txn_ids,
+                                 current, target)
+        if len(moved) != len(txn_ids):  # rows locked by this transaction: only a lost fence
             raise self.fenced()
 
     async def get(self, txn_id: int) -> TxnRecord | None:

@@ -201,47 +201,53 @@ class TxnAcks:
 
     # ------------------------------------------------ a one-phase commit's part (onephase.py)
 
-    async def end_in(self, conn, txn: TxnID, commit: bool):
-        """Write this subscription's end of ``txn`` in ``conn``'s SQL transaction (a
-        one-phase commit's), changing nothing in memory; the caller holds ``sub.lock``
-        and ``sub.persist_lock`` until ``ended`` ran (or the SQL transaction rolled back).
-        Returns what ``ended`` applies, or None when the end is not this path's to
-        write (an outcome recorded already, or the lease moved: nothing written)."""
+    async def end_in(self, conn, ends: list[tuple[TxnID, bool]]) -> list[tuple] | None:
+        """Write this subscription's end of every (transaction, commit?) of ``ends`` in
+        ``conn``'s SQL transaction (a one-phase commit's), in one statement, changing
+        nothing in memory; the caller holds ``sub.lock`` and ``sub.persist_lock`` until
+        ``ended`` ran (or the SQL transaction rolled back).  Returns what ``ended``
+        applies, or None when one end is not this path's to write (an outcome recorded
+        already, or the lease moved: nothing written)."""
         store = self.sub.log.store
-        if self.outcomes.get(txn) is not None:
-            return None
-        if not self.pending.holds(txn) and await store.outcome(
-                self.sub.log.topic_id, self.sub.name, txn, conn=conn) is not None:
-            return None
-        individual, cumulative = self.pending.peek(txn)
-        state = None
-        if commit:
-            cursor = self.sub.cursor.copy()  # the live one changes after the commit
-            for entry_id, index in individual:
-                cursor.ack(entry_id, index)
-            if cumulative:
-                cursor.ack_cumulative(*cumulative)
-            state = (cursor.mark_delete, cursor.encode())
+        for txn, _ in ends:
+            if self.outcomes.get(txn) is not None:
+                return None
+            if not self.pending.holds(txn) and await store.outcome(
+                    self.sub.log.topic_id, self.sub.name, txn, conn=conn) is not None:
+                return None
+        cursor = None
+        decided = []
+        for txn, commit in ends:
+            individual, cumulative = self.pending.peek(txn)
+            if commit:
+                cursor = cursor or self.sub.cursor.copy()  # the live one moves after the commit
+                for entry_id, index in individual:
+                    cursor.ack(entry_id, index)
+                if cumulative:
+                    cursor.ack_cumulative(*cumulative)
+            decided.append((txn, commit, individual, cumulative))
+        state = (cursor.mark_delete, cursor.encode()) if cursor is not None else None
         if not await store.end_subscription_txns(
                 self.sub.log.topic_id, self.sub.log.epoch, self.sub.name, state,
-                [(*txn, commit)], conn=conn):
+                [(*txn, commit) for txn, commit in ends], conn=conn):
             return None
-        return individual, cumulative
+        return decided
 
-    async def ended(self, txn: TxnID, commit: bool) -> None:
+    async def ended(self, decided: list[tuple]) -> None:
         """The in-memory effects of ``end_in`` once its SQL transaction committed: the
         same cursor moves it persisted (or the redelivery of an abort's messages)."""
-        individual, cumulative = self.pending.take(txn)
-        if commit:
-            for entry_id, index in individual:
-                self.sub.cursor.ack(entry_id, index)
-            if cumulative:
-                self.sub.cursor.ack_cumulative(*cumulative)
-                self.sub.deliveries.acked_cumulative(*cumulative)
-        self.outcomes[txn] = commit
-        (metrics.TP_COMMITTED if commit else metrics.TP_ABORTED).inc()
-        if not commit:
-            await self._requeue(individual, cumulative)
+        for txn, commit, _, _ in decided:
+            individual, cumulative = self.pending.take(txn)
+            if commit:
+                for entry_id, index in individual:
+                    self.sub.cursor.ack(entry_id, index)
+                if cumulative:
+                    self.sub.cursor.ack_cumulative(*cumulative)
+                    self.sub.deliveries.acked_cumulative(*cumulative)
+            self.outcomes[txn] = commit
+            (metrics.TP_COMMITTED if commit else metrics.TP_ABORTED).inc()
+            if not commit:
+                await self._requeue(individual, cumulative)
 
     async def _requeue(self, individual, cumulative) -> None:
         """An aborted transaction's acknowledged messages go back out, count + 1."""
