@@ -2,7 +2,8 @@
 as Pulsar's brokers host theirs.  On a small machine this saves a process and, for the
 participants this broker owns, the commit's HTTP hop: EndTxnOnParticipants (and topic
 lookups) from the coordinator to this broker are calls in this process
-(``RpcClient.serve_locally``).  Everything durable is unchanged: the coordinator claims
+(``RpcClient.serve_locally``), and a transaction whose participants this broker alone
+serves ends in one SQL transaction (``onephase.py``, issue 18).  Fencing is unchanged: the coordinator claims
 its TCID, writes its transitions and is fenced exactly as the standalone one is, and a
 broker elsewhere is still told over HTTP (docs/architecture.md)."""
 
