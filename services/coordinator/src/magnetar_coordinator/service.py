@@ -16,6 +16,7 @@ from magnetar_coordinator.store import CoordinatorStore, Fenced
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     BadRequest,
+    MagnetarError,
     ServiceNotReady,
     TransactionCoordinatorNotFoundError,
     TransactionNotFound,
@@ -356,8 +357,12 @@ class CoordinatorService:
         for i, (txn_id, *_) in enumerate(items):
             first.setdefault(txn_id, i)  # a repeated id: the two-phase path answers it
         group = [items[i] for i in first.values()]
-        held = await self.local_ends.hold(
-            [(TxnID(self.tcid, t), a == pb.TXN_COMMIT, plan) for t, a, _, _, plan in group])
+        try:
+            held = await self.local_ends.hold(
+                [(TxnID(self.tcid, t), a == pb.TXN_COMMIT, plan) for t, a, _, _, plan in group])
+        except MagnetarError as exc:  # a participant is moving (its lease, its loading)
+            log.info("one-phase ends of %d transactions go the two-phase way: %s", len(group), exc)
+            held = None
         if held is None:
             return [False] * len(items)
         ids = [t for t, *_ in group]
@@ -382,6 +387,16 @@ class CoordinatorService:
                 committing = True  # leaving the block commits
         except _TwoPhase:
             await held.release()
+            return [False] * len(items)
+        except Exception as exc:
+            if committing or isinstance(exc, Fenced):
+                # A failed COMMIT's outcome is unknown: the broker reloads the participants.
+                await held.release(unknown=committing)
+                raise
+            # Rolled back, nothing changed: the two-phase path ends them.
+            await held.release()
+            log.warning("one-phase ends of %d transactions rolled back (%s); going the "
+                        "two-phase way", len(group), exc)
             return [False] * len(items)
         except BaseException:
             # A failed COMMIT's outcome is unknown: the broker reloads the participants.
