@@ -58,6 +58,27 @@ async def test_group_commit_runs_up_to_max_in_flight_groups_at_once():
     await asyncio.wait_for(gc.idle(), 1)
 
 
+async def test_a_held_writer_commits_nothing_until_let_go():
+    """A one-phase commit holds a partition's writer while it writes that partition's
+    rows in its own SQL transaction: no group may be written meanwhile."""
+    committed: list[list[int]] = []
+
+    async def commit(items):
+        committed.append(items)
+        return items
+
+    gc = GroupCommit(commit)
+    async with gc.hold():
+        waiting = gc.submit(1)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert committed == [] and not waiting.done()
+    assert await waiting == 1
+    assert committed == [[1]]
+    with pytest.raises(RuntimeError):
+        GroupCommit(commit, max_in_flight=2).hold()  # concurrent groups: nothing to hold
+
+
 async def test_loop_survives_a_failing_iteration():
     calls = []
     done = asyncio.Event()
