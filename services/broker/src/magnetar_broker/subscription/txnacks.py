@@ -178,11 +178,7 @@ class TxnAcks:
                     continue
                 individual, cumulative = self.pending.take(txn)
                 if commit:
-                    for entry_id, index in individual:
-                        self.sub.cursor.ack(entry_id, index)
-                    if cumulative:
-                        self.sub.cursor.ack_cumulative(*cumulative)
-                        self.sub.deliveries.acked_cumulative(*cumulative)
+                    self._settle_live(individual, cumulative)
                 self.outcomes[txn] = commit  # a duplicate later in this group sees it
                 decided.append((txn, commit, individual, cumulative))
                 results.append(None)
@@ -200,6 +196,12 @@ class TxnAcks:
         return results
 
     # ------------------------------------------------ a one-phase commit's part (onephase.py)
+
+    def _settle_live(self, individual, cumulative) -> None:
+        """A committed transaction's acks on the live cursor and the deliveries."""
+        apply_acks(self.sub.cursor, individual, cumulative)
+        if cumulative:
+            self.sub.deliveries.acked_cumulative(*cumulative)
 
     async def end_in(self, conn, ends: list[tuple[TxnID, bool]]) -> list[tuple] | None:
         """Write this subscription's end of every (transaction, commit?) of ``ends`` in
@@ -221,10 +223,7 @@ class TxnAcks:
             individual, cumulative = self.pending.peek(txn)
             if commit:
                 cursor = cursor or self.sub.cursor.copy()  # the live one moves after the commit
-                for entry_id, index in individual:
-                    cursor.ack(entry_id, index)
-                if cumulative:
-                    cursor.ack_cumulative(*cumulative)
+                apply_acks(cursor, individual, cumulative)
             decided.append((txn, commit, individual, cumulative))
         state = (cursor.mark_delete, cursor.encode()) if cursor is not None else None
         if not await store.end_subscription_txns(
@@ -239,11 +238,7 @@ class TxnAcks:
         for txn, commit, _, _ in decided:
             individual, cumulative = self.pending.take(txn)
             if commit:
-                for entry_id, index in individual:
-                    self.sub.cursor.ack(entry_id, index)
-                if cumulative:
-                    self.sub.cursor.ack_cumulative(*cumulative)
-                    self.sub.deliveries.acked_cumulative(*cumulative)
+                self._settle_live(individual, cumulative)
             self.outcomes[txn] = commit
             (metrics.TP_COMMITTED if commit else metrics.TP_ABORTED).inc()
             if not commit:
@@ -274,3 +269,10 @@ class TxnAcks:
                 self.sub.deliveries.requeue(entry_id, mask)
         self.sub.redelivered(sum(m.bit_count() for m in masks.values()))
 
+
+def apply_acks(cursor, individual, cumulative) -> None:
+    """Apply a transaction's individual acks and its cumulative one (if any) to ``cursor``."""
+    for entry_id, index in individual:
+        cursor.ack(entry_id, index)
+    if cumulative:
+        cursor.ack_cumulative(*cumulative)
