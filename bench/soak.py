@@ -231,12 +231,15 @@ def main() -> None:
     ap.add_argument("--plot", type=Path, default=Path("soak.png"))
     ap.add_argument("--unpaced", action="store_true",
                     help="trim as before pacing (500-entry batches, no byte bound, no pause): for comparison")
+    ap.add_argument("--broker-env", action="append", default=[], metavar="MAGNETAR_X=VALUE",
+                    help="a setting for every service of the cluster (repeatable), e.g. to try a trim pace")
     a = ap.parse_args()
+    extra = dict(kv.split("=", 1) for kv in a.broker_env)
     with durable_postgres() as url:
         unpaced = {"MAGNETAR_TRIM_BATCH_BYTES": str(1 << 40), "MAGNETAR_TRIM_DUTY_PERCENT": "100",
                    "MAGNETAR_TRIM_MIN_PAUSE_MS": "0", "MAGNETAR_TRIM_PASS_BATCHES": "1000000"} if a.unpaced else {}
-        with bench_cluster(url, admin=True, env={"MAGNETAR_LIFECYCLE_INTERVAL_MS": "1000",
-                                                  "MAGNETAR_STORAGE_POLICY_CACHE_MS": "0"} | unpaced) as cluster:
+        env = {"MAGNETAR_LIFECYCLE_INTERVAL_MS": "1000", "MAGNETAR_STORAGE_POLICY_CACHE_MS": "0"} | unpaced | extra
+        with bench_cluster(url, admin=True, env=env) as cluster:
             client = magnetar.Client(",".join(cluster.broker_urls))
             t0 = time.monotonic()
             print(f"soak: {a.duration_s:.0f} s at {a.rate:.0f} msgs/s of {a.size} B; retention 0, then "
