@@ -15,7 +15,7 @@ import logging
 import uvicorn
 
 from magnetar_runtime.app import FastPath
-from magnetar_runtime.httplimits import bounded_protocol
+from magnetar_runtime.httplimits import Limits, bounded_protocol
 from magnetar_runtime.logs import configure_logging
 from magnetar_runtime.settings import ServiceSettings
 
@@ -40,6 +40,12 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+def http_limits(settings: ServiceSettings) -> Limits:
+    return Limits(settings.max_header_bytes, settings.body_limit, settings.header_read_timeout_s,
+                  settings.body_read_timeout_s, settings.body_min_bytes_per_s,
+                  settings.body_rate_grace_s, settings.max_pending_body_bytes)
+
+
 def serve(app, settings: ServiceSettings, service: str) -> None:
     configure_logging(settings.log_level, settings.log_format, service)
     # Fewer, cheaper collections: the hot paths allocate many short-lived objects, and a
@@ -52,9 +58,8 @@ def serve(app, settings: ServiceSettings, service: str) -> None:
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        # httptools with head, body and head-time limits (httplimits.py).
-        http=bounded_protocol(settings.max_header_bytes, settings.body_limit,
-                              settings.header_read_timeout_s),
+        # httptools with head, body, read-time and body-memory limits (httplimits.py).
+        http=bounded_protocol(http_limits(settings)),
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=GRACE_S,

@@ -58,6 +58,19 @@ class ServiceSettings(BaseSettings):
     max_body_bytes: int = Field(0, ge=0)
     # A request's head must arrive within this (slow loris); a whole head is one packet.
     header_read_timeout_s: float = Field(10.0, gt=0)
+    # A request's body must arrive within this after its head: a 6 MiB batch takes well
+    # under a second on any network a broker is reached over; a trickling body (issue 24)
+    # no longer holds a connection and its bytes for ever.
+    body_read_timeout_s: float = Field(60.0, gt=0)
+    # ... and at least this many bytes per second on average once body_rate_grace_s has
+    # passed (Kestrel's MinRequestBodyDataRate is 240 B/s after 5 s; a client that
+    # sends at all sends far faster).
+    body_min_bytes_per_s: int = Field(1024, ge=0)
+    body_rate_grace_s: float = Field(5.0, ge=0)
+    # Bytes of unfinished request bodies one process may hold at once (503 past it): 20
+    # of the largest batches in flight together; 60 stalled 5.5 MB bodies took a broker
+    # from 143 to 478 MB before.
+    max_pending_body_bytes: int = Field(128 * 1024 * 1024, gt=0)
     # Tokens longer than this are refused before any decoding (an RS256 JWT is ~0.5-1 KiB).
     auth_max_token_bytes: int = Field(8 * 1024, gt=0)
 
