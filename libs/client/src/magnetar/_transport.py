@@ -8,6 +8,7 @@ Anything with ``async call(url, path, request, response_type, timeout=None)`` an
 from __future__ import annotations
 
 import asyncio
+import ssl as _ssl
 
 import aiohttp
 from google.protobuf.message import DecodeError, Message
@@ -31,8 +32,11 @@ class Transport:
     the event loop that uses it) and returns the parsed answer or raises its error."""
 
     def __init__(self, auth_token: str | None = None, connections: int = 64,
-                 connect_timeout_s: float = CONNECT_TIMEOUT_S, resolver=None) -> None:
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S, resolver=None,
+                 ssl: _ssl.SSLContext | None = None) -> None:
         # ``resolver``: an aiohttp resolver (e.g. aiohttp.AsyncResolver); default aiohttp's.
+        # ``ssl``: for https:// services (magnetar_protocol.tlsctx); default: the system's CAs.
+        self._ssl = ssl
         self._headers = {"Content-Type": PROTOBUF, "Accept": PROTOBUF}
         if auth_token:
             self._headers["Authorization"] = f"Bearer {auth_token}"
@@ -44,7 +48,8 @@ class Transport:
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._connections, resolver=self._resolver),
+                connector=aiohttp.TCPConnector(limit=self._connections, resolver=self._resolver,
+                                               ssl=self._ssl or True),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s),
                 skip_auto_headers=("User-Agent",),
             )

@@ -46,6 +46,22 @@ class ServiceSettings(BaseSettings):
     # with the HS256 secret for the first superuser role (RS256 needs it given).
     auth_service_token: str = ""
 
+    # TLS on every port this process serves and for its calls to other services
+    # (docs/security.md, "Transport security").  Off by default locally (`magnetar-local
+    # run --tls` turns it on); the files are what a Kubernetes Secret mounts (cert-manager:
+    # tls.crt, tls.key, ca.crt).  The CA verifies the services this one calls (and, with
+    # client certificates required, its clients); empty: the system's trust store.
+    tls_enabled: bool = False
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_ca_file: str = ""
+    # Mutual TLS: refuse a client (another service, or a user) without a certificate the
+    # CA signed.  Off by default: clients authenticate with tokens, as in Pulsar.
+    tls_require_client_cert: bool = False
+    # How often the files are checked for a new certificate (a renewal is picked up
+    # without a restart; cert-manager renews 30 days ahead by default).
+    tls_reload_interval_s: float = Field(10.0, gt=0)
+
     # Request limits (docs/security.md, "Limits"), checked as the bytes arrive, before a
     # request reaches the app and its authentication.
     # Pulsar's default maxMessageSize; a producer batch may be this big (plus framing).
@@ -84,6 +100,13 @@ class ServiceSettings(BaseSettings):
         return None if value == "" else value
 
     @model_validator(mode="after")
+    def _tls_files_given(self):
+        if self.tls_enabled and not (self.tls_cert_file and self.tls_key_file):
+            raise ValueError("MAGNETAR_TLS_ENABLED is set: give MAGNETAR_TLS_CERT_FILE and "
+                             "MAGNETAR_TLS_KEY_FILE (and MAGNETAR_TLS_CA_FILE to verify peers)")
+        return self
+
+    @model_validator(mode="after")
     def _listeners_valid(self):
         # A bad entry stops the process at start, naming it.
         resolve_internal(self.advertised_url, self._all_listeners())
@@ -99,7 +122,7 @@ class ServiceSettings(BaseSettings):
     @property
     def url(self) -> str:
         internal = resolve_internal(self.advertised_url, self._all_listeners())
-        return internal or f"http://{self.host}:{self.port}"
+        return internal or f"{'https' if self.tls_enabled else 'http'}://{self.host}:{self.port}"
 
     @property
     def listeners(self) -> dict[str, str]:
