@@ -14,7 +14,7 @@ import aiohttp
 from google.protobuf.message import DecodeError, Message
 from yarl import URL
 
-from magnetar_protocol.errors import ConnectError, UnknownError
+from magnetar_protocol.errors import ConnectError, TlsError, UnknownError
 
 # The codec shared with the services' RPC; re-exported for the client's other modules.
 from magnetar_protocol.wire import PROTOBUF, connect_timeout, decode_error
@@ -66,6 +66,9 @@ class Transport:
                 body = await resp.read()
                 status = resp.status
                 content_type = resp.headers.get("Content-Type", "")
+        except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientConnectorSSLError) as exc:
+            # Not trusted (another CA, expired, another name): no retry helps.
+            raise TlsError(f"{where}: TLS handshake failed ({exc})") from None
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             # Refused, unreachable or no SYN-ACK: nothing was sent.  Forget the name's
             # resolved address too (a replaced pod has a new IP under the old name).
