@@ -115,6 +115,27 @@ def test_magnetar_admin_over_https(tls_cluster):
     assert untrusted.returncode == 3 and "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr, untrusted.stderr
 
 
+def test_the_charts_helm_test_script_passes_over_tls(tls_cluster):
+    """charts/magnetar/files/helm_test.py with the MAGNETAR_TLS_* files the chart mounts."""
+    from tests.e2e.test_helm_test_script import run_helm_test
+
+    done = run_helm_test(tls_cluster, **_files(tls_cluster).env(True))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_probe_command_reaches_its_pod_under_mutual_tls(tls_cluster):
+    """The chart's probes under mutual TLS (the kubelet has no client certificate)."""
+    import os
+
+    probe = str(Path(sys.executable).parent / "magnetar-probe")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MAGNETAR_")}
+    env = clean | _files(tls_cluster).env(True) | {"MAGNETAR_PORT": str(tls_cluster.services["broker-0"].port)}
+    assert subprocess.run([probe, "/readyz"], env=env, timeout=60).returncode == 0
+    no_cert = {k: v for k, v in env.items() if k not in ("MAGNETAR_TLS_CERT_FILE", "MAGNETAR_TLS_KEY_FILE")}
+    refused = subprocess.run([probe, "/readyz"], env=no_cert, timeout=60, capture_output=True, text=True)
+    assert refused.returncode == 1 and "magnetar-probe" in refused.stderr
+
+
 def test_postgres_is_reached_over_verified_tls(tls_cluster):
     assert "sslmode=verify-full" in tls_cluster.database_url
     rows = tls_cluster.query(
