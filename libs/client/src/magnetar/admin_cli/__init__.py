@@ -65,9 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="table (default) or json")
         p.add_argument("--timeout", type=float, default=d(30.0), help="seconds to wait for an answer")
         # pulsar-admin's names (client.conf tlsTrustCertsFilePath, ...).
-        p.add_argument("--tls-trust-cert-path", default=d(os.environ.get("MAGNETAR_TLS_TRUST_CERT_PATH")),
+        # In a Magnetar pod the services' own MAGNETAR_TLS_CA_FILE serves too.
+        p.add_argument("--tls-trust-cert-path", default=d(os.environ.get("MAGNETAR_TLS_TRUST_CERT_PATH")
+                                                          or os.environ.get("MAGNETAR_TLS_CA_FILE")),
                        help="CA file verifying an https:// --admin-url (default: "
-                            "$MAGNETAR_TLS_TRUST_CERT_PATH, else the system's CAs)")
+                            "$MAGNETAR_TLS_TRUST_CERT_PATH or $MAGNETAR_TLS_CA_FILE, else the system's CAs)")
         p.add_argument("--tls-cert-file", default=d(os.environ.get("MAGNETAR_TLS_CERT_FILE")),
                        help="client certificate, when the admin service requires one (mutual TLS)")
         p.add_argument("--tls-key-file", default=d(os.environ.get("MAGNETAR_TLS_KEY_FILE")),

@@ -64,6 +64,7 @@ def _has_admin_cli(cluster: LocalCluster) -> bool:
 
 
 def banner(cluster: LocalCluster) -> str:
+    curl = f"curl -s{_tls_flags(cluster, '--cacert', '--cert', '--key')}"
     pg_log = cluster.data_dir / "postgres" / "postgres.log"
     lines = [
         "",
@@ -95,31 +96,25 @@ def banner(cluster: LocalCluster) -> str:
         "Try, in another terminal (README.md, 'A five-minute tour'):",
         f"  {_here(Path(sys.executable))} {tour} {cluster.service_url}" if tour else None,
         f"  {_here(Path(sys.executable).parent / 'magnetar-admin')} --admin-url "
-        f"{cluster.admin_url}{_admin_tls(cluster)} topics list public/default"
+        f"{cluster.admin_url}{_tls_flags(cluster, '--tls-trust-cert-path', '--tls-cert-file', '--tls-key-file')}"
+        " topics list public/default"
         if _has_admin_cli(cluster) else None,
-        f"  curl -s{_curl_tls(cluster)} {cluster.admin_url}/admin/v2/persistent/public/default"
+        f"  {curl} {cluster.admin_url}/admin/v2/persistent/public/default"
         if cluster.names("admin") else None,
-        f"  curl -s{_curl_tls(cluster)} {cluster.service_url}/metrics | head",
+        f"  {curl} {cluster.service_url}/metrics | head",
         "",
         "Ctrl-C stops everything; the data stays for the next run (--fresh deletes it).",
     ]
     return "\n".join(line for line in lines if line is not None)
 
 
-def _admin_tls(cluster: LocalCluster) -> str:
+def _tls_flags(cluster: LocalCluster, ca: str, cert: str, key: str) -> str:
+    """The CA (and, under mutual TLS, the certificate) options of a command, by its names."""
     tls = cluster.tls_files
     if tls is None:
         return ""
-    mutual = f" --tls-cert-file {tls.cert_file} --tls-key-file {tls.key_file}" if cluster.mutual_tls else ""
-    return f" --tls-trust-cert-path {tls.ca_file}{mutual}"
-
-
-def _curl_tls(cluster: LocalCluster) -> str:
-    tls = cluster.tls_files
-    if tls is None:
-        return ""
-    mutual = f" --cert {tls.cert_file} --key {tls.key_file}" if cluster.mutual_tls else ""
-    return f" --cacert {tls.ca_file}{mutual}"
+    mutual = f" {cert} {tls.cert_file} {key} {tls.key_file}" if cluster.mutual_tls else ""
+    return f" {ca} {tls.ca_file}{mutual}"
 
 
 def _lock_data_dir(data_dir: Path):
