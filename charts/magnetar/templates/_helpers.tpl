@@ -365,6 +365,18 @@ spec:
           valueFrom:
             secretKeyRef: {name: {{ . }}, key: {{ $.spark.authTokenSecret.key }}}
         {{- end }}
+        {{- if .ctx.Values.tls.enabled }}
+        # The jobs' --tls-* defaults (spark-jobs/jobcommon.py): the release's CA and, under
+        # mutual TLS, its certificate.
+        - name: MAGNETAR_TLS_TRUST_CERT_PATH
+          value: {{ printf "%s/ca.crt" (include "magnetar.tlsDir" .ctx) | quote }}
+        {{- if .ctx.Values.tls.requireClientCert }}
+        - name: MAGNETAR_TLS_CERT_FILE
+          value: {{ printf "%s/tls.crt" (include "magnetar.tlsDir" .ctx) | quote }}
+        - name: MAGNETAR_TLS_KEY_FILE
+          value: {{ printf "%s/tls.key" (include "magnetar.tlsDir" .ctx) | quote }}
+        {{- end }}
+        {{- end }}
         # The root file system is read-only: Spark's scratch space and the JVM's files go to /tmp.
         - name: HOME
           value: /tmp
@@ -375,9 +387,11 @@ spec:
       volumeMounts:
         - {name: tmp, mountPath: /tmp}
         - {name: data, mountPath: /data}
+        {{- include "magnetar.tlsVolumeMount" .ctx | nindent 8 }}
   volumes:
     - name: tmp
       emptyDir: {}
+    {{- include "magnetar.tlsVolume" .ctx | nindent 4 }}
     - name: data
       persistentVolumeClaim:
         claimName: {{ .claim }}

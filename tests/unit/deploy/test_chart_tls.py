@@ -117,6 +117,22 @@ def test_the_helm_test_pod_and_scraping_use_the_ca():
         assert endpoint["tlsConfig"]["keySecret"] == {"name": "my-tls", "key": "tls.key"}
 
 
+def test_spark_jobs_get_the_ca_and_under_mutual_tls_the_certificate():
+    objects = render(*MUTUAL, "components.sparkJobs=true", "sparkJobs.authTokenSecret.name=t",
+                     "sparkJobs.jobs.windowed-counts.enabled=true")
+    jobs = [o for o in objects if o["kind"] in ("Deployment", "Job") and "spark" in o["metadata"]["name"]]
+    assert jobs
+    for job in jobs:
+        spec = job["spec"]["template"]["spec"]
+        [container] = spec["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["MAGNETAR_SERVICE_URL"].startswith("https://") and env["MAGNETAR_ADMIN_URL"].startswith("https://")
+        assert env["MAGNETAR_TLS_TRUST_CERT_PATH"] == "/etc/magnetar/tls/ca.crt"
+        assert env["MAGNETAR_TLS_CERT_FILE"] == "/etc/magnetar/tls/tls.crt"
+        assert any(m["name"] == "tls" for m in container["volumeMounts"])
+        assert any(v["name"] == "tls" and v["secret"]["secretName"] == "my-tls" for v in spec["volumes"])
+
+
 def test_plaintext_by_default():
     objects = render()
     assert not [o for o in objects if o["apiVersion"].startswith("cert-manager.io/")]
@@ -131,7 +147,6 @@ def test_plaintext_by_default():
     (["tls.enabled=true", "tls.existingSecret=x", "tls.certManager.enabled=true",
       "tls.certManager.selfSigned=true"], "not both"),
     (["tls.enabled=true", "tls.certManager.enabled=true"], "issuerRef.name"),
-    ([*MUTUAL, "components.sparkJobs=true", "sparkJobs.authTokenSecret.name=t"], "do not speak TLS"),
     (["tls.databaseSslMode=sometimes"], "databaseSslMode"),
 ])
 def test_incomplete_tls_values_fail_with_a_reason(sets, message):
