@@ -87,6 +87,10 @@ def bounded_protocol(lim: Limits):
             if self._reading_head and self._head_bytes > lim.max_head_bytes \
                     and not self.transport.is_closing():
                 self._refuse(431, self._head_reason())
+            elif self._reading_body and self._body_timer is None and not self.transport.is_closing():
+                # A body still arriving after this read: watch its deadline and rate.  (Most
+                # requests arrive whole in one read and never arm a timer.)
+                self._body_timer = self.loop.call_later(_BODY_CHECK_S, self._check_body)
 
         def _head_reason(self) -> str:
             return (f"request head over {lim.max_head_bytes} bytes "
@@ -121,7 +125,6 @@ def bounded_protocol(lim: Limits):
                     return
             self._reading_body = True
             self._body_started = time.monotonic()
-            self._body_timer = self.loop.call_later(_BODY_CHECK_S, self._check_body)
             super().on_headers_complete()
 
         def on_body(self, body: bytes) -> None:
