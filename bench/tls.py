@@ -22,10 +22,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import pulsar  # noqa: E402
 from _common import bench_cluster, report, send_full_speed  # noqa: E402
 
 import magnetar  # noqa: E402
-import pulsar  # noqa: E402
 from magnetar_runtime.local.certs import issue, make_ca  # noqa: E402
 from magnetar_runtime.local.postgres import LocalPostgres  # noqa: E402
 
