@@ -127,10 +127,11 @@ def percentile(values: list[float], pct: float) -> float:
 
 @contextmanager
 def bench_cluster(database_url: str, brokers: int = 1, coordinators: int = 0, admin: bool = False,
-                  coordinator_in_broker: bool = False, env: dict | None = None):
+                  coordinator_in_broker: bool = False, env: dict | None = None, tls: bool = False):
     """Services as real processes on the given (fsync-on) database, fresh schema (the
     admin service only when asked: the Spark source reads partition ends from it;
-    ``coordinator_in_broker``: the brokers host the coordinators)."""
+    ``coordinator_in_broker``: the brokers host the coordinators; ``tls``: every port
+    over TLS with a local CA, cluster.tls_files)."""
     from magnetar_runtime.local.cluster import LocalCluster
 
     async def reset():
@@ -146,7 +147,7 @@ def bench_cluster(database_url: str, brokers: int = 1, coordinators: int = 0, ad
     folder = Path(tempfile.mkdtemp(prefix="magnetar-bench-"))
     cluster = LocalCluster(folder, brokers=brokers, coordinators=coordinators, admin=admin,
                            database_url=database_url, env={"MAGNETAR_LOG_LEVEL": "WARNING"} | (env or {}),
-                           coordinator_in_broker=coordinator_in_broker)
+                           coordinator_in_broker=coordinator_in_broker, tls=tls)
     cluster.start()
     try:
         yield cluster

@@ -24,6 +24,12 @@ def parser(description: str) -> argparse.ArgumentParser:
                    help="admin service URL (default %(default)s)")
     p.add_argument("--auth-token", default=os.environ.get("MAGNETAR_AUTH_TOKEN"),
                    help="JWT sent as a bearer token (default: $MAGNETAR_AUTH_TOKEN, or none)")
+    p.add_argument("--tls-trust-cert-path", default=os.environ.get("MAGNETAR_TLS_TRUST_CERT_PATH"),
+                   help="CA verifying https:// services (default: $MAGNETAR_TLS_TRUST_CERT_PATH)")
+    p.add_argument("--tls-cert-file", default=os.environ.get("MAGNETAR_TLS_CERT_FILE"),
+                   help="client certificate under mutual TLS (default: $MAGNETAR_TLS_CERT_FILE)")
+    p.add_argument("--tls-key-file", default=os.environ.get("MAGNETAR_TLS_KEY_FILE"),
+                   help="its key (default: $MAGNETAR_TLS_KEY_FILE)")
     # A handful of shuffle partitions: these jobs' state is small, and Spark's default of
     # 200 makes every stateful micro-batch run 200 tasks.  Fixed at a query's first start.
     p.add_argument("--shuffle-partitions", type=int, default=4)
@@ -64,6 +70,11 @@ def connection_options(args: argparse.Namespace) -> dict[str, str]:
     options = {"service.url": args.service_url, "admin.url": args.admin_url}
     if args.auth_token:
         options["auth.token"] = args.auth_token
+    for option, value in (("tls.trustCertsFilePath", args.tls_trust_cert_path),
+                          ("tls.certificateFilePath", args.tls_cert_file),
+                          ("tls.privateKeyFilePath", args.tls_key_file)):
+        if value:
+            options[option] = value
     return options
 
 

@@ -354,3 +354,58 @@ def test_ids_are_bound_to_their_session_too(cluster):
             pb.FetchRequest(consumer_id=cid, max_messages=1, wait_ms=0, session_id=other),
             pb.FetchResponse)
     app.close()
+
+
+LIMIT_ENV = AUTH_ENV | {"MAGNETAR_MAX_OPEN_TXNS_PER_ROLE": "300",
+                        "MAGNETAR_MAX_NEW_TXNS_PER_ROLE_PER_S": "100000",
+                        "MAGNETAR_TXN_LIMIT_REFRESH_S": "0.5"}
+
+
+def _batch_new_txns(url: str, role: str, calls: int, count: int = 64) -> list[tuple[int, bytes]]:
+    """The attack of issue 24: /v1/batch holding ``calls`` NewTxnRequest(count=64) with
+    3-hour timeouts; (status, body) of each call."""
+    call = pb.BatchCall(path="/v1/txn/new", body=pb.NewTxnRequest(
+        count=count, timeout_ms=3 * 3600_000).SerializeToString())
+    req = urllib.request.Request(
+        url + "/v1/batch", data=pb.BatchRequest(calls=[call] * calls).SerializeToString(),
+        method="POST", headers={"Authorization": f"Bearer {token(role)}",
+                                "Content-Type": "application/x-protobuf"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return [(r.status, r.body) for r in pb.BatchResponse.FromString(resp.read()).results]
+
+
+@pytest.mark.cluster(brokers=1, registry=False, env=LIMIT_ENV)
+def test_a_role_cannot_hold_more_open_transactions_than_its_limit(cluster):
+    """Issue 24 finding 3: a role with no grants opened 197,004 OPEN transactions in
+    2.9 s.  With MAGNETAR_MAX_OPEN_TXNS_PER_ROLE=300: four pools of 64 pass, the fifth
+    and later are refused with NOT_ALLOWED naming the setting (the client raises it at
+    once: retrying cannot help until the role ends some); a superuser is
+    exempt; once the role's transactions end, it may open again."""
+    [url] = cluster.coordinator_urls
+    results = _batch_new_txns(url, "nobody", 8)
+    statuses = [status for status, _ in results]
+    assert statuses == [200] * 4 + [409] * 4, statuses
+    err = pb.Error.FromString(results[-1][1])
+    assert err.code == pb.NOT_ALLOWED and "MAGNETAR_MAX_OPEN_TXNS_PER_ROLE" in err.message
+    assert "'nobody'" in err.message
+    results += _batch_new_txns(url, "nobody", 1, count=44)  # exactly at the limit
+    assert results[-1][0] == 200
+    # The client raises its typed error for the same refusal.
+    with magnetar.Client(cluster.service_url, auth_token=token("nobody")) as client:
+        with pytest.raises(magnetar.NotAllowedError, match="MAGNETAR_MAX_OPEN_TXNS_PER_ROLE"):
+            client.new_transaction()
+    # Another role and a superuser are not held back by nobody's transactions.
+    assert [s for s, _ in _batch_new_txns(url, "writer", 1)] == [200]
+    assert [s for s, _ in _batch_new_txns(url, "admin", 8)] == [200] * 8
+    # Ending them frees the role's count (read back every MAGNETAR_TXN_LIMIT_REFRESH_S).
+    opened = [pb.NewTxnResponse.FromString(body) for status, body in results if status == 200]
+    ends = [pb.BatchCall(path="/v1/txn/end", body=pb.EndTxnRequest(
+        txn=pb.TxnId(most_bits=r.txn.most_bits, least_bits=least), action=pb.TXN_ABORT).SerializeToString())
+        for r in opened for least in [r.txn.least_bits, *r.more_least_bits]]
+    req = urllib.request.Request(
+        url + "/v1/batch", data=pb.BatchRequest(calls=ends).SerializeToString(), method="POST",
+        headers={"Authorization": f"Bearer {token('nobody')}", "Content-Type": "application/x-protobuf"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert {r.status for r in pb.BatchResponse.FromString(resp.read()).results} == {200}
+    wait_until(lambda: _batch_new_txns(url, "nobody", 1)[0][0] == 200, 30,
+               "the role may open transactions again once its open ones ended")

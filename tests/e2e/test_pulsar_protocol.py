@@ -539,11 +539,15 @@ def test_token_auth_maps_onto_magnetar_roles(cluster_factory):
     finally:
         admin.close()
     for options, error in (({}, "no token"), ({"authentication": token("admin", "x" * 40)}, "a forged token")):
-        # The wheel retries a refused CONNECT until its operation timeout: keep it short.
-        c = pulsar_client(url, operation_timeout_seconds=2, **options)
+        # The refusal itself, not TimeOut after the wheel's retries (issue 24): with
+        # Pulsar's own answer to a refused CONNECT this wheel retried for the whole
+        # operation timeout and raised pulsar.Timeout.
+        c = pulsar_client(url, operation_timeout_seconds=30, **options)
         try:
-            with pytest.raises(pulsar.PulsarException):
+            with pytest.raises(pulsar.AuthenticationError):
                 c.create_producer(topic)
+            with pytest.raises(pulsar.AuthenticationError):
+                c.subscribe(topic, "s")
         finally:
             c.close()
     nobody = pulsar_client(url, operation_timeout_seconds=3, authentication=token("nobody"))

@@ -17,6 +17,7 @@ import pytest
 
 import magnetar
 from magnetar_protocol import magnetar_pb2 as pb
+from tests.http_raw import read_answer
 
 pytestmark = pytest.mark.e2e
 
@@ -28,18 +29,7 @@ DEADLINE_S = 60  # generous on a loaded 2-core machine; refused requests take mi
 def _answer(sock: socket.socket) -> tuple[int, bytes]:
     """The status and body of the response on ``sock`` (read until the server closes)."""
     sock.settimeout(DEADLINE_S)
-    data = b""
-    while True:
-        try:
-            got = sock.recv(65536)
-        except ConnectionResetError:
-            break
-        if not got:
-            break
-        data += got
-    head, _, body = data.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 "), data[:200]
-    return int(head.split()[1]), body
+    return read_answer(sock)
 
 
 def _attack(url: str, head: bytes, then: bytes = b"", total: int = HUGE) -> tuple[int, bytes, int]:

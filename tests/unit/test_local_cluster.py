@@ -144,3 +144,25 @@ def test_banner_never_shows_the_database_password(tmp_path):
     text = cli.banner(cluster)
     assert "PostgreSQL             postgresql://magnetar:***@db.example:5432/magnetar" in text
     assert "s3cret-pw" not in text
+
+
+def test_tls_gives_every_service_the_files_and_https_urls(tmp_path):
+    """`magnetar-local run --tls`: a CA and certificate made once in <data>/tls, the
+    MAGNETAR_TLS_* variables (the chart's names), https:// and pulsar+ssl:// URLs, and a
+    banner telling clients which CA to trust."""
+    cluster = LocalCluster(tmp_path, ports=fixed_ports({}), database_url=DB, mutual_tls=True)
+    ca = (tmp_path / "tls" / "ca.crt").read_bytes()
+    assert LocalCluster(tmp_path, database_url=DB, tls=True).tls_files.ca_file.read_bytes() == ca  # kept
+    for name, svc in cluster.services.items():
+        env = cluster.env_for(name)
+        assert env["MAGNETAR_TLS_ENABLED"] == "true" and env["MAGNETAR_TLS_REQUIRE_CLIENT_CERT"] == "true"
+        assert env["MAGNETAR_TLS_CA_FILE"] == str(tmp_path / "tls" / "ca.crt")
+        assert env["MAGNETAR_ADVERTISED_URL"].startswith("https://")
+    assert cluster.pulsar_service_url == "pulsar+ssl://127.0.0.1:6650"
+    for pid, svc in enumerate(cluster.services.values(), start=100):
+        svc.process = types.SimpleNamespace(pid=pid)
+    text = cli.banner(cluster)
+    assert f"TLS CA (trust it)      {tmp_path / 'tls' / 'ca.crt'}" in text
+    assert f"--tls-trust-cert-path {tmp_path / 'tls' / 'ca.crt'} --tls-cert-file" in text
+    assert f"curl -s --cacert {tmp_path / 'tls' / 'ca.crt'} --cert" in text
+    assert "MAGNETAR_TLS_ENABLED" not in LocalCluster(tmp_path / "plain", database_url=DB).env_for("broker-0")

@@ -3,7 +3,7 @@
 Runs in the Magnetar image (the `magnetar` client and the services' auth rules are
 there).  Every step prints a line; any failure prints what failed and exits 1, so
 `helm test --logs` says which step broke.  Environment: MAGNETAR_SERVICE_URL (brokers)
-and the release's MAGNETAR_AUTH_* settings, from which the token is made exactly as the
+and the release's MAGNETAR_AUTH_* and MAGNETAR_TLS_* settings, from which the token is made exactly as the
 services make their own (a given service token, else one signed for the first superuser
 role).
 """
@@ -27,7 +27,14 @@ def main() -> int:
     topic = f"persistent://public/default/helm-test-{uuid.uuid4().hex[:12]}"
     payload = f"helm-test {uuid.uuid4()}".encode()
     step(f"connecting to {service_url} ({'with' if token else 'without'} a token), topic {topic}")
-    client = magnetar.Client(service_url, auth_token=token)
+    # With TLS on, the release's CA verifies the brokers (and its certificate proves this
+    # pod under mutual TLS): the MAGNETAR_TLS_* files the services get.
+    tls = {}
+    if os.environ.get("MAGNETAR_TLS_ENABLED") == "true":
+        tls = {"tls_trust_certs_file_path": os.environ["MAGNETAR_TLS_CA_FILE"],
+               "tls_certificate_file_path": os.environ["MAGNETAR_TLS_CERT_FILE"],
+               "tls_private_key_file_path": os.environ["MAGNETAR_TLS_KEY_FILE"]}
+    client = magnetar.Client(service_url, auth_token=token, **tls)
     try:
         consumer = client.subscribe(topic, "helm-test",
                                     initial_position=magnetar.InitialPosition.Earliest)

@@ -53,14 +53,63 @@ url
 {{ default (printf "%s-auth" (include "magnetar.fullname" .)) .Values.auth.jwt.existingSecret }}
 {{- end -}}
 
+{{/* TLS (values tls): the Secret holding tls.crt, tls.key and ca.crt, where it is
+     mounted, and the URL schemes the services advertise. */}}
+{{- define "magnetar.tlsSecretName" -}}
+{{ default (printf "%s-tls" (include "magnetar.fullname" .)) .Values.tls.existingSecret }}
+{{- end -}}
+
+{{- define "magnetar.tlsDir" -}}/etc/magnetar/tls{{- end -}}
+
+{{- define "magnetar.httpScheme" -}}{{ if .Values.tls.enabled }}https{{ else }}http{{ end }}{{- end -}}
+
+{{- define "magnetar.pulsarScheme" -}}{{ if .Values.tls.enabled }}pulsar+ssl{{ else }}pulsar{{ end }}{{- end -}}
+
+{{/* The same MAGNETAR_TLS_* names `magnetar-local run --tls` sets. */}}
+{{- define "magnetar.tlsEnv" -}}
+{{- if .Values.tls.enabled }}
+- name: MAGNETAR_TLS_ENABLED
+  value: "true"
+- name: MAGNETAR_TLS_CERT_FILE
+  value: {{ printf "%s/tls.crt" (include "magnetar.tlsDir" .) | quote }}
+- name: MAGNETAR_TLS_KEY_FILE
+  value: {{ printf "%s/tls.key" (include "magnetar.tlsDir" .) | quote }}
+- name: MAGNETAR_TLS_CA_FILE
+  value: {{ printf "%s/ca.crt" (include "magnetar.tlsDir" .) | quote }}
+- name: MAGNETAR_TLS_REQUIRE_CLIENT_CERT
+  value: {{ .Values.tls.requireClientCert | quote }}
+- name: MAGNETAR_TLS_RELOAD_INTERVAL_S
+  value: {{ .Values.tls.reloadIntervalSeconds | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "magnetar.tlsVolumeMount" -}}
+{{- if .Values.tls.enabled }}
+- {name: tls, mountPath: {{ include "magnetar.tlsDir" . }}, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{/* A Secret volume's files change in place when the Secret does (not through
+     subPath), so a renewed certificate reaches the running process. */}}
+{{- define "magnetar.tlsVolume" -}}
+{{- if .Values.tls.enabled }}
+- name: tls
+  secret: {secretName: {{ include "magnetar.tlsSecretName" . }}, defaultMode: 0440}
+{{- end }}
+{{- end -}}
+
 {{/* The database connection.  The bundled PostgreSQL: a URL without the password and
      PGPASSWORD (asyncpg and libpq read it) from the chart's Secret or
      postgresql.existingSecret, so the password needs no URL escaping and never sits in a
      URL.  An external database: the URL from its Secret. */}}
 {{- define "magnetar.databaseEnv" -}}
 {{- if .Values.components.postgresql -}}
+{{- $ssl := "" }}
+{{- if and .Values.tls.enabled .Values.tls.databaseSslMode }}
+{{- $ssl = printf "?sslmode=%s&sslrootcert=%s/ca.crt" .Values.tls.databaseSslMode (include "magnetar.tlsDir" .) }}
+{{- end }}
 - name: MAGNETAR_DATABASE_URL
-  value: {{ printf "postgresql://magnetar@%s-postgresql:5432/magnetar" (include "magnetar.fullname" .) | quote }}
+  value: {{ printf "postgresql://magnetar@%s-postgresql:5432/magnetar%s" (include "magnetar.fullname" .) $ssl | quote }}
 - name: PGPASSWORD
   valueFrom:
     secretKeyRef:
@@ -118,7 +167,7 @@ url
 {{- $full := include "magnetar.fullname" . }}
 {{- $brokers := list }}
 {{- range $i := until (int .Values.broker.replicaCount) }}
-{{- $brokers = append $brokers (printf "http://%s-broker-%d.%s-broker.%s.svc:8080" $full $i $full $.Release.Namespace) }}
+{{- $brokers = append $brokers (printf "%s://%s-broker-%d.%s-broker.%s.svc:8080" (include "magnetar.httpScheme" $) $full $i $full $.Release.Namespace) }}
 {{- end }}
 {{- join "," $brokers }}
 {{- end -}}
@@ -186,30 +235,43 @@ spec:
 - name: MAGNETAR_LOG_FORMAT
   value: json
 {{ include "magnetar.authEnv" .ctx }}
+{{- include "magnetar.tlsEnv" .ctx }}
 {{- range $name, $value := .values.config }}
 - name: {{ printf "MAGNETAR_%s" ($name | snakecase | upper) }}
   value: {{ $value | quote }}
 {{- end }}
 {{- end -}}
 
+{{/* Probes: (dict "ctx" $ "probes" .values.probes).  Over HTTPS with TLS (the kubelet
+     does not verify the certificate); with mutual TLS the kubelet has no client
+     certificate, so the pod probes itself with its own (magnetar-probe). */}}
+{{- define "magnetar.probeAction" -}}
+{{- if and .ctx.Values.tls.enabled .ctx.Values.tls.requireClientCert -}}
+exec: {command: [magnetar-probe, {{ .path }}]}
+{{- else -}}
+httpGet: {path: {{ .path }}, port: http{{ if .ctx.Values.tls.enabled }}, scheme: HTTPS{{ end }}}
+{{- end -}}
+{{- end -}}
+
 {{- define "magnetar.probes" -}}
-{{- with .startup }}{{ if .enabled }}
+{{- $ctx := .ctx }}
+{{- with .probes.startup }}{{ if .enabled }}
 startupProbe:
-  httpGet: {path: /healthz, port: http}
+  {{- include "magnetar.probeAction" (dict "ctx" $ctx "path" "/healthz") | nindent 2 }}
   periodSeconds: {{ .periodSeconds }}
   timeoutSeconds: {{ .timeoutSeconds }}
   failureThreshold: {{ .failureThreshold }}
 {{- end }}{{ end }}
-{{- with .readiness }}{{ if .enabled }}
+{{- with .probes.readiness }}{{ if .enabled }}
 readinessProbe:
-  httpGet: {path: /readyz, port: http}
+  {{- include "magnetar.probeAction" (dict "ctx" $ctx "path" "/readyz") | nindent 2 }}
   periodSeconds: {{ .periodSeconds }}
   timeoutSeconds: {{ .timeoutSeconds }}
   failureThreshold: {{ .failureThreshold }}
 {{- end }}{{ end }}
-{{- with .liveness }}{{ if .enabled }}
+{{- with .probes.liveness }}{{ if .enabled }}
 livenessProbe:
-  httpGet: {path: /healthz, port: http}
+  {{- include "magnetar.probeAction" (dict "ctx" $ctx "path" "/healthz") | nindent 2 }}
   periodSeconds: {{ .periodSeconds }}
   timeoutSeconds: {{ .timeoutSeconds }}
   failureThreshold: {{ .failureThreshold }}
@@ -236,8 +298,10 @@ initContainers:
       {{- with .values.extraEnv }}{{ toYaml . | nindent 6 }}{{ end }}
     resources: {{- toYaml .ctx.Values.migration.resources | nindent 6 }}
     securityContext: {{- toYaml .ctx.Values.securityContext | nindent 6 }}
-    {{- with .values.extraVolumeMounts }}
-    volumeMounts: {{- toYaml . | nindent 6 }}
+    {{- if or .values.extraVolumeMounts .ctx.Values.tls.enabled }}
+    volumeMounts:
+      {{- include "magnetar.tlsVolumeMount" .ctx | nindent 6 }}
+      {{- with .values.extraVolumeMounts }}{{ toYaml . | nindent 6 }}{{ end }}
     {{- end }}
 {{- end }}
 containers:
@@ -252,7 +316,7 @@ containers:
       {{- with .extraEnv }}{{ toYaml . | nindent 6 }}{{ end }}
       {{- include "magnetar.env" . | nindent 6 }}
       {{- with .values.extraEnv }}{{ toYaml . | nindent 6 }}{{ end }}
-    {{- include "magnetar.probes" .values.probes | nindent 4 }}
+    {{- include "magnetar.probes" (dict "ctx" .ctx "probes" .values.probes) | nindent 4 }}
     {{- with .values.preStopSleepSeconds }}
     lifecycle:
       preStop:
@@ -263,10 +327,12 @@ containers:
     securityContext: {{- toYaml .ctx.Values.securityContext | nindent 6 }}
     volumeMounts:
       - {name: tmp, mountPath: /tmp}
+      {{- include "magnetar.tlsVolumeMount" .ctx | nindent 6 }}
       {{- with .values.extraVolumeMounts }}{{ toYaml . | nindent 6 }}{{ end }}
 volumes:
   - name: tmp
     emptyDir: {}
+  {{- include "magnetar.tlsVolume" .ctx | nindent 2 }}
   {{- with .values.extraVolumes }}{{ toYaml . | nindent 2 }}{{ end }}
 {{- end -}}
 
@@ -299,6 +365,18 @@ spec:
           valueFrom:
             secretKeyRef: {name: {{ . }}, key: {{ $.spark.authTokenSecret.key }}}
         {{- end }}
+        {{- if .ctx.Values.tls.enabled }}
+        # The jobs' --tls-* defaults (spark-jobs/jobcommon.py): the release's CA and, under
+        # mutual TLS, its certificate.
+        - name: MAGNETAR_TLS_TRUST_CERT_PATH
+          value: {{ printf "%s/ca.crt" (include "magnetar.tlsDir" .ctx) | quote }}
+        {{- if .ctx.Values.tls.requireClientCert }}
+        - name: MAGNETAR_TLS_CERT_FILE
+          value: {{ printf "%s/tls.crt" (include "magnetar.tlsDir" .ctx) | quote }}
+        - name: MAGNETAR_TLS_KEY_FILE
+          value: {{ printf "%s/tls.key" (include "magnetar.tlsDir" .ctx) | quote }}
+        {{- end }}
+        {{- end }}
         # The root file system is read-only: Spark's scratch space and the JVM's files go to /tmp.
         - name: HOME
           value: /tmp
@@ -309,9 +387,11 @@ spec:
       volumeMounts:
         - {name: tmp, mountPath: /tmp}
         - {name: data, mountPath: /data}
+        {{- include "magnetar.tlsVolumeMount" .ctx | nindent 8 }}
   volumes:
     - name: tmp
       emptyDir: {}
+    {{- include "magnetar.tlsVolume" .ctx | nindent 4 }}
     - name: data
       persistentVolumeClaim:
         claimName: {{ .claim }}

@@ -187,6 +187,30 @@ def test_listener_name_reaches_the_connection_and_a_malformed_one_is_refused():
         read_options(SERVICE | {"topic": "t", "listener.name": "ex ternal"}, streaming=False)
 
 
+def test_tls_options_reach_the_client_and_the_admin_api(tmp_path):
+    from magnetar.spark._broker import _admin_api, client
+    from magnetar_runtime.local.certs import issue, make_ca
+
+    ca = make_ca(tmp_path)
+    cert = issue(ca, tmp_path, "job")
+    options = read_options(SERVICE | {"topic": "t", "admin.url": "https://a:8081",
+                                      "tls.trustCertsFilePath": str(ca.cert_file),
+                                      "tls.certificateFilePath": str(cert.cert_file),
+                                      "tls.privateKeyFilePath": str(cert.key_file)}, streaming=False)
+    conn = options.connection
+    assert conn.tls() == {"tls_trust_certs_file_path": str(ca.cert_file),
+                          "tls_certificate_file_path": str(cert.cert_file),
+                          "tls_private_key_file_path": str(cert.key_file)}
+    c = client(conn)
+    try:
+        ssl = c._client.core.transport._ssl
+        assert ssl is not None and ssl.check_hostname  # the CA and the name are checked
+    finally:
+        c.close()
+    assert _admin_api(conn).ssl is not None
+    assert read_options(SERVICE | {"topic": "t"}, streaming=False).connection.tls() == {}
+
+
 def test_an_offset_trimmed_by_retention_fails_naming_the_range_or_moves_to_the_first_kept():
     # P0 holds entries 7..9 (0..6 trimmed); the checkpoint says 3.
     with pytest.raises(MagnetarOffsetError, match=r"entries 3\.\.6 of .* were deleted \(trimmed"):

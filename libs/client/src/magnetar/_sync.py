@@ -64,13 +64,22 @@ class Client:
                  auth_token: str | None = None, operation_timeout_seconds: float = 30,
                  connection_pool_size: int = 64, transport=None, *,
                  connection_timeout_ms: int = 5000, listener_name: str | None = None,
-                 partitions_update_interval_seconds: float = 60) -> None:
+                 partitions_update_interval_seconds: float = 60,
+                 tls_trust_certs_file_path: str | None = None, tls_validate_hostname: bool = True,
+                 tls_certificate_file_path: str | None = None,
+                 tls_private_key_file_path: str | None = None,
+                 tls_allow_insecure_connection: bool = False) -> None:
         # ``transport``: a stand-in for magnetar._transport.Transport (unit tests).
         self._client = aio.Client(service_url, transaction_key, auth_token,
                                   operation_timeout_seconds, connection_pool_size, transport,
                                   connection_timeout_ms=connection_timeout_ms,
                                   listener_name=listener_name,
-                                  partitions_update_interval_seconds=partitions_update_interval_seconds)
+                                  partitions_update_interval_seconds=partitions_update_interval_seconds,
+                                  tls_trust_certs_file_path=tls_trust_certs_file_path,
+                                  tls_validate_hostname=tls_validate_hostname,
+                                  tls_certificate_file_path=tls_certificate_file_path,
+                                  tls_private_key_file_path=tls_private_key_file_path,
+                                  tls_allow_insecure_connection=tls_allow_insecure_connection)
         self._io = _Loop()
 
     @property

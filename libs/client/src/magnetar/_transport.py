@@ -8,12 +8,13 @@ Anything with ``async call(url, path, request, response_type, timeout=None)`` an
 from __future__ import annotations
 
 import asyncio
+import ssl as _ssl
 
 import aiohttp
 from google.protobuf.message import DecodeError, Message
 from yarl import URL
 
-from magnetar_protocol.errors import ConnectError, UnknownError
+from magnetar_protocol.errors import ConnectError, TlsError, UnknownError
 
 # The codec shared with the services' RPC; re-exported for the client's other modules.
 from magnetar_protocol.wire import PROTOBUF, connect_timeout, decode_error
@@ -31,8 +32,11 @@ class Transport:
     the event loop that uses it) and returns the parsed answer or raises its error."""
 
     def __init__(self, auth_token: str | None = None, connections: int = 64,
-                 connect_timeout_s: float = CONNECT_TIMEOUT_S, resolver=None) -> None:
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S, resolver=None,
+                 ssl: _ssl.SSLContext | None = None) -> None:
         # ``resolver``: an aiohttp resolver (e.g. aiohttp.AsyncResolver); default aiohttp's.
+        # ``ssl``: for https:// services (magnetar_protocol.tlsctx); default: the system's CAs.
+        self._ssl = ssl
         self._headers = {"Content-Type": PROTOBUF, "Accept": PROTOBUF}
         if auth_token:
             self._headers["Authorization"] = f"Bearer {auth_token}"
@@ -44,7 +48,8 @@ class Transport:
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._connections, resolver=self._resolver),
+                connector=aiohttp.TCPConnector(limit=self._connections, resolver=self._resolver,
+                                               ssl=self._ssl or True),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s),
                 skip_auto_headers=("User-Agent",),
             )
@@ -61,6 +66,9 @@ class Transport:
                 body = await resp.read()
                 status = resp.status
                 content_type = resp.headers.get("Content-Type", "")
+        except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientConnectorSSLError) as exc:
+            # Not trusted (another CA, expired, another name): no retry helps.
+            raise TlsError(f"{where}: TLS handshake failed ({exc})") from None
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             # Refused, unreachable or no SYN-ACK: nothing was sent.  Forget the name's
             # resolved address too (a replaced pod has a new IP under the old name).

@@ -37,6 +37,7 @@ from magnetar._types import (
     TransactionState,
     TxnID,
 )
+from magnetar_protocol.tlsctx import client_context
 from magnetar_protocol.topics import TopicName
 
 __all__ = ["Client", "Producer", "Consumer", "Reader", "Message", "MessageId", "Transaction",
@@ -60,7 +61,11 @@ class Client:
                  auth_token: str | None = None, operation_timeout_seconds: float = 30,
                  connection_pool_size: int = 64, transport=None, *,
                  connection_timeout_ms: int = 5000, listener_name: str | None = None,
-                 partitions_update_interval_seconds: float = 60) -> None:
+                 partitions_update_interval_seconds: float = 60,
+                 tls_trust_certs_file_path: str | None = None, tls_validate_hostname: bool = True,
+                 tls_certificate_file_path: str | None = None,
+                 tls_private_key_file_path: str | None = None,
+                 tls_allow_insecure_connection: bool = False) -> None:
         if operation_timeout_seconds <= 0:
             raise ValueError("operation_timeout_seconds must be > 0")
         if isinstance(partitions_update_interval_seconds, bool) \
@@ -74,8 +79,16 @@ class Client:
             raise ValueError(f"connection_timeout_ms must be a positive number of milliseconds, "
                              f"got {connection_timeout_ms!r}")
         self.transaction_key = transaction_key
+        # https:// service URLs: verified against tls_trust_certs_file_path (else the
+        # system's CAs) and by name; a client certificate for mutual TLS (pulsar-client's
+        # names; unlike its default, the name is checked unless told not to).
+        tls_given = (tls_trust_certs_file_path or tls_certificate_file_path
+                     or tls_allow_insecure_connection or not tls_validate_hostname)
+        ssl = client_context(tls_trust_certs_file_path, tls_certificate_file_path,
+                             tls_private_key_file_path, tls_validate_hostname,
+                             tls_allow_insecure_connection) if tls_given else None
         transport = transport or Transport(auth_token, connection_pool_size,
-                                           connection_timeout_ms / 1000)
+                                           connection_timeout_ms / 1000, ssl=ssl)
         self.core = Core(service_url, transport, operation_timeout_seconds,
                          listener_name=check_listener_name(listener_name),
                          partitions_update_interval_s=partitions_update_interval_seconds)

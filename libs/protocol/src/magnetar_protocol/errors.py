@@ -7,6 +7,7 @@ class.  So a test can assert ``pytest.raises(ProducerBusy)`` whichever side rais
     MagnetarError
     ├── ConnectError                      client: no answer from a service
     ├── Timeout                           client: an operation's deadline passed
+    ├── TlsError                          client: a TLS handshake failed (not retried)
     ├── BadRequest                        400  malformed body, invalid field
     │   ├── InvalidTopicName              400
     │   └── MessageTooBig                 400
@@ -73,6 +74,11 @@ class ConnectError(MagnetarError):
 
 class Timeout(MagnetarError):
     pass
+
+
+class TlsError(MagnetarError):
+    """The service's certificate was not trusted (another CA, expired, another name) or
+    the handshake failed otherwise: retrying cannot help, so it is raised at once."""
 
 
 class UnknownError(MagnetarError):

@@ -17,6 +17,7 @@ from google.protobuf.message import Message
 from magnetar_protocol.coalesce import Coalescer
 from magnetar_protocol.errors import ConnectError, MagnetarError, UnknownError
 from magnetar_protocol.wire import PROTOBUF, connect_timeout, decode_error
+from magnetar_runtime import tls
 from magnetar_runtime.auth import reset_role, set_role
 from magnetar_runtime.error_answers import as_magnetar_error
 
@@ -67,7 +68,9 @@ class RpcClient:
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                timeout=self._timeout, connector=aiohttp.TCPConnector(limit=64))
+                timeout=self._timeout,
+                # https:// peers are verified against this process's CA (tls.py).
+                connector=aiohttp.TCPConnector(limit=64, ssl=tls.client_ssl() or True))
         return self._session
 
     async def call(self, base_url: str, path: str, request: Message, response_type: type[Message],

@@ -14,9 +14,11 @@ import logging
 
 import uvicorn
 
+from magnetar_runtime import tls
 from magnetar_runtime.app import FastPath
-from magnetar_runtime.httplimits import bounded_protocol
+from magnetar_runtime.httplimits import Limits, bounded_protocol
 from magnetar_runtime.logs import configure_logging
+from magnetar_runtime.loops import BackgroundLoop
 from magnetar_runtime.settings import ServiceSettings
 
 log = logging.getLogger("magnetar.serve")
@@ -26,9 +28,17 @@ GRACE_S = 10
 
 
 class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, app) -> None:
+    def __init__(self, config: uvicorn.Config, app, reload_s: float = 10.0) -> None:
         super().__init__(config)
         self._app = app
+        watcher = tls.watcher()
+        self._cert_loop = None if watcher is None else BackgroundLoop(
+            "tls-reload", reload_s, watcher.run_once)
+
+    async def startup(self, sockets=None) -> None:
+        if self._cert_loop is not None:
+            self._cert_loop.start()
+        await super().startup(sockets)
 
     async def shutdown(self, sockets=None) -> None:
         first = getattr(self._app.state, "on_shutdown", None)
@@ -38,6 +48,14 @@ class _Server(uvicorn.Server):
             except Exception:  # the lifespan's stop still runs; a lease then lapses on its own
                 log.exception("the service's first shutdown step failed")
         await super().shutdown(sockets)
+        if self._cert_loop is not None:
+            await self._cert_loop.stop()
+
+
+def http_limits(settings: ServiceSettings) -> Limits:
+    return Limits(settings.max_header_bytes, settings.body_limit, settings.header_read_timeout_s,
+                  settings.body_read_timeout_s, settings.body_min_bytes_per_s,
+                  settings.body_rate_grace_s, settings.max_pending_body_bytes)
 
 
 def serve(app, settings: ServiceSettings, service: str) -> None:
@@ -47,14 +65,16 @@ def serve(app, settings: ServiceSettings, service: str) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
+    # Before the app: its lifespan (the Pulsar listener, RPC clients) uses the contexts.
+    tls.configure(tls.TlsFiles.of(settings))
+    server_ssl = tls.server_ssl()
     config = uvicorn.Config(
         FastPath(app),  # protobuf routes skip the middleware stack (app.py)
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        # httptools with head, body and head-time limits (httplimits.py).
-        http=bounded_protocol(settings.max_header_bytes, settings.body_limit,
-                              settings.header_read_timeout_s),
+        # httptools with head, body, read-time and body-memory limits (httplimits.py).
+        http=bounded_protocol(http_limits(settings)),
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=GRACE_S,
@@ -63,5 +83,8 @@ def serve(app, settings: ServiceSettings, service: str) -> None:
         # Services are reached directly (or through a Kubernetes Service), not through
         # proxies whose X-Forwarded-* headers they would need to trust.
         proxy_headers=False,
+        # TLS: this process's context (tls.py), so a reloaded certificate reaches new
+        # connections.
+        ssl_context_factory=(lambda _config, _default: server_ssl) if server_ssl else None,
     )
-    _Server(config, app).run()
+    _Server(config, app, settings.tls_reload_interval_s).run()

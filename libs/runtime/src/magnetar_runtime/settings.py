@@ -46,6 +46,22 @@ class ServiceSettings(BaseSettings):
     # with the HS256 secret for the first superuser role (RS256 needs it given).
     auth_service_token: str = ""
 
+    # TLS on every port this process serves and for its calls to other services
+    # (docs/security.md, "Transport security").  Off by default locally (`magnetar-local
+    # run --tls` turns it on); the files are what a Kubernetes Secret mounts (cert-manager:
+    # tls.crt, tls.key, ca.crt).  The CA verifies the services this one calls (and, with
+    # client certificates required, its clients); empty: the system's trust store.
+    tls_enabled: bool = False
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_ca_file: str = ""
+    # Mutual TLS: refuse a client (another service, or a user) without a certificate the
+    # CA signed.  Off by default: clients authenticate with tokens, as in Pulsar.
+    tls_require_client_cert: bool = False
+    # How often the files are checked for a new certificate (a renewal is picked up
+    # without a restart; cert-manager renews 30 days ahead by default).
+    tls_reload_interval_s: float = Field(10.0, gt=0)
+
     # Request limits (docs/security.md, "Limits"), checked as the bytes arrive, before a
     # request reaches the app and its authentication.
     # Pulsar's default maxMessageSize; a producer batch may be this big (plus framing).
@@ -58,6 +74,19 @@ class ServiceSettings(BaseSettings):
     max_body_bytes: int = Field(0, ge=0)
     # A request's head must arrive within this (slow loris); a whole head is one packet.
     header_read_timeout_s: float = Field(10.0, gt=0)
+    # A request's body must arrive within this after its head: a 6 MiB batch takes well
+    # under a second on any network a broker is reached over; a trickling body (issue 24)
+    # no longer holds a connection and its bytes for ever.
+    body_read_timeout_s: float = Field(60.0, gt=0)
+    # ... and at least this many bytes per second on average once body_rate_grace_s has
+    # passed (Kestrel's MinRequestBodyDataRate is 240 B/s after 5 s; a client that
+    # sends at all sends far faster).
+    body_min_bytes_per_s: int = Field(1024, ge=0)
+    body_rate_grace_s: float = Field(5.0, ge=0)
+    # Bytes of unfinished request bodies one process may hold at once (503 past it): 20
+    # of the largest batches in flight together; 60 stalled 5.5 MB bodies took a broker
+    # from 143 to 478 MB before.
+    max_pending_body_bytes: int = Field(128 * 1024 * 1024, gt=0)
     # Tokens longer than this are refused before any decoding (an RS256 JWT is ~0.5-1 KiB).
     auth_max_token_bytes: int = Field(8 * 1024, gt=0)
 
@@ -69,6 +98,13 @@ class ServiceSettings(BaseSettings):
     @classmethod
     def _empty_is_unset(cls, value):
         return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _tls_files_given(self):
+        if self.tls_enabled and not (self.tls_cert_file and self.tls_key_file):
+            raise ValueError("MAGNETAR_TLS_ENABLED is set: give MAGNETAR_TLS_CERT_FILE and "
+                             "MAGNETAR_TLS_KEY_FILE (and MAGNETAR_TLS_CA_FILE to verify peers)")
+        return self
 
     @model_validator(mode="after")
     def _listeners_valid(self):
@@ -86,7 +122,7 @@ class ServiceSettings(BaseSettings):
     @property
     def url(self) -> str:
         internal = resolve_internal(self.advertised_url, self._all_listeners())
-        return internal or f"http://{self.host}:{self.port}"
+        return internal or f"{'https' if self.tls_enabled else 'http'}://{self.host}:{self.port}"
 
     @property
     def listeners(self) -> dict[str, str]:

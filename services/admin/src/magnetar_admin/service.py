@@ -33,6 +33,7 @@ from magnetar_protocol.errors import (
 )
 from magnetar_protocol.topics import TopicName
 from magnetar_protocol.wire import decode_json_error
+from magnetar_runtime import tls
 from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.rpc import RpcClient
 
@@ -50,7 +51,9 @@ class AdminService:
         self.rpc = RpcClient(settings.broker_request_timeout_ms / 1000, self.auth.headers())
 
     async def start(self) -> None:
-        self.http = aiohttp.ClientSession(timeout=self._timeout, headers=self.auth.headers())
+        # https:// brokers are verified against this process's CA (magnetar_runtime.tls).
+        self.http = aiohttp.ClientSession(timeout=self._timeout, headers=self.auth.headers(),
+                                          connector=aiohttp.TCPConnector(ssl=tls.client_ssl() or True))
 
     async def stop(self) -> None:
         if self.http is not None:

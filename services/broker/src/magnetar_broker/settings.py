@@ -95,7 +95,8 @@ class BrokerSettings(ServiceSettings):
     # Pulsar's binary protocol (docs/pulsar-protocol.md): the port unmodified Pulsar
     # clients connect to (Pulsar's is 6650); 0: no Pulsar listener.
     pulsar_port: int = Field(0, ge=0, le=65535)
-    # The pulsar:// URL lookups answer for this broker; default pulsar://HOST:PULSAR_PORT.
+    # The pulsar:// URL lookups answer for this broker; default pulsar://HOST:PULSAR_PORT
+    # (pulsar+ssl:// with MAGNETAR_TLS_ENABLED: the port then speaks TLS only).
     advertised_pulsar_url: str = ""
     # A Pulsar connection that sends nothing (not even a PONG to our PING) for this long
     # is closed; Pulsar clients PING every 30 s by default.
@@ -103,10 +104,11 @@ class BrokerSettings(ServiceSettings):
 
     @property
     def pulsar_url(self) -> str:
-        """This broker's advertised pulsar:// URL ("" when the listener is off)."""
+        """This broker's advertised pulsar:// (or pulsar+ssl://) URL ("" when the listener is off)."""
         if not self.pulsar_port:
             return ""
-        return (self.advertised_pulsar_url or f"pulsar://{self.host}:{self.pulsar_port}").rstrip("/")
+        scheme = "pulsar+ssl" if self.tls_enabled else "pulsar"
+        return (self.advertised_pulsar_url or f"{scheme}://{self.host}:{self.pulsar_port}").rstrip("/")
 
     @property
     def listeners(self) -> dict[str, str]:

@@ -17,3 +17,5 @@ ADOPTIONS = Counter("magnetar_txn_coordinator_adoptions",
 ONE_PHASE = Counter("magnetar_txn_one_phase",
                     "Transactions ended in one SQL transaction by the broker hosting their "
                     "coordinator (the rest take the two-phase path)")
+LIMITED = Counter("magnetar_txn_refused_by_role_limits",
+                  "New transactions refused by a per-role limit (open, or per second)")

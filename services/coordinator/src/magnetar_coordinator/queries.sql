@@ -146,6 +146,10 @@ LIMIT 1000;
 -- name: active_count
 SELECT count(*) FROM transactions WHERE coordinator_id = $1 AND status IN (0, 1, 3);
 
+-- name: open_by_owner
+SELECT owner, count(*) AS n FROM transactions
+WHERE coordinator_id = $1 AND status = 0 AND owner IS NOT NULL GROUP BY owner;
+
 -- name: purge_ended
 WITH fence AS (
     SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $3 FOR SHARE

@@ -13,11 +13,14 @@ from magnetar_coordinator import statemachine as sm
 from magnetar_coordinator.participants import Participants
 from magnetar_coordinator.settings import CoordinatorSettings
 from magnetar_coordinator.store import CoordinatorStore, Fenced
+from magnetar_coordinator.txnlimits import RoleTxnLimits, TooFast, TooManyOpen
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     BadRequest,
     MagnetarError,
+    NotAllowedError,
     ServiceNotReady,
+    TooManyRequests,
     TransactionCoordinatorNotFoundError,
     TransactionNotFound,
 )
@@ -73,6 +76,9 @@ class CoordinatorService:
         self.purge_loop = BackgroundLoop("txn-purge", 60, self.purge_ended)
         self.adopt_loop = BackgroundLoop("coordinator-adopt", settings.heartbeat_interval_ms / 1000,
                                          self.adopt_orphans)
+        self.limits = RoleTxnLimits(settings.max_open_txns_per_role, settings.max_new_txns_per_role_per_s)
+        self._opened_during_count: dict[str, int] | None = None
+        self.limits_loop = BackgroundLoop("txn-limits", settings.txn_limit_refresh_s, self.count_open)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -84,7 +90,7 @@ class CoordinatorService:
         await self.adopt_loop.stop()
         # Adopted TCIDs are released too: a live coordinator adopts them at once.
         await asyncio.gather(*(child.stop() for child in list(self.adopted.values())))
-        for loop in (self.claim_loop, self.timeout_loop, self.purge_loop):
+        for loop in (self.claim_loop, self.timeout_loop, self.purge_loop, self.limits_loop):
             await loop.stop()
         # Let in-flight commits finish so their clients get an answer.
         if self._driving:
@@ -115,6 +121,8 @@ class CoordinatorService:
         self.ready = True
         self.timeout_loop.start()
         self.purge_loop.start()
+        if self.adopter is None:  # new transactions are opened on the process's own TCID only
+            self.limits_loop.start()
         asyncio.create_task(self.recover())
 
     def _lost_claim(self) -> None:
@@ -130,6 +138,7 @@ class CoordinatorService:
         self.ready = False
         asyncio.create_task(self.timeout_loop.stop())
         asyncio.create_task(self.purge_loop.stop())
+        asyncio.create_task(self.limits_loop.stop())
         # Stop driving endings: the new holder re-drives them (recovery), so going on
         # here would only tell every participant twice.  Waiting requests get Fenced.
         for task in list(self._driving.values()):
@@ -208,6 +217,7 @@ class CoordinatorService:
         owner = current_role()
         if req.transaction_key and (problem := key_problem(req.transaction_key)):
             raise BadRequest(problem)
+        self._admit(owner, count)
         txn_ids = await self._next_ids(count)
         if req.transaction_key:
             await self._guard(self.store.new_keyed_txn(
@@ -221,6 +231,31 @@ class CoordinatorService:
         metrics.APPEND_LOG.inc()
         return pb.NewTxnResponse(txn=TxnID(self.tcid, txn_ids[0]).to_wire(),
                                  timeout_ms=timeout, more_least_bits=txn_ids[1:])
+
+    def _admit(self, role: str, count: int) -> None:
+        """The role's limits (txnlimits.py); superusers are exempt."""
+        if self.auth.roles.is_superuser(role):
+            return
+        try:
+            self.limits.admit(role, count, time.monotonic())
+        except TooManyOpen as exc:  # the client raises it at once
+            metrics.LIMITED.inc()
+            raise NotAllowedError(str(exc)) from None
+        except TooFast as exc:      # the client retries it with backoff (429)
+            metrics.LIMITED.inc()
+            raise TooManyRequests(str(exc)) from None
+        if self._opened_during_count is not None:
+            self._opened_during_count[role] = self._opened_during_count.get(role, 0) + count
+
+    async def count_open(self) -> None:
+        """Read the OPEN counts back (ended transactions stop counting)."""
+        self._opened_during_count = {}
+        try:
+            counts = await self.store.open_by_owner()
+            self.limits.reset_open(counts, self._opened_during_count)
+        finally:
+            self._opened_during_count = None
+        self.limits.forget_idle(time.monotonic())
 
     def _check_pool_request(self, req: pb.NewTxnRequest, count: int) -> None:
         if count == 1:

@@ -26,6 +26,18 @@ class CoordinatorSettings(ServiceSettings):
     max_txn_pool: int = Field(64, gt=0)
     max_txn_hold_ms: int = Field(5000, ge=0)
     broker_request_timeout_ms: int = Field(10_000, gt=0)
+    # Per-role limits (txnlimits.py; superusers exempt, so nothing applies with
+    # authentication off).  Global, not per namespace: a transaction has no namespace
+    # when it is opened.  Per coordinator: a role may hold this many OPEN on each.
+    # 10,000: a client holds one transaction, or a pool of 64, per thread; a Spark job
+    # one per task; a role with no grants held 197,004 in 2.9 s before (issue 24).  0: none.
+    max_open_txns_per_role: int = Field(10_000, ge=0)
+    # New transactions per second per role and coordinator (burst: one second's worth);
+    # the transaction benchmarks reach ~2,000/s on the 2-core machine.  0: none.
+    max_new_txns_per_role_per_s: float = Field(5_000, ge=0)
+    # How often the OPEN counts are read back from the database (ended transactions
+    # stop counting then).
+    txn_limit_refresh_s: float = Field(5.0, gt=0)
     # A broker hosting this coordinator ends a transaction whose participants it all
     # serves in one SQL transaction (issue 18); false keeps the two-phase path for every
     # transaction (to compare the two in one build).  No effect on a coordinator process.

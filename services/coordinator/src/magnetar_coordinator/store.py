@@ -269,6 +269,10 @@ class CoordinatorStore:
     async def active_count(self) -> int:
         return await self.pool.fetchval(Q["active_count"], self.tcid)
 
+    async def open_by_owner(self) -> dict[str, int]:
+        """This TCID's OPEN transactions counted by owner (role)."""
+        return {r["owner"]: r["n"] for r in await self.pool.fetch(Q["open_by_owner"], self.tcid)}
+
     async def purge_ended(self, retention_s: float) -> int:
         result = await self.pool.execute(Q["purge_ended"], self.tcid, retention_s, self.fence_epoch)
         return int(result.split()[-1])

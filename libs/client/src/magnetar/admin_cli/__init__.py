@@ -34,6 +34,7 @@ from magnetar.admin_cli.namespaces import group_namespaces
 from magnetar.admin_cli.tenants import group_brokers, group_tenants
 from magnetar.admin_cli.topics import group_topics
 from magnetar.admin_cli.transactions import group_transactions
+from magnetar_protocol.tlsctx import client_context
 
 __all__ = ["DEFAULT_ADMIN_URL", "EXIT_OK", "EXIT_REFUSED", "EXIT_UNREACHABLE", "EXIT_USAGE", "main", "run"]
 
@@ -63,6 +64,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--output", "-o", choices=("table", "json"), default=d("table"),
                        help="table (default) or json")
         p.add_argument("--timeout", type=float, default=d(30.0), help="seconds to wait for an answer")
+        # pulsar-admin's names (client.conf tlsTrustCertsFilePath, ...).
+        # In a Magnetar pod the services' own MAGNETAR_TLS_CA_FILE serves too.
+        p.add_argument("--tls-trust-cert-path", default=d(os.environ.get("MAGNETAR_TLS_TRUST_CERT_PATH")
+                                                          or os.environ.get("MAGNETAR_TLS_CA_FILE")),
+                       help="CA file verifying an https:// --admin-url (default: "
+                            "$MAGNETAR_TLS_TRUST_CERT_PATH or $MAGNETAR_TLS_CA_FILE, else the system's CAs)")
+        p.add_argument("--tls-cert-file", default=d(os.environ.get("MAGNETAR_TLS_CERT_FILE")),
+                       help="client certificate, when the admin service requires one (mutual TLS)")
+        p.add_argument("--tls-key-file", default=d(os.environ.get("MAGNETAR_TLS_KEY_FILE")),
+                       help="the client certificate's key")
 
     parser = argparse.ArgumentParser(prog="magnetar-admin", epilog=EPILOG,
                                      description="Administer Magnetar through its admin REST API.")
@@ -98,6 +109,8 @@ def run(argv: list[str], *, headers: dict | None = None, ssl: _ssl.SSLContext | 
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     err = sys.stderr
     try:
+        if ssl is None and (a.tls_trust_cert_path or a.tls_cert_file):
+            ssl = client_context(a.tls_trust_cert_path, a.tls_cert_file, a.tls_key_file)
         api = AdminApi(a.admin_url, a.auth_token, a.timeout, headers=headers, ssl=ssl)
         a.run(api, Out(a.output), a)
         return EXIT_OK

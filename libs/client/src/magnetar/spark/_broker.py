@@ -10,6 +10,7 @@ import magnetar
 from magnetar.admin_cli._http import AdminApi, Refused, Unreachable, q
 from magnetar.spark._offsets import split_partition
 from magnetar.spark._options import Connection, MagnetarOptionError, ReadOptions
+from magnetar_protocol.tlsctx import client_context
 from magnetar_protocol.topics import TopicName
 
 READ_POLL_MS = 500  # a reader's wait before asking whether more is visible at all
@@ -21,7 +22,14 @@ class MagnetarSparkError(RuntimeError):
 
 def client(conn: Connection, transaction_key: str | None = None) -> magnetar.Client:
     return magnetar.Client(conn.service_url, transaction_key=transaction_key,
-                           auth_token=conn.auth_token, listener_name=conn.listener_name)
+                           auth_token=conn.auth_token, listener_name=conn.listener_name, **conn.tls())
+
+
+def _admin_api(conn: Connection) -> AdminApi:
+    tls = conn.tls()
+    ssl = client_context(*(tls.get(k) for k in ("tls_trust_certs_file_path", "tls_certificate_file_path",
+                                                   "tls_private_key_file_path"))) if tls else None
+    return AdminApi(conn.admin_url, conn.auth_token, ssl=ssl)
 
 
 def admin(conn: Connection) -> AdminApi:
@@ -29,7 +37,7 @@ def admin(conn: Connection) -> AdminApi:
         raise MagnetarOptionError(
             "option 'admin.url' is required to read: the end of each partition comes from the "
             "admin API, e.g. .option('admin.url', 'http://127.0.0.1:8081')")
-    return AdminApi(conn.admin_url, conn.auth_token)
+    return _admin_api(conn)
 
 
 def _get(api: AdminApi, path: str):
@@ -96,7 +104,7 @@ def last_entry(conn: Connection, topic: str) -> int | None:
     if not conn.admin_url:
         return None
     try:
-        stats = AdminApi(conn.admin_url, conn.auth_token).request(
+        stats = _admin_api(conn).request(
             "GET", _topic_path(topic) + "/internalStats")
     except (Refused, Unreachable):
         return None

@@ -24,7 +24,9 @@ DEFAULT_POLL_TIMEOUT_MS = 120_000  # how long a task waits for entries the offse
 # Spark hands the source some options of its own (a streaming query's queryName, the
 # path of .load(path)/.save(path)): accepted and ignored, not "unknown".
 SPARK_OWN = ("queryName", "path")
-COMMON = ("service.url", "auth.token", "listener.name") + SPARK_OWN
+# tls.*: the client's tls_* options (pulsar-client's names), for https:// services.
+TLS = ("tls.trustCertsFilePath", "tls.certificateFilePath", "tls.privateKeyFilePath")
+COMMON = ("service.url", "auth.token", "listener.name") + TLS + SPARK_OWN
 READ = COMMON + ("admin.url", "topic", "topics", "topicsPattern", "startingOffsets",
                  "endingOffsets", "maxOffsetsPerTrigger", "failOnDataLoss", "minPartitions",
                  "maxRecordsPerPartition", "pollTimeoutMs")
@@ -99,6 +101,17 @@ class Connection:
     auth_token: str | None
     admin_url: str | None
     listener_name: str | None = None  # the client's listener_name (outside Kubernetes)
+    # https:// services: the CA, and a client certificate under mutual TLS.
+    tls_trust_certs_file_path: str | None = None
+    tls_certificate_file_path: str | None = None
+    tls_private_key_file_path: str | None = None
+
+    def tls(self) -> dict[str, str]:
+        """The client's tls_* keyword arguments that are set."""
+        given = {"tls_trust_certs_file_path": self.tls_trust_certs_file_path,
+                 "tls_certificate_file_path": self.tls_certificate_file_path,
+                 "tls_private_key_file_path": self.tls_private_key_file_path}
+        return {k: v for k, v in given.items() if v}
 
 
 def _urls(value: str | None, name: str) -> str | None:
@@ -118,7 +131,8 @@ def _connection(opts: dict) -> Connection:
         raise MagnetarOptionError(f"option 'listener.name': {problem}")
     return Connection(_urls(_required(opts, "service.url", "http://127.0.0.1:8080"), "service.url"),
                       opts.get("auth.token") or None,
-                      _urls(opts.get("admin.url") or None, "admin.url"), listener)
+                      _urls(opts.get("admin.url") or None, "admin.url"), listener,
+                      *(opts.get(name) or None for name in TLS))
 
 
 @dataclass(frozen=True)

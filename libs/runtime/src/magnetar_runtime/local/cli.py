@@ -1,12 +1,14 @@
 """``magnetar-local``: run a whole Magnetar on this machine (like ``pulsar standalone``).
 
     magnetar-local run [--data-dir .magnetar] [--brokers 2] [--coordinators 1] [--fresh]
-                       [--coordinator-in-broker]
-    magnetar-local env [--brokers 2] [--coordinators 1] [--coordinator-in-broker]
+                       [--coordinator-in-broker] [--tls | --mutual-tls]
+    magnetar-local env [--brokers 2] [--coordinators 1] [--coordinator-in-broker] [--tls]
 
 ``run`` keeps data under the data folder across restarts (PostgreSQL with fsync on),
 restarts a service that dies, and stops everything on Ctrl-C or SIGTERM.  ``env`` prints
-the MAGNETAR_* variables each service gets.
+the MAGNETAR_* variables each service gets.  ``--tls`` makes a local CA (kept in
+``<data>/tls``) and runs every hop over TLS (https://, pulsar+ssl://, PostgreSQL with
+sslmode=verify-full); ``--mutual-tls`` also requires client certificates.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def _has_admin_cli(cluster: LocalCluster) -> bool:
 
 
 def banner(cluster: LocalCluster) -> str:
+    curl = f"curl -s{_tls_flags(cluster, '--cacert', '--cert', '--key')}"
     pg_log = cluster.data_dir / "postgres" / "postgres.log"
     lines = [
         "",
@@ -74,6 +77,11 @@ def banner(cluster: LocalCluster) -> str:
         f"  PostgreSQL             {redact(cluster.database_url)}",
         f"  logs                   {cluster.log_dir}/<service>.log"
         + (f" and {pg_log}" if cluster.postgres else ""),
+        f"  TLS CA (trust it)      {cluster.tls_files.ca_file}  (clients: "
+        "tls_trust_certs_file_path=...; magnetar-admin --tls-trust-cert-path ...)"
+        if cluster.tls_files else None,
+        f"  client certificate     {cluster.tls_files.cert_file} and its key "
+        f"{cluster.tls_files.key_file} (mutual TLS is on)" if cluster.mutual_tls else None,
         "",
         "  processes:",
     ]
@@ -88,14 +96,25 @@ def banner(cluster: LocalCluster) -> str:
         "Try, in another terminal (README.md, 'A five-minute tour'):",
         f"  {_here(Path(sys.executable))} {tour} {cluster.service_url}" if tour else None,
         f"  {_here(Path(sys.executable).parent / 'magnetar-admin')} --admin-url "
-        f"{cluster.admin_url} topics list public/default" if _has_admin_cli(cluster) else None,
-        f"  curl -s {cluster.admin_url}/admin/v2/persistent/public/default"
+        f"{cluster.admin_url}{_tls_flags(cluster, '--tls-trust-cert-path', '--tls-cert-file', '--tls-key-file')}"
+        " topics list public/default"
+        if _has_admin_cli(cluster) else None,
+        f"  {curl} {cluster.admin_url}/admin/v2/persistent/public/default"
         if cluster.names("admin") else None,
-        f"  curl -s {cluster.service_url}/metrics | head",
+        f"  {curl} {cluster.service_url}/metrics | head",
         "",
         "Ctrl-C stops everything; the data stays for the next run (--fresh deletes it).",
     ]
     return "\n".join(line for line in lines if line is not None)
+
+
+def _tls_flags(cluster: LocalCluster, ca: str, cert: str, key: str) -> str:
+    """The CA (and, under mutual TLS, the certificate) options of a command, by its names."""
+    tls = cluster.tls_files
+    if tls is None:
+        return ""
+    mutual = f" {cert} {tls.cert_file} {key} {tls.key_file}" if cluster.mutual_tls else ""
+    return f" {ca} {tls.ca_file}{mutual}"
 
 
 def _lock_data_dir(data_dir: Path):
@@ -183,7 +202,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     cluster = LocalCluster(data_dir, services=counts, ports=ports, durable=True,
                            env=_parse_env(args.env),
-                           coordinator_in_broker=args.coordinator_in_broker)
+                           coordinator_in_broker=args.coordinator_in_broker,
+                           tls=args.tls, mutual_tls=args.mutual_tls)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_stop)
     try:
@@ -217,6 +237,7 @@ def env(args: argparse.Namespace) -> int:
     cluster = LocalCluster(args.data_dir, services=counts,
                            ports=fixed_ports(counts),
                            coordinator_in_broker=args.coordinator_in_broker,
+                           tls=args.tls, mutual_tls=args.mutual_tls,
                            database_url=os.environ.get("MAGNETAR_DATABASE_URL")
                            or "postgresql://magnetar@127.0.0.1:<port>/magnetar")
     for name in cluster.services:
@@ -238,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--coordinators", type=int, default=KINDS["coordinator"].count)
         p.add_argument("--coordinator-in-broker", action="store_true",
                        help="no coordinator processes: each broker hosts one (small machines)")
+        p.add_argument("--tls", action="store_true",
+                       help="a local CA (in DATA_DIR/tls) and TLS on every hop: https://, "
+                            "pulsar+ssl://, PostgreSQL with sslmode=verify-full")
+        p.add_argument("--mutual-tls", action="store_true",
+                       help="--tls, and every service requires a client certificate")
     run_parser = sub.choices["run"]
     run_parser.add_argument("--fresh", action="store_true",
                             help="delete the data folder's contents first")

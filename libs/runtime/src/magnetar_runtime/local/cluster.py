@@ -31,8 +31,8 @@ from magnetar_runtime.local.processes import (
     run_sync,
 )
 
-__all__ = ["KINDS", "Kind", "LocalCluster", "ServiceFailed", "ServiceProcess", "fixed_ports", "PULSAR_PORT_SUFFIX",
-           "plan", "port_in_use", "run_sync"]
+__all__ = ["KINDS", "Kind", "LocalCluster", "LocalTls", "ServiceFailed", "ServiceProcess", "fixed_ports",
+           "PULSAR_PORT_SUFFIX", "plan", "port_in_use", "run_sync"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,34 @@ def fixed_ports(counts: Mapping[str, int]) -> dict[str, int]:
     return ports
 
 
+@dataclass(frozen=True)
+class LocalTls:
+    """The local CA and the one certificate every local service (and PostgreSQL) uses."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+    @classmethod
+    def make(cls, directory: Path) -> "LocalTls":
+        """Made once per data folder, so clients given the CA keep working across runs."""
+        files = cls(directory / "ca.crt", directory / "magnetar.crt", directory / "magnetar.key")
+        if not all(p.exists() for p in (files.ca_file, files.cert_file, files.key_file)):
+            from magnetar_runtime.local.certs import issue, make_ca
+
+            ca = make_ca(directory)
+            issue(ca, directory, "magnetar")
+        return files
+
+    def env(self, mutual: bool) -> dict[str, str]:
+        """The same names the Helm chart sets from its mounted Secret."""
+        env = {"MAGNETAR_TLS_ENABLED": "true", "MAGNETAR_TLS_CERT_FILE": str(self.cert_file),
+               "MAGNETAR_TLS_KEY_FILE": str(self.key_file), "MAGNETAR_TLS_CA_FILE": str(self.ca_file)}
+        if mutual:
+            env["MAGNETAR_TLS_REQUIRE_CLIENT_CERT"] = "true"
+        return env
+
+
 class ServiceFailed(RuntimeError):
     """A service died or did not become ready; the message names it and its log file."""
 
@@ -114,14 +142,17 @@ class ServiceProcess:
     starts: int = 0
     started_at: float = 0.0  # time.monotonic() of the last start
     frozen: bool = False
+    tls: bool = False  # every port speaks TLS (https://, pulsar+ssl://)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def pulsar_url(self) -> str:
-        return f"pulsar://127.0.0.1:{self.pulsar_port}" if self.pulsar_port else ""
+        if not self.pulsar_port:
+            return ""
+        return f"{'pulsar+ssl' if self.tls else 'pulsar'}://127.0.0.1:{self.pulsar_port}"
 
     @property
     def alive(self) -> bool:
@@ -139,7 +170,11 @@ class LocalCluster:
     friends are shortcuts.  ``ports`` fixes ports by instance name (others get free
     ports).  ``env`` is added to every service's environment; ``service_env`` adds per
     kind or per instance name (the name wins).  ``coordinator_in_broker``: no coordinator
-    processes; each broker hosts one, its TCID the broker's index."""
+    processes; each broker hosts one, its TCID the broker's index.  ``tls``: a local CA
+    and certificate (``<data>/tls``, made once, local/certs.py) and every hop over TLS:
+    HTTPS and pulsar+ssl:// on every port, verified service-to-service calls,
+    PostgreSQL with sslmode=verify-full (when the cluster starts its own);
+    ``mutual_tls`` also makes every service require a client certificate."""
 
     def __init__(self, data_dir: Path | str, *, brokers: int | None = None,
                  coordinators: int | None = None, admin: bool | None = None,
@@ -148,8 +183,12 @@ class LocalCluster:
                  durable: bool = True, ports: Mapping[str, int] | None = None,
                  env: Mapping[str, str] | None = None,
                  service_env: Mapping[str, Mapping[str, str]] | None = None,
-                 coordinator_in_broker: bool = False):
+                 coordinator_in_broker: bool = False, tls: bool = False,
+                 mutual_tls: bool = False):
         self.data_dir = Path(data_dir).resolve()
+        self.tls = tls or mutual_tls
+        self.mutual_tls = mutual_tls
+        self.tls_files: LocalTls | None = LocalTls.make(self.data_dir / "tls") if self.tls else None
         counts = default_counts() | dict(services or {})
         for kind, value in (("broker", brokers), ("coordinator", coordinators),
                             ("admin", None if admin is None else int(admin)),
@@ -178,7 +217,7 @@ class LocalCluster:
                 port = free_port()  # distinct even if the OS hands one out twice
             taken.add(port)
             self.services[name] = ServiceProcess(name, kind, index, port,
-                                                 self.data_dir / "logs" / f"{name}.log")
+                                                 self.data_dir / "logs" / f"{name}.log", tls=self.tls)
             if kind == "broker":
                 pulsar = ports.get(name + PULSAR_PORT_SUFFIX)
                 while pulsar is None or (pulsar in taken and name + PULSAR_PORT_SUFFIX not in ports):
@@ -187,6 +226,16 @@ class LocalCluster:
                 self.services[name].pulsar_port = pulsar
 
     # ---------------------------------------------------------------- addresses
+
+    def client_ssl(self):
+        """An SSLContext trusting the cluster's CA, with its certificate for mutual TLS
+        (None without TLS)."""
+        if self.tls_files is None:
+            return None
+        from magnetar_protocol.tlsctx import client_context
+
+        return client_context(str(self.tls_files.ca_file), str(self.tls_files.cert_file),
+                              str(self.tls_files.key_file))
 
     def names(self, kind: str) -> list[str]:
         return [s.name for s in self.services.values() if s.kind == kind]
@@ -245,6 +294,8 @@ class LocalCluster:
         if self.coordinator_in_broker and svc.kind == "broker":
             env["MAGNETAR_HOST_COORDINATOR"] = "true"
             env["MAGNETAR_COORDINATOR_ID"] = str(svc.index)
+        if self.tls_files is not None:
+            env |= self.tls_files.env(self.mutual_tls)
         env |= self.extra_env
         env |= self.service_env.get(svc.kind, {})
         env |= self.service_env.get(name, {})
@@ -272,9 +323,13 @@ class LocalCluster:
 
     def _start_all(self, timeout: float) -> None:
         if not self.database_url:
-            self.postgres = LocalPostgres(self.data_dir / "postgres", durable=self.durable)
+            tls = self.tls_files
+            self.postgres = LocalPostgres(self.data_dir / "postgres", durable=self.durable,
+                                          tls=None if tls is None else (tls.cert_file, tls.key_file))
             self.postgres.start(timeout)
             self.database_url = self.postgres.url
+            if tls is not None:  # the server's certificate and name checked (libpq's names)
+                self.database_url += f"?sslmode=verify-full&sslrootcert={tls.ca_file}"
         from magnetar_storage.migrate import migrate
 
         run_sync(lambda: migrate(self.database_url))
@@ -317,7 +372,8 @@ class LocalCluster:
                 raise ServiceFailed(f"{name} exited with code {code} before it was ready; "
                                     f"log: {svc.log_path}\n{self.log_tail(name)}")
             try:
-                with urllib.request.urlopen(svc.url + "/readyz", timeout=2) as resp:
+                with urllib.request.urlopen(svc.url + "/readyz", timeout=2,
+                                            context=self.client_ssl()) as resp:
                     if resp.status == 200:
                         return
             except (urllib.error.URLError, OSError):

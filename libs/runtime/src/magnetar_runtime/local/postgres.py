@@ -165,6 +165,9 @@ class LocalPostgres:
     durable: bool = True  # False: fsync off, for throwaway test clusters
     run_as: str = os.environ.get("MAGNETAR_PG_USER", "postgres")
     settings: dict[str, str] = field(default_factory=dict)  # more `-c name=value`
+    # (certificate, key) files: the server offers TLS with them (clients may then ask
+    # for sslmode=verify-full); copied next to the data, owned by the server's user.
+    tls: tuple[Path, Path] | None = None
     process: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -215,6 +218,8 @@ class LocalPostgres:
         }
         if not self.durable:
             settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+        if self.tls is not None:
+            settings |= self._tls_settings()
         settings |= self.settings
         args = [*drop, *_die_with_parent(), str(bin_dir / "postgres"), "-D", str(pgdata),
                 "-p", str(self.port)]
@@ -226,6 +231,18 @@ class LocalPostgres:
         self._wait_ready(bin_dir, timeout)
         self._ensure_database(bin_dir)
         return self
+
+    def _tls_settings(self) -> dict[str, str]:
+        # PostgreSQL reads its key only if the server's user owns it and nobody else can.
+        cert, key = self.data_dir / "server.crt", self.data_dir / "server.key"
+        shutil.copyfile(self.tls[0], cert)
+        shutil.copyfile(self.tls[1], key)
+        key.chmod(0o600)
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam(self.run_as)
+            for path in (cert, key):
+                os.chown(path, pw.pw_uid, pw.pw_gid)
+        return {"ssl": "on", "ssl_cert_file": str(cert), "ssl_key_file": str(key)}
 
     def _wait_ready(self, bin_dir: Path, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -29,6 +29,8 @@ Type = pb.BaseCommand.Type
 SERVER_PROTOCOL_VERSION = 21
 SERVER_VERSION = "Magnetar"
 READ_CHUNK = 256 * 1024
+# A connection whose CONNECT was refused answers requests for this long, then closes.
+REFUSED_GRACE_S = 10.0
 
 
 class Closed(Exception):
@@ -51,6 +53,7 @@ class Connection:
         self.protocol_version = 0
         self.client_version = ""
         self.connected = False
+        self.refused: MagnetarError | None = None   # the CONNECT's authentication failure
         self.last_heard = time.monotonic()
         self.tasks: set[asyncio.Task] = set()
         self._closers: list = []                # role modules' cleanup, run at close
@@ -140,6 +143,9 @@ class Connection:
 
     async def _dispatch(self, frame: frames.Frame) -> None:
         kind = frame.type
+        if self.refused is not None:
+            self._answer_refused(frame)
+            return
         if kind == Type.CONNECT:
             await self._connect(frame.body)
             return
@@ -172,8 +178,8 @@ class Connection:
         try:
             self.role = self._authenticate(cmd)
         except MagnetarError as exc:
-            self.send(pb.CommandError(request_id=0, error=server_error(exc), message=exc.message))
-            raise Closed(f"CONNECT refused: {exc.message}") from None
+            self._refuse_connect(cmd, exc)
+            return
         # The role holds for everything this connection's task (and its tasks) do.
         set_role(self.role)
         reply = await self.service.open_session(mpb.OpenSessionRequest(client_name=cmd.client_version[:200]))
@@ -186,6 +192,51 @@ class Connection:
         self.send(pb.CommandConnected(server_version=SERVER_VERSION, protocol_version=self.protocol_version,
                                       max_message_size=self.settings.max_message_size,
                                       feature_flags=pb.FeatureFlags(supports_auth_refresh=False)))
+
+    def _refuse_connect(self, cmd: pb.CommandConnect, exc: MagnetarError) -> None:
+        """A CONNECT whose credentials fail.  Pulsar's broker answers it with
+        ERROR(request_id -1, AuthenticationError) and closes; the C++ client under the
+        ``pulsar-client`` wheel treats any answer but CONNECTED as a broken connection
+        and retries until its operation timeout, so the user sees TimeOut, not the
+        refusal (pulsar-client-cpp#227).  Here the CONNECT is answered CONNECTED with no
+        session and no role, and every request on the connection is answered with the
+        AuthenticationError in its own response type, which the wheel raises at once;
+        the connection closes after the first such answer (or REFUSED_GRACE_S)."""
+        log.warning("pulsar connection %s: CONNECT refused: %s", self.peer, exc.message)
+        self.refused = exc
+        self.protocol_version = min(cmd.protocol_version, SERVER_PROTOCOL_VERSION)
+        self.send(pb.CommandConnected(server_version=SERVER_VERSION, protocol_version=self.protocol_version,
+                                      max_message_size=self.settings.max_message_size))
+        self.spawn(self._close_refused())
+
+    async def _close_refused(self) -> None:
+        await asyncio.sleep(REFUSED_GRACE_S)
+        self.writer.close()
+
+    def _answer_refused(self, frame: frames.Frame) -> None:
+        """A request on a connection whose CONNECT was refused: its refusal, then close."""
+        exc, kind, body = self.refused, frame.type, frame.body
+        if kind == Type.PING:
+            self.send(pb.CommandPong())
+            return
+        if kind == Type.PONG:
+            return
+        message = f"CONNECT refused: {exc.message}"
+        request_id = getattr(body, "request_id", 0) or 0
+        if kind == Type.PARTITIONED_METADATA:
+            Metadata = pb.CommandPartitionedTopicMetadataResponse
+            self.send(Metadata(request_id=request_id, response=Metadata.Failed,
+                               error=server_error(exc), message=message))
+        elif kind == Type.LOOKUP:
+            Lookup = pb.CommandLookupTopicResponse
+            self.send(Lookup(request_id=request_id, response=Lookup.Failed,
+                             error=server_error(exc), message=message))
+        elif kind == Type.SEND:
+            self.send(pb.CommandSendError(producer_id=body.producer_id, sequence_id=body.sequence_id,
+                                          error=server_error(exc), message=message))
+        else:
+            self.send(pb.CommandError(request_id=request_id, error=server_error(exc), message=message))
+        raise Closed(message)
 
     def _authenticate(self, cmd: pb.CommandConnect) -> str:
         """The role the CONNECT proves: a Magnetar JWT sent with method "token"."""

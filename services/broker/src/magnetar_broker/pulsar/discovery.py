@@ -54,7 +54,11 @@ class Discovery:
             return
         # The owner's URL with Connect (not Redirect): the answer is authoritative, as a
         # Pulsar broker's is once it found the owner; any broker answers any topic.
+        # A TLS listener's URL goes in broker_service_url_tls, which a TLS client uses
+        # (Pulsar fills both from brokerServiceUrl and brokerServiceUrlTls); a broker
+        # has one Pulsar port, so both carry the one URL it has.
         self.conn.send(Lookup(request_id=cmd.request_id, response=Lookup.Connect, broker_service_url=url,
+                              broker_service_url_tls=url if url.startswith("pulsar+ssl://") else "",
                               authoritative=True))
 
     async def owner_url(self, topic: str) -> str:

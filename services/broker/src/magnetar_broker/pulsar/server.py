@@ -11,6 +11,7 @@ from magnetar_broker.pulsar.consumers import Consumers
 from magnetar_broker.pulsar.discovery import Discovery
 from magnetar_broker.pulsar.producers import Producers
 from magnetar_broker.pulsar.transactions import COORDINATOR_TIMEOUT_S, Transactions
+from magnetar_runtime import tls
 from magnetar_runtime.rpc import RpcClient
 
 log = logging.getLogger("magnetar.broker.pulsar")
@@ -34,9 +35,13 @@ class PulsarServer:
         self.rpc = RpcClient(COORDINATOR_TIMEOUT_S)
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, self.settings.host, self.settings.pulsar_port)
-        log.info("Pulsar protocol listener on %s:%d, advertised as %s", self.settings.host,
-                 self.settings.pulsar_port, self.settings.pulsar_url)
+        # TLS (pulsar+ssl://) with the process's context, which a reloaded certificate
+        # updates in place; a plaintext client fails its handshake.
+        context = tls.server_ssl()
+        self._server = await asyncio.start_server(self._accept, self.settings.host, self.settings.pulsar_port,
+                                                  ssl=context)
+        log.info("Pulsar protocol listener on %s:%d%s, advertised as %s", self.settings.host,
+                 self.settings.pulsar_port, " (TLS)" if context else "", self.settings.pulsar_url)
 
     async def stop(self) -> None:
         """Stop accepting and close every connection (their sessions close with them)."""
