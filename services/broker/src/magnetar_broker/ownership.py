@@ -161,8 +161,5 @@ class Ownership:
             _, policy = await self.store.namespace(tenant, namespace)
             dedup = self.settings.deduplication_enabled if policy is None else policy
             for plog in self.logs.values():
-                if (plog.name.tenant, plog.name.namespace) == (tenant, namespace) and plog.dedup != dedup:
-                    plog.dedup = dedup
-                    # State was not kept while off: reload it from the database.
-                    plog.persisted_seq.clear()
-                    plog.pushed_seq.clear()
+                if (plog.name.tenant, plog.name.namespace) == (tenant, namespace):
+                    plog.dedup_state.set_enabled(dedup)

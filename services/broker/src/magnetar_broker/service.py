@@ -18,7 +18,7 @@ from magnetar_broker.sessions import SessionRegistry, new_object_id
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
 from magnetar_broker.subscription.cursor import Cursor
-from magnetar_broker.subscription.subscription import Consumer, Subscription
+from magnetar_broker.subscription.subscription import FROM_EARLIEST, FROM_LATEST, Consumer, Subscription, durable
 from magnetar_broker.topic_metrics import PartitionSample, export
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.cursorstate import decode_acks
@@ -74,7 +74,7 @@ class BrokerService:
         self.dedup_expiry_loop = BackgroundLoop("dedup-expiry", min(max(idle_s / 4, 0.2), 60),
                                                 self.expire_idle_producers)
         self.lifecycle = StorageLifecycle(store, settings, lambda: list(self.ownership.logs.values()),
-                                          self.durable_subscription, self.ownership.get_log)
+                                          self.ownership.get_log)
         self.lifecycle_loop = BackgroundLoop("storage-lifecycle", settings.lifecycle_interval_ms / 1000,
                                              self.lifecycle.run_once)
         self.topic_metrics_loop = BackgroundLoop("topic-metrics", settings.topic_metrics_interval_ms / 1000,
@@ -130,11 +130,10 @@ class BrokerService:
     def _topic_lost(self, plog: PartitionLog) -> None:
         for producer in list(plog.producers.values()):
             self._drop_producer(producer)
-        for sub in list(plog.subscriptions.values()):
+        for sub in plog.subscriptions.clear():
             for consumer in list(sub.consumers.values()):
                 consumer.closed = True
                 self.consumers.pop(consumer.consumer_id, None)
-        plog.subscriptions.clear()
 
     async def expire_idle_producers(self) -> None:
         """Forget the dedup state of idle, disconnected producer names of the partitions
@@ -148,10 +147,7 @@ class BrokerService:
             # One that connected meanwhile keeps its state in memory; its next write
             # stores the row again.
             now_connected = {p.name for p in plog.producers.values()}
-            for name in names:
-                if name not in now_connected:
-                    plog.persisted_seq.pop(name, None)
-                    plog.pushed_seq.pop(name, None)
+            plog.dedup_state.forget(name for name in names if name not in now_connected)
             if names:
                 metrics.DEDUP_EXPIRED.inc(len(names))
                 log.info("forgot the dedup state of %d producer name(s) idle for %d s on %s",
@@ -315,23 +311,21 @@ class BrokerService:
         name = TopicName.parse(req.topic)
         await self.authz.require(name, CONSUME, sub_name)
         plog = await self.ownership.get_log(name)
-        async with plog.subscriptions_lock:
-            sub = plog.subscriptions.get(sub_name)
-            if sub is None:
-                sub = await self._open_subscription(plog, sub_name, req)
-            consumer = Consumer(new_object_id(), req.consumer_name or f"consumer-{uuid.uuid4().hex[:6]}",
-                                req.session_id, req.priority_level, sub, role=role)
-            sub.add_consumer(consumer, req.sub_type)
+        if req.durable:
+            # Earliest: the first entry still stored (older ones were trimmed).
+            sub = await durable(plog, sub_name,
+                                FROM_EARLIEST if req.initial_position == pb.INITIAL_EARLIEST else FROM_LATEST)
+        else:
+            sub = await plog.subscriptions.get_or_open(sub_name, lambda: self._open_reader(plog, sub_name, req))
+        consumer = Consumer(new_object_id(), req.consumer_name or f"consumer-{uuid.uuid4().hex[:6]}",
+                            req.session_id, req.priority_level, sub, role=role)
+        sub.add_consumer(consumer, req.sub_type)
         self.consumers[consumer.consumer_id] = consumer
         session.consumers.add(consumer.consumer_id)
         return pb.SubscribeResponse(consumer_id=consumer.consumer_id)
 
-    async def _open_subscription(self, plog: PartitionLog, name: str, req: pb.SubscribeRequest) -> Subscription:
-        if req.durable:
-            # Earliest: the first entry still stored (older ones were trimmed).
-            initial = (plog.first_entry_id - 1 if req.initial_position == pb.INITIAL_EARLIEST
-                       else plog.next_entry_id - 1)
-            return await Subscription.open_durable(plog, name, initial)
+    async def _open_reader(self, plog: PartitionLog, name: str, req: pb.SubscribeRequest) -> Subscription:
+        """A reader's subscription (not durable), at its start position."""
         cursor = Cursor(plog.next_entry_id - 1)
         if req.HasField("start_position") and req.start_position.entry_id != LATEST:
             pos = req.start_position
@@ -343,18 +337,7 @@ class BrokerService:
             cursor.ack_first(pos.entry_id, upto)
         if cursor.mark_delete < plog.first_entry_id - 1:  # a start that was trimmed
             cursor = Cursor(plog.first_entry_id - 1)
-        sub = Subscription(plog, name, cursor, durable=False)
-        plog.subscriptions[name] = sub
-        return sub
-
-    async def durable_subscription(self, plog: PartitionLog, name: str) -> Subscription:
-        """Durable subscription ``name`` of ``plog``, loaded here if it was not (the
-        lifecycle's expiry and eviction act on every subscription, connected or not)."""
-        async with plog.subscriptions_lock:
-            sub = plog.subscriptions.get(name)
-            if sub is None:
-                sub = await Subscription.open_durable(plog, name, plog.next_entry_id - 1)
-        return sub
+        return Subscription(plog, name, cursor, durable=False)
 
     async def expire_messages(self, name: TopicName, subscription: str | None, seconds: int) -> int:
         """The admin's expire-messages on a partition this broker serves (loaded on demand)."""
@@ -454,7 +437,7 @@ class BrokerService:
         self._drop_consumer(consumer)
         if req.unsubscribe and sub.durable:
             await self.store.delete_subscription(sub.log.topic_id, sub.log.epoch, sub.name)
-            sub.log.subscriptions.pop(sub.name, None)
+            sub.log.subscriptions.remove(sub.name, sub)
         return pb.CloseConsumerResponse()
 
     def _drop_consumer(self, consumer: Consumer) -> None:
@@ -463,7 +446,7 @@ class BrokerService:
         sub = consumer.subscription
         sub.remove_consumer(consumer)
         if not sub.durable and not sub.consumers:
-            sub.log.subscriptions.pop(sub.name, None)
+            sub.log.subscriptions.remove(sub.name, sub)
         if session := self.sessions.sessions.get(consumer.session_id):
             session.consumers.discard(consumer.consumer_id)
 
@@ -489,7 +472,7 @@ class BrokerService:
             "msgOutCounter": plog.msg_out,
             "lastEntryId": plog.next_entry_id - 1,
             "firstEntryId": plog.first_entry_id,
-            "backlogQuotaExceeded": plog.quota_blocked,
+            "backlogQuotaExceeded": plog.quota.blocked,
             "deduplicationEnabled": plog.dedup,
             "accessMode": plog.access.access_mode,
             "exclusiveProducer": (plog.access.producers[plog.access.exclusive][1]

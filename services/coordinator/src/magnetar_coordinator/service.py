@@ -7,9 +7,11 @@ import asyncio
 import logging
 import time
 import uuid
+from typing import Any
 
 from magnetar_coordinator import adoption, metrics
 from magnetar_coordinator import statemachine as sm
+from magnetar_coordinator.local import LocalParticipants
 from magnetar_coordinator.participants import Participants
 from magnetar_coordinator.settings import CoordinatorSettings
 from magnetar_coordinator.store import CoordinatorStore, Fenced
@@ -46,7 +48,8 @@ class CoordinatorService:
 
     def __init__(self, store: CoordinatorStore, settings: CoordinatorSettings,
                  auth: Authenticator | None = None,
-                 adopter: CoordinatorService | None = None):
+                 adopter: CoordinatorService | None = None,
+                 local: LocalParticipants[Any] | None = None):
         self.store = store
         self.settings = settings
         self.auth = auth or Authenticator(settings)
@@ -58,9 +61,9 @@ class CoordinatorService:
             self.participants = Participants(self.rpc, store.live_brokers, self.ttl_s)
         else:
             self.rpc, self.participants = adopter.rpc, adopter.participants
-        # A hosting broker's participants (magnetar_broker.onephase.LocalEnds), set by
-        # hosted_coordinator: transactions it alone serves end in one SQL transaction.
-        self.local_ends = adopter.local_ends if adopter is not None else None
+        # A hosting broker's participants (magnetar_broker.txnend.LocalEnds, given by
+        # hosted_coordinator): transactions it alone serves end in one SQL transaction.
+        self.local: LocalParticipants[Any] | None = adopter.local if adopter is not None else local
         self._one_phase_ends = GroupCommit(self._one_phase_group, 256)
         # TCIDs this process adopted: TCID -> the service acting for it.
         self.adopted: dict[int, CoordinatorService] = {}
@@ -366,10 +369,10 @@ class CoordinatorService:
         commit, ``_one_phase_group``).  False, with nothing changed, sends it the
         two-phase way: no hosting broker, the setting off, a participant served
         elsewhere or moving, not OPEN, a key fenced, a lease lost."""
-        if self.local_ends is None or not self.settings.one_phase_commit:
+        if self.local is None or not self.settings.one_phase_commit:
             return False
         partitions, subscriptions = await self._guard(self.store.participants(txn_id))
-        plan = self.local_ends.plan(partitions, subscriptions)
+        plan = self.local.plan(partitions, subscriptions)
         if plan is None:
             return False
         done = await self._guard(self._one_phase_ends.submit(
@@ -392,8 +395,9 @@ class CoordinatorService:
         for i, (txn_id, *_) in enumerate(items):
             first.setdefault(txn_id, i)  # a repeated id: the two-phase path answers it
         group = [items[i] for i in first.values()]
+        assert self.local is not None  # _one_phase queues only then
         try:
-            held = await self.local_ends.hold(
+            held = await self.local.hold(
                 [(TxnID(self.tcid, t), a == pb.TXN_COMMIT, plan) for t, a, _, _, plan in group])
         except MagnetarError as exc:  # a participant is moving (its lease, its loading)
             log.info("one-phase ends of %d transactions go the two-phase way: %s", len(group), exc)
@@ -412,9 +416,7 @@ class CoordinatorService:
                 # A registration that committed before the row locks is seen here; one
                 # after them finds the transaction no longer OPEN and is refused.
                 found = await self.store.participants_in(conn, ids)
-                if not held.same_participants({TxnID(self.tcid, t): p for t, p in found.items()}):
-                    raise _TwoPhase
-                if not await held.write(conn):
+                if not await held.write(conn, {TxnID(self.tcid, t): p for t, p in found.items()}):
                     raise _TwoPhase
                 await self.store.transitions_in(
                     conn, ids, endings, [sm.final_status(a) for _, a, *_ in group])

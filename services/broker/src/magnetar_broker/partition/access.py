@@ -103,6 +103,11 @@ class AccessState:
         if self.exclusive == producer_id:
             self.exclusive = None
 
+    def exclusive_epoch(self) -> int | None:
+        """The epoch a write must find still current (compared in its SQL), while an
+        exclusive producer holds the topic; None: no check."""
+        return self.topic_epoch if self.exclusive is not None else None
+
     def enqueue(self, name: str) -> None:
         if name not in self.waiters:
             self.waiters.append(name)

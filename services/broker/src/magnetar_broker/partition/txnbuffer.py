@@ -13,6 +13,7 @@ write of a group the planner (partition/planner.py) planned.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from magnetar_broker import metrics
 from magnetar_broker.partition.planner import GroupPlan, Settled, plan_group, settle_group
@@ -77,16 +78,24 @@ class TxnBuffer:
         and ``dedup`` the log's head and setting, ``epoch`` its lease epoch.  Returns what
         the log applies (``Settled``: one result per item, the new entries, its new head
         and persisted sequences), or None when fenced."""
-        plan = plan_group(items, self.txns, next_entry_id, dedup, int(time.time() * 1000), self.topic)
-        if plan.rows.outcomes:
-            failpoint("broker.end_txn_on_partition")
-        owned, allowed, registered = await self.store.write_txn_group(
-            self.topic_id, epoch, exclusive_epoch, plan.rows, topic=self.topic)
+        plan, owned, allowed, registered = await self.write_group(items, next_entry_id, dedup, epoch,
+                                                                  exclusive_epoch)
         if not owned:
             return None  # the caller treats None as "fenced"
         if not allowed:
             raise ProducerFenced(f"the topic epoch of {self.topic} moved on; batch refused")
         return self.settle(plan, registered)
+
+    async def write_group(self, items: list, next_entry_id: int, dedup: bool, epoch: int,
+                          exclusive_epoch: int | None, conn: Any = None) -> tuple[GroupPlan, bool, bool, list]:
+        """Plan and write a group (in ``conn``'s SQL transaction when given), changing
+        nothing in memory: (plan, lease held, topic epoch current, registrations)."""
+        plan = plan_group(items, self.txns, next_entry_id, dedup, int(time.time() * 1000), self.topic)
+        if plan.rows.outcomes and conn is None:
+            failpoint("broker.end_txn_on_partition")
+        owned, allowed, registered = await self.store.write_txn_group(
+            self.topic_id, epoch, exclusive_epoch, plan.rows, topic=self.topic, conn=conn)
+        return plan, owned, allowed, registered
 
     def settle(self, plan: GroupPlan, registered: list) -> Settled:
         """Apply a written group's plan to this buffer; what the log applies."""

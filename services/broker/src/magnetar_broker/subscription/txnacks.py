@@ -46,7 +46,7 @@ class TxnAcks:
         outcome = self.outcomes.get(txn)
         if outcome is not None:
             raise await ended_txn_error(self.sub.log.store, txn, outcome)
-        return txn_actor(self.sub.log.txnbuf.roles)  # checked against the owner in _ack_round
+        return txn_actor(self.sub.log.roles)  # checked against the owner in _ack_round
 
     def _ack_what(self) -> str:
         return f"acknowledging on {self.sub.log.name.full} subscription {self.sub.name!r}"
@@ -155,61 +155,52 @@ class TxnAcks:
             status, expired, owner, actor)
 
     async def end(self, txn: TxnID, commit: bool) -> None:
-        """EndTxnOnSubscription: commit makes the acks final, abort redelivers.  Ends
-        arriving together share one database transaction."""
+        """EndTxnOnSubscription (the two-phase path): commit makes the acks final, abort
+        redelivers.  Ends arriving together share one database transaction."""
         await self._ender.submit((txn, commit))
         self.sub.log.wake()
 
     async def _end_txns(self, items: list) -> list:
         started = time.perf_counter()
-        store = self.sub.log.store
-        results: list = []
-        decided: list[tuple] = []
         async with self.sub.lock, self.sub.persist_lock:
-            for txn, commit in items:
-                outcome = self.outcomes.get(txn)
-                if outcome is None and not self.pending.holds(txn):
-                    # Acks pending here mean it has not ended here; otherwise ask the
-                    # database (a repeat after a restart must get the same answer).
-                    outcome = await store.outcome(self.sub.log.topic_id, self.sub.name, txn)
-                if outcome is not None:
-                    self.outcomes[txn] = outcome
-                    results.append(None if outcome == commit else ended_error(txn, outcome))
-                    continue
-                individual, cumulative = self.pending.take(txn)
-                if commit:
-                    self._settle_live(individual, cumulative)
-                self.outcomes[txn] = commit  # a duplicate later in this group sees it
-                decided.append((txn, commit, individual, cumulative))
-                results.append(None)
-            if decided:
-                any_commit = any(d[1] for d in decided)
-                cursor = (self.sub.cursor.mark_delete, self.sub.cursor.encode()) if any_commit else None
-                await self.sub.log.lease_checked("ending transactions", store.end_subscription_txns(
-                    self.sub.log.topic_id, self.sub.log.epoch, self.sub.name, cursor,
-                    [(*d[0], d[1]) for d in decided]))
-                for txn, commit, individual, cumulative in decided:
-                    (metrics.TP_COMMITTED if commit else metrics.TP_ABORTED).inc()
-                    if not commit:
-                        await self._requeue(individual, cumulative)
+            results, ends = await self._decide(items)
+            if ends:
+                decided = await self.sub.log.lease_checked(
+                    "ending transactions", self._write_ends(None, ends), owned=lambda d: d is not None)
+                await self.ended(decided)
                 metrics.TP_COMMIT_LATENCY.observe(time.perf_counter() - started)
         return results
 
-    # ------------------------------------------------ a one-phase commit's part (onephase.py)
+    async def _decide(self, items: list[tuple[TxnID, bool]]) -> tuple[list, list[tuple[TxnID, bool]]]:
+        """The answer to each (transaction, commit?) whose outcome here is known already
+        (the same end again: None; the opposite: the error), and the ends left to write
+        (each transaction once: a duplicate later in the group is answered from it)."""
+        results: list = []
+        ends: dict[TxnID, bool] = {}
+        for txn, commit in items:
+            outcome = self.outcomes.get(txn, ends.get(txn))
+            if outcome is None and not self.pending.holds(txn):
+                # Acks pending here mean it has not ended here; otherwise ask the
+                # database (a repeat after a restart must get the same answer).
+                outcome = await self.sub.log.store.outcome(self.sub.log.topic_id, self.sub.name, txn)
+                if outcome is not None:
+                    self.outcomes[txn] = outcome
+            if outcome is not None:
+                results.append(None if outcome == commit else ended_error(txn, outcome))
+                continue
+            ends[txn] = commit
+            results.append(None)
+        return results, list(ends.items())
 
-    def _settle_live(self, individual, cumulative) -> None:
-        """A committed transaction's acks on the live cursor and the deliveries."""
-        apply_acks(self.sub.cursor, individual, cumulative)
-        if cumulative:
-            self.sub.deliveries.acked_cumulative(*cumulative)
+    # ------------------------------------------------ both paths' write (txnend.py)
 
     async def end_in(self, conn, ends: list[tuple[TxnID, bool]]) -> list[tuple] | None:
-        """Write this subscription's end of every (transaction, commit?) of ``ends`` in
-        ``conn``'s SQL transaction (a one-phase commit's), in one statement, changing
-        nothing in memory; the caller holds ``sub.lock`` and ``sub.persist_lock`` until
-        ``ended`` ran (or the SQL transaction rolled back).  Returns what ``ended``
-        applies, or None when one end is not this path's to write (an outcome recorded
-        already, or the lease moved: nothing written)."""
+        """A one-phase end: write this subscription's end of every (transaction, commit?)
+        of ``ends`` in ``conn``'s SQL transaction, changing nothing in memory; the caller
+        holds ``sub.lock`` and ``sub.persist_lock`` until ``ended`` ran (or the SQL
+        transaction rolled back).  Returns what ``ended`` applies, or None when one end
+        is not this path's to write (an outcome recorded already, or the lease moved:
+        nothing written)."""
         store = self.sub.log.store
         for txn, _ in ends:
             if self.outcomes.get(txn) is not None:
@@ -217,28 +208,36 @@ class TxnAcks:
             if not self.pending.holds(txn) and await store.outcome(
                     self.sub.log.topic_id, self.sub.name, txn, conn=conn) is not None:
                 return None
+        return await self._write_ends(conn, ends)
+
+    async def _write_ends(self, conn, ends: list[tuple[TxnID, bool]]) -> list[tuple] | None:
+        """Write the ends (in ``conn``'s SQL transaction, or one of its own): the cursor
+        the commits' acks make (on a copy: the live one moves in ``ended``) and the
+        outcomes, in one statement.  None, nothing written, when the lease moved."""
         cursor = None
         decided = []
         for txn, commit in ends:
             individual, cumulative = self.pending.peek(txn)
             if commit:
-                cursor = cursor or self.sub.cursor.copy()  # the live one moves after the commit
+                cursor = cursor or self.sub.cursor.copy()
                 apply_acks(cursor, individual, cumulative)
             decided.append((txn, commit, individual, cumulative))
         state = (cursor.mark_delete, cursor.encode()) if cursor is not None else None
-        if not await store.end_subscription_txns(
+        if not await self.sub.log.store.end_subscription_txns(
                 self.sub.log.topic_id, self.sub.log.epoch, self.sub.name, state,
                 [(*txn, commit) for txn, commit in ends], conn=conn):
             return None
         return decided
 
     async def ended(self, decided: list[tuple]) -> None:
-        """The in-memory effects of ``end_in`` once its SQL transaction committed: the
-        same cursor moves it persisted (or the redelivery of an abort's messages)."""
+        """The in-memory effects of written ends (either path's): the same cursor moves
+        they persisted, or the redelivery of an abort's messages."""
         for txn, commit, _, _ in decided:
             individual, cumulative = self.pending.take(txn)
             if commit:
-                self._settle_live(individual, cumulative)
+                apply_acks(self.sub.cursor, individual, cumulative)
+                if cumulative:
+                    self.sub.deliveries.acked_cumulative(*cumulative)
             self.outcomes[txn] = commit
             (metrics.TP_COMMITTED if commit else metrics.TP_ABORTED).inc()
             if not commit:
