@@ -286,7 +286,7 @@ async def print_profile(database_url: str, service_urls: dict[str, str]) -> None
     import asyncpg
 
     for name, service_url in service_urls.items():
-        text = urllib.request.urlopen(service_url + "/metrics").read().decode()
+        text = await asyncio.to_thread(lambda url=service_url: urllib.request.urlopen(url + "/metrics").read().decode())
         count = re.search(r"^magnetar_batch_calls_count ([0-9.e+]+)", text, re.M)
         total = re.search(r"^magnetar_batch_calls_sum ([0-9.e+]+)", text, re.M)
         if count and float(count.group(1)):
