@@ -58,9 +58,11 @@ bench: $(STAMP)  ## run every benchmark in bench/ (each prints its figures)
 	@set -e; for b in bench/[!_]*.py; do \
 		test -f "$$b" || continue; echo "== $$b"; $(BIN)/python "$$b"; done
 
-lint: $(STAMP)  ## ruff (pyflakes, line length, import order), then the layer contracts (lint-imports); pyproject.toml says which
+lint: $(STAMP)  ## ruff (pyflakes, bugbear, async hazards, line length, import order), the import contracts and their coverage, mypy; pyproject.toml says which
 	$(BIN)/ruff check libs services tests bench spark-jobs
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_contracts.py
+	$(BIN)/mypy
 
 clean:  ## remove .venv and caches (keeps .magnetar, the local cluster's data)
 	rm -rf $(VENV) .pytest_cache

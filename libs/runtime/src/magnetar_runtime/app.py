@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 from fastapi import FastAPI
 from google.protobuf.message import DecodeError, Message
@@ -31,6 +32,8 @@ from magnetar_runtime.auth import Authenticator, AuthMiddleware
 from magnetar_runtime.error_answers import as_magnetar_error, error_response
 from magnetar_storage.db import create_pool
 from magnetar_storage.listeners import publish_listeners
+
+M = TypeVar("M", bound=Message)  # a route's request message
 
 log = logging.getLogger("magnetar.app")
 
@@ -117,8 +120,8 @@ BATCH_CALLS = Histogram(
 def proto_route(
     app: FastAPI,
     path: str,
-    request_type: type[Message],
-    handler: Callable[[Message], Awaitable[Message]],
+    request_type: type[M],
+    handler: Callable[[M], Awaitable[Message]],
 ) -> None:
     """POST ``path``: parse the body as ``request_type``, answer the handler's message.
     The route can also be called inside a ``/v1/batch`` request (added with the first

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from fastapi import FastAPI
+from google.protobuf.message import Message
 
 from magnetar_broker.service import BrokerService
 from magnetar_broker.transactions import TxnHandlers
@@ -18,7 +22,7 @@ def txn_handlers(service: BrokerService) -> TxnHandlers:
 
 
 def add_routes(app: FastAPI, service: BrokerService) -> None:
-    routes = [
+    routes: list[tuple[str, type[Message], Callable[[Any], Awaitable[Message]]]] = [
         ("/v1/topics/metadata", pb.PartitionMetadataRequest, service.metadata),
         ("/v1/topics/lookup", pb.LookupRequest, service.lookup),
         ("/v1/sessions/open", pb.OpenSessionRequest, service.open_session),

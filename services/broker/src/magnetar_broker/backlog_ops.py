@@ -18,6 +18,7 @@ import base64
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -168,6 +169,7 @@ class BacklogOps:
             first = await self.store.first_entry_since(plog.topic_id, timestamp_ms)
             entry_id, batch_index = (plog.next_entry_id if first is None else first), WHOLE
         else:
+            assert entry_id is not None  # the route passes a message id or a timestamp
             await self._check_message_id(plog, entry_id, batch_index)
             sub = await self._subscription(plog, name)
         # Consumers go first, before any wait: none of them may fetch from the new
@@ -193,12 +195,13 @@ class BacklogOps:
                 break
             positions += due_positions(sub.cursor, chunk, count - len(positions), sub.txn.pending.mask)
             start = chunk[-1][0] + 1
-        messages, entries = [], {}
+        messages: list[dict[str, Any]] = []
+        entries: dict[int, Entry | None] = {}
         for entry_id, index in positions:
             if entry_id not in entries:
                 entries[entry_id] = await plog.read_one(entry_id)
-            if entries[entry_id] is not None:
-                messages.append(message_json(plog, entries[entry_id], index))
+            if (entry := entries[entry_id]) is not None:
+                messages.append(message_json(plog, entry, index))
         return {"messages": messages}
 
     # ---------------------------------------------------------------- the log
@@ -230,7 +233,7 @@ class BacklogOps:
         name = TopicName.parse(topic)
         found = await self.store.get_topic(name.full)
         epoch = None if found is None else await self.store.my_epoch(found[0])
-        if epoch is None:
+        if found is None or epoch is None:
             return {"unloaded": False, "brokerId": None}
         # The lease moves first (its compare-and-set waits for writes in flight), then
         # serving stops; a lookup in between already answers the new owner.

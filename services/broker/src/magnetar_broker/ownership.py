@@ -54,7 +54,7 @@ class Ownership:
             return found[0]
         base_partitions = await self.store.partitions(name.base.full)
         is_partition = base_partitions is not None and name.partition_index >= 0
-        if is_partition and name.partition_index >= base_partitions:
+        if base_partitions is not None and is_partition and name.partition_index >= base_partitions:
             raise TopicNotFound(
                 f"{name.full}: partitioned topic {name.base.full} has only {base_partitions} partitions"
             )
@@ -84,7 +84,7 @@ class Ownership:
             owner = await self.store.lookup_owner(topic_id, self.ttl_s)
             if owner is None:
                 raise TopicNotFound(f"topic {name.full} was deleted")
-            if owner.broker_id and owner.alive:
+            if owner.broker_id and owner.alive and owner.url is not None:
                 return owner.broker_id, owner.url
             live = await self.store.live_brokers(self.ttl_s)
             if not live:

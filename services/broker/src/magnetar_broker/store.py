@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import asyncpg
@@ -176,7 +177,7 @@ class BrokerStore:
             if r[5] is None:
                 out.append(Entry(r[0], r[1], r[2], r[3], r[4]))
             else:
-                txn = (r[5], r[6])
+                txn = TxnID(r[5], r[6])
                 out.append(Entry(r[0], r[1], r[2], r[3], await self.txn_payload(topic_id, txn), txn))
         return out
 
@@ -217,7 +218,7 @@ class BrokerStore:
         return bool(row["owned"]), bool(row["allowed"]), registered
 
     async def record_pending_acks(self, topic_id: int, epoch: int, subscription: str,
-                                  rows: list[tuple], registrations: list[tuple] = (),
+                                  rows: list[tuple], registrations: Sequence[tuple] = (),
                                   topic: str = "") -> tuple[bool, list[tuple]]:
         """Transactional acks (entry, index, most, least, cumulative) in one statement,
         with the registrations (most, least, role, may act for any owner) of first acks

@@ -79,7 +79,7 @@ class HeldEnds:
         self.logs: list[PartitionLog] = []
         self.subs: list[tuple[str, Subscription]] = []
         self._partitions: list[tuple[PartitionLog, Written]] = []
-        self._subscriptions: list[tuple[Subscription, list[tuple]]] = []
+        self._subscriptions: list[tuple[Subscription, list[tuple[Any, ...]]]] = []
         self._lost: list[PartitionLog] = []
 
     async def write(self, conn: Any, found: dict[TxnID, tuple[list[str], list[tuple[str, str]]]]) -> bool:

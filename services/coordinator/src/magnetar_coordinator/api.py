@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from fastapi import FastAPI
+from google.protobuf.message import Message
 
 from magnetar_coordinator.service import CoordinatorService
 from magnetar_protocol import magnetar_pb2 as pb
@@ -13,7 +17,7 @@ def add_routes(app: FastAPI, service: CoordinatorService) -> None:
     async def coordinators(_: pb.LookupCoordinatorsRequest) -> pb.LookupCoordinatorsResponse:
         return await service.coordinators()
 
-    for path, request_type, handler in [
+    routes: list[tuple[str, type[Message], Callable[[Any], Awaitable[Message]]]] = [
         ("/v1/txn/coordinators", pb.LookupCoordinatorsRequest, coordinators),
         ("/v1/txn/new", pb.NewTxnRequest, service.new_txn),
         ("/v1/txn/add-partitions", pb.AddPartitionToTxnRequest, service.add_partitions),
@@ -21,5 +25,6 @@ def add_routes(app: FastAPI, service: CoordinatorService) -> None:
         ("/v1/txn/add-participants", pb.AddParticipantsToTxnRequest, service.add_participants),
         ("/v1/txn/end", pb.EndTxnRequest, service.end),
         ("/v1/txn/status", pb.TxnStatusRequest, service.status),
-    ]:
+    ]
+    for path, request_type, handler in routes:
         proto_route(app, path, request_type, handler)

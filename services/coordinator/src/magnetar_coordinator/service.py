@@ -7,7 +7,8 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
 from magnetar_coordinator import adoption, metrics
 from magnetar_coordinator import statemachine as sm
@@ -36,6 +37,7 @@ from magnetar_runtime.loops import BackgroundLoop
 from magnetar_runtime.rpc import RpcClient
 
 log = logging.getLogger("magnetar.coordinator")
+T = TypeVar("T")
 # How long a stopping coordinator waits for the commits and aborts it is driving (after
 # uvicorn's own wait for open requests); the chart's terminationGracePeriodSeconds covers both.
 DRAIN_S = 10
@@ -70,7 +72,7 @@ class CoordinatorService:
         self.ready = False
         self._ids: list[int] = []
         self._id_lock = asyncio.Lock()
-        self._driving: dict[int, asyncio.Task] = {}
+        self._driving: dict[int, asyncio.Task[Any]] = {}
         self._expiring: set[int] = set()
         self.claim_loop = BackgroundLoop("coordinator-claim", settings.heartbeat_interval_ms / 1000,
                                          self.claim_or_heartbeat)
@@ -201,7 +203,7 @@ class CoordinatorService:
 
     async def _next_ids(self, count: int) -> list[int]:
         async with self._id_lock:
-            taken = []
+            taken: list[int] = []
             while len(taken) < count:
                 if not self._ids:
                     first = await self.store.allocate_ids(self.settings.txn_id_block)
@@ -284,7 +286,8 @@ class CoordinatorService:
         await self._for(req.txn)._register(req.txn, req.topics, req.subscriptions, "add-participants")
         return pb.AddParticipantsToTxnResponse()
 
-    async def _register(self, txn: pb.TxnId, topics, subscriptions, what: str) -> None:
+    async def _register(self, txn: pb.TxnId, topics: Sequence[str], subscriptions: Sequence[pb.TxnSubscription],
+                        what: str) -> None:
         """The one registration path (partitions and/or subscriptions), durable and
         only while the transaction is OPEN."""
         self._check_ready()
@@ -340,7 +343,7 @@ class CoordinatorService:
         metrics.EXECUTION_LATENCY.observe(time.perf_counter() - started)
         return pb.EndTxnResponse(status=sm.final_status(req.action))
 
-    async def end_txn(self, txn_id: int, action: int, timed_out: bool = False,
+    async def end_txn(self, txn_id: int, action: pb.TxnAction, timed_out: bool = False,
                       expired: bool = False) -> None:
         """Drive the transaction to the end ``action`` asks for; idempotent."""
         if await self._one_phase(txn_id, action, timed_out, expired):
@@ -363,7 +366,7 @@ class CoordinatorService:
             await self._until_driven(txn_id, action)
             return
 
-    async def _one_phase(self, txn_id: int, action: int, timed_out: bool, expired: bool) -> bool:
+    async def _one_phase(self, txn_id: int, action: pb.TxnAction, timed_out: bool, expired: bool) -> bool:
         """End an OPEN transaction whose participants this process's broker all serves
         in ONE SQL transaction, shared with the other such ends queued meanwhile (group
         commit, ``_one_phase_group``).  False, with nothing changed, sends it the
@@ -384,7 +387,7 @@ class CoordinatorService:
             (metrics.COMMITTED if action == pb.TXN_COMMIT else metrics.ABORTED).inc()
         return done
 
-    async def _one_phase_group(self, items: list[tuple]) -> list[bool]:
+    async def _one_phase_group(self, items: list[tuple[Any, ...]]) -> list[bool]:
         """The one SQL transaction of a group of one-phase ends: the status
         compare-and-sets (fence and key epoch checked in the statements; the rows stay
         locked to the end), the participants re-read under those locks, each
@@ -447,7 +450,7 @@ class CoordinatorService:
             await held.release()
         return [first[t] == i for i, (t, *_) in enumerate(items)]
 
-    async def _until_driven(self, txn_id: int, action: int) -> None:
+    async def _until_driven(self, txn_id: int, action: pb.TxnAction) -> None:
         task = self._drive(txn_id, action)
         try:
             await asyncio.shield(task)
@@ -456,7 +459,7 @@ class CoordinatorService:
                 raise  # this request itself was cancelled
             raise self.store.fenced() from None  # the TCID's new holder finishes it
 
-    async def _start_ending(self, txn_id: int, action: int, timed_out: bool, expired: bool) -> bool:
+    async def _start_ending(self, txn_id: int, action: pb.TxnAction, timed_out: bool, expired: bool) -> bool:
         """OPEN -> COMMITTING/ABORTING, durable; False when it was not OPEN (or not this
         process's to move).  A commit whose key moved to a newer epoch is aborted as
         expired instead and ExpiredTransactionError raised."""
@@ -472,7 +475,7 @@ class CoordinatorService:
             failpoint("coordinator.after_ending_durable")
         return moved
 
-    def _drive(self, txn_id: int, action: int) -> asyncio.Task:
+    def _drive(self, txn_id: int, action: pb.TxnAction) -> asyncio.Task[Any]:
         """One fan-out task per transaction; repeated requests wait on the same one."""
         task = self._driving.get(txn_id)
         if task is None:
@@ -481,7 +484,7 @@ class CoordinatorService:
             task.add_done_callback(lambda _: self._driving.pop(txn_id, None))
         return task
 
-    async def _finish(self, txn_id: int, action: int) -> None:
+    async def _finish(self, txn_id: int, action: pb.TxnAction) -> None:
         partitions, subscriptions = await self.store.participants(txn_id)
         await self.participants.end(
             TxnID(self.tcid, txn_id).to_wire(), action, partitions, subscriptions)
@@ -490,7 +493,7 @@ class CoordinatorService:
             metrics.ACTIVE.dec()
             (metrics.COMMITTED if action == pb.TXN_COMMIT else metrics.ABORTED).inc()
 
-    async def _guard(self, awaitable):
+    async def _guard(self, awaitable: Awaitable[T]) -> T:
         try:
             return await awaitable
         except Fenced:

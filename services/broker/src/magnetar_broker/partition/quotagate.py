@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from magnetar_broker.partition.quota import BacklogEstimate, check_before_send
 from magnetar_protocol.errors import ProducerBlockedQuotaExceeded
@@ -35,14 +36,14 @@ class QuotaGate:
         # when the estimate passes the limit or an ack may have brought a blocked
         # backlog back.
         self.backlog = BacklogEstimate()
-        self._check: Callable[[], Awaitable[None]] | None = None
+        self._check: Callable[[], Coroutine[Any, Any, None]] | None = None
         self.recheck_ms = 100
         self.appended_bytes = 0  # every byte appended, so a check can add what came in meanwhile
         self._checking: asyncio.Task[None] | None = None
         self._ack_pending = False
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def install(self, check: Callable[[], Awaitable[None]], recheck_ms: int, hold_s: float) -> None:
+    def install(self, check: Callable[[], Coroutine[Any, Any, None]], recheck_ms: int, hold_s: float) -> None:
         """The lifecycle's exact check and its settings (each pass renews them)."""
         self._check, self.recheck_ms, self.hold_s = check, recheck_ms, hold_s
 

@@ -70,7 +70,7 @@ class TxnBuffer:
             raise await ended_txn_error(self.store, txn, buf.committed)
         return txn_actor(self.roles)  # checked against the owner by the planner
 
-    async def commit_group(self, items: list, next_entry_id: int, dedup: bool, epoch: int,
+    async def commit_group(self, items: list[Any], next_entry_id: int, dedup: bool, epoch: int,
                            exclusive_epoch: int | None) -> Settled | None:
         """Write a group holding transactional work in one SQL transaction: the
         planner's rows, then its changes to this buffer.  ``items`` are the writer's
@@ -86,8 +86,8 @@ class TxnBuffer:
             raise ProducerFenced(f"the topic epoch of {self.topic} moved on; batch refused")
         return self.settle(plan, registered)
 
-    async def write_group(self, items: list, next_entry_id: int, dedup: bool, epoch: int,
-                          exclusive_epoch: int | None, conn: Any = None) -> tuple[GroupPlan, bool, bool, list]:
+    async def write_group(self, items: list[Any], next_entry_id: int, dedup: bool, epoch: int,
+                          exclusive_epoch: int | None, conn: Any = None) -> tuple[GroupPlan, bool, bool, list[Any]]:
         """Plan and write a group (in ``conn``'s SQL transaction when given), changing
         nothing in memory: (plan, lease held, topic epoch current, registrations)."""
         plan = plan_group(items, self.txns, next_entry_id, dedup, int(time.time() * 1000), self.topic)
@@ -97,7 +97,7 @@ class TxnBuffer:
             self.topic_id, epoch, exclusive_epoch, plan.rows, topic=self.topic, conn=conn)
         return plan, owned, allowed, registered
 
-    def settle(self, plan: GroupPlan, registered: list) -> Settled:
+    def settle(self, plan: GroupPlan, registered: list[Any]) -> Settled:
         """Apply a written group's plan to this buffer; what the log applies."""
         settled = settle_group(plan, self.txns, registered, self.topic)
         metrics.TB_ACTIVE.inc(settled.opened)
@@ -112,7 +112,7 @@ class TxnBuffer:
         self.txns.update(settled.txns)
         return settled
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[Any, Any]:
         open_txns = [t for t, b in self.txns.items() if b.committed is None]
         return {
             "ongoingTxnSize": len(open_txns),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -82,17 +81,19 @@ class Writer:
     # ---------------------------------------------------------------- the queue
 
     def submit(self, item: Item) -> asyncio.Future[Any]:
-        return self._queue.submit(item)
+        queued: asyncio.Future[Any] = self._queue.submit(item)
+        return queued
 
     async def idle(self) -> None:
         await self._queue.idle()
 
-    def hold(self) -> AbstractAsyncContextManager[Any]:
+    def hold(self) -> asyncio.Lock:
         """``async with``: no group is written until the block ends (a one-phase end
         writes this partition's part in its own SQL transaction meanwhile)."""
-        return self._queue.hold()
+        held: asyncio.Lock = self._queue.hold()
+        return held
 
-    def fail_pending(self, exc: BaseException) -> None:
+    def fail_pending(self, exc: Exception) -> None:
         self._queue.fail_pending(exc)
 
     async def _commit(self, queued: list[Item]) -> list[Any]:
@@ -104,7 +105,7 @@ class Writer:
             return [by_item.get(id(i), err) for i in queued]
         return await self._commit_group(queued)
 
-    async def _commit_group(self, queued: list[Item]) -> list[Any]:
+    async def _commit_group(self, queued: Sequence[Item]) -> list[Any]:
         self.lease.check_open()
         # Batches of a producer fenced while they waited here are never stored.
         items = [i for i in queued if not getattr(i.producer, "fenced", False)]

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -102,7 +103,8 @@ class Subscription:
         if row is None:
             log.lose("fenced while opening a subscription")
             log.check_open()
-        cursor = Cursor.decode(*row)
+        assert row is not None  # check_open raised otherwise
+        cursor = Cursor.decode(row[0], row[1])
         if cursor.mark_delete < log.first_entry_id - 1:
             # Entries below the first stored one are gone (trimmed); an acknowledgement
             # never fills that hole, so the cursor starts past it.
@@ -184,7 +186,7 @@ class Subscription:
             metrics.MESSAGES_OUT.inc(delivered)
             return out
 
-    async def _take_redeliveries(self, consumer: Consumer, budget: int, out: list) -> int:
+    async def _take_redeliveries(self, consumer: Consumer, budget: int, out: list[Any]) -> int:
         for entry_id in self.deliveries.redelivery_entries():
             if budget <= 0:
                 break
@@ -203,7 +205,7 @@ class Subscription:
                 self.deliveries.acked(entry_id, WHOLE)
         return budget
 
-    async def _take_new(self, consumer: Consumer, budget: int, out: list) -> None:
+    async def _take_new(self, consumer: Consumer, budget: int, out: list[Any]) -> None:
         while budget > 0:
             entries = await self.log.read(self.read_position, min(READ_AHEAD_ENTRIES, budget))
             if not entries:
@@ -238,7 +240,7 @@ class Subscription:
         hashes = self._keys.get(entry.entry_id)
         if hashes is None:
             try:
-                batch = pb.MessageBatch.FromString(entry.payload)
+                batch = pb.MessageBatch.FromString(entry.payload or b"")
                 hashes = [key_hash(dispatch_key(m.ordering_key if m.HasField("ordering_key") else None,
                                                 m.partition_key if m.HasField("partition_key") else None))
                           for m in batch.messages]
@@ -256,7 +258,7 @@ class Subscription:
                 mask |= 1 << i
         return mask
 
-    def _deliver(self, consumer: Consumer, entry: Entry, mask: int, out: list, redelivered: bool) -> int:
+    def _deliver(self, consumer: Consumer, entry: Entry, mask: int, out: list[Any], redelivered: bool) -> int:
         whole = mask == full_mask(entry.num_messages)
         indices = [] if whole and not redelivered else mask_indices(mask)
         counts = self.deliveries.counts_for(entry.entry_id, indices) if indices else []
@@ -272,11 +274,11 @@ class Subscription:
 
     # ---------------------------------------------------------------- acks
 
-    async def check_positions(self, what: str, positions) -> None:
+    async def check_positions(self, what: str, positions: Sequence[pb.Position]) -> None:
         """Refuse (400) a batch index that names no message of its entry."""
         await self.log.check_batch_indexes(what, positions, self.cursor.size_of)
 
-    async def ack(self, consumer: Consumer, positions, cumulative: bool) -> None:
+    async def ack(self, consumer: Consumer, positions: Sequence[pb.Position], cumulative: bool) -> None:
         if cumulative and self.sub_type in (pb.SUB_SHARED, pb.SUB_KEY_SHARED):
             raise NotAllowedError(
                 f"cumulative ack is not allowed on {SUB_NAMES[self.sub_type]} subscription {self.name!r}"
@@ -305,7 +307,7 @@ class Subscription:
             await self._saver.submit(None)
             self.log.quota_acked()  # once the cursor is stored: the check reads it
 
-    def redeliver(self, consumer: Consumer, positions) -> int:
+    def redeliver(self, consumer: Consumer, positions: Sequence[pb.Position]) -> int:
         chosen = None if not positions else [(p.entry_id, p.batch_index) for p in positions]
         moved = self.deliveries.release(consumer.consumer_id, chosen, count=True)
         self.redelivered(moved)
@@ -378,7 +380,7 @@ class Subscription:
     def backlog(self) -> int:
         return max(self.log.next_entry_id - 1 - self.cursor.mark_delete, 0)
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[Any, Any]:
         now = time.monotonic()
         rate, throughput = self.rate_out.rates(now)
         return {

@@ -5,7 +5,10 @@ subscription share one database transaction (group commit)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from magnetar_broker import metrics
 from magnetar_broker.partition.txnbuffer import ended_txn_error, txn_actor
@@ -15,13 +18,30 @@ from magnetar_broker.partition.txnrules import (
     not_owner_error,
     registration_refused,
 )
-from magnetar_broker.subscription.cursor import WHOLE, full_mask
-from magnetar_broker.subscription.dispatch import SUB_NAMES
+from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
+from magnetar_broker.subscription.dispatch import SUB_NAMES, Deliveries
 from magnetar_broker.subscription.pendingack import PendingAcks
+from magnetar_broker.subscription.view import PartitionView
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import BadRequest, MagnetarError, NotAllowedError, TransactionConflict
 from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.groupcommit import GroupCommit
+
+
+class Holder(Protocol):
+    """What TxnAcks reads and updates of the subscription holding it."""
+
+    log: PartitionView
+    name: str
+    durable: bool
+    sub_type: int | None
+    cursor: Cursor
+    deliveries: Deliveries
+    lock: asyncio.Lock
+    persist_lock: asyncio.Lock
+
+    async def check_positions(self, what: str, positions: Sequence[pb.Position]) -> None: ...
+    def redelivered(self, messages: int) -> None: ...
 
 
 class TxnAcks:
@@ -29,15 +49,15 @@ class TxnAcks:
     subscription (``Subscription.txn``), which it reads and updates (cursor, deliveries,
     locks) as the subscription's own code does."""
 
-    def __init__(self, sub) -> None:
-        self.sub = sub  # the subscription.Subscription holding this
+    def __init__(self, sub: Holder) -> None:
+        self.sub = sub  # the subscription holding this
         self.pending = PendingAcks()
         self.outcomes: dict[TxnID, bool] = {}
         # Transactions this subscription is registered with -> their owner's role, so every
         # later transactional ack checks the owner with a dict lookup.
         self._registered: dict[TxnID, str | None] = {}
-        self._acker: GroupCommit = GroupCommit(self._ack_txns, 256)
-        self._ender: GroupCommit = GroupCommit(self._end_txns, 256)
+        self._acker: GroupCommit[tuple[Any, ...], MagnetarError | None] = GroupCommit(self._ack_txns, 256)
+        self._ender: GroupCommit[tuple[TxnID, bool], MagnetarError | None] = GroupCommit(self._end_txns, 256)
 
     async def _check_txn(self, txn: TxnID) -> tuple[str, bool]:
         """Refuse an ack for a transaction ended here; answer the sender (role, may act
@@ -52,7 +72,7 @@ class TxnAcks:
         return f"acknowledging on {self.sub.log.name.full} subscription {self.sub.name!r}"
 
     def _ack_not_owner(self, txn: TxnID, actor: tuple[str, bool],
-                       first_acks: dict) -> MagnetarError | None:
+                       first_acks: dict[Any, Any]) -> MagnetarError | None:
         """Every transactional ack is checked against the owner (see TxnBuffer._not_owner)."""
         if actor[1]:
             return None
@@ -62,7 +82,7 @@ class TxnAcks:
             ok = txn not in first_acks or first_acks[txn][0] == actor[0]
         return None if ok else not_owner_error(txn, self._ack_what(), actor)
 
-    async def ack(self, positions, cumulative: bool, txn: TxnID) -> None:
+    async def ack(self, positions: Sequence[pb.Position], cumulative: bool, txn: TxnID) -> None:
         """Acknowledge in a transaction: pending until it ends; durable before the reply.
         Concurrent transactional acks on a subscription share one database write."""
         if not self.sub.durable:
@@ -78,21 +98,21 @@ class TxnAcks:
         actor = await self._check_txn(txn)
         await self._acker.submit((wanted, cumulative, txn, actor))
 
-    async def _ack_txns(self, items: list) -> list:
-        results: list = [None] * len(items)
+    async def _ack_txns(self, items: list[Any]) -> list[Any]:
+        results: list[Any] = [None] * len(items)
         async with self.sub.lock:
             round_ = list(range(len(items)))
             while round_:
                 round_ = await self._ack_round(items, round_, results)
         return results
 
-    async def _ack_round(self, items: list, places: list[int], results: list) -> list[int]:
+    async def _ack_round(self, items: list[Any], places: list[int], results: list[Any]) -> list[int]:
         """Check, hold and write the acks of ``items[places]``; answer into ``results``.
         Returns the places to check again: items that clashed with a transaction's first
         ack in this round, when some first ack was refused (its positions are free again,
         so the clash may have been with nothing)."""
-        rows: list[tuple] = []
-        accepted: list = []
+        rows: list[tuple[Any, ...]] = []
+        accepted: list[Any] = []
         first_acks: dict[TxnID, tuple[str, bool]] = {}  # register in this write
         clashed: list[int] = []
         for place in places:
@@ -103,7 +123,7 @@ class TxnAcks:
             try:
                 if cumulative:
                     wanted = [max(wanted)]
-                    self.pending.check_cumulative(txn, *wanted[0], self.sub.cursor)
+                    self.pending.check_cumulative(txn, wanted[0][0], wanted[0][1], self.sub.cursor)
                 else:
                     wanted = self.pending.check_individual(txn, wanted, self.sub.cursor)
             except MagnetarError as exc:
@@ -160,22 +180,23 @@ class TxnAcks:
         await self._ender.submit((txn, commit))
         self.sub.log.wake()
 
-    async def _end_txns(self, items: list) -> list:
+    async def _end_txns(self, items: list[Any]) -> list[Any]:
         started = time.perf_counter()
         async with self.sub.lock, self.sub.persist_lock:
             results, ends = await self._decide(items)
             if ends:
                 decided = await self.sub.log.lease_checked(
                     "ending transactions", self._write_ends(None, ends), owned=lambda d: d is not None)
+                assert decided is not None  # lease_checked raised otherwise
                 await self.ended(decided)
                 metrics.TP_COMMIT_LATENCY.observe(time.perf_counter() - started)
         return results
 
-    async def _decide(self, items: list[tuple[TxnID, bool]]) -> tuple[list, list[tuple[TxnID, bool]]]:
+    async def _decide(self, items: list[tuple[TxnID, bool]]) -> tuple[list[Any], list[tuple[TxnID, bool]]]:
         """The answer to each (transaction, commit?) whose outcome here is known already
         (the same end again: None; the opposite: the error), and the ends left to write
         (each transaction once: a duplicate later in the group is answered from it)."""
-        results: list = []
+        results: list[Any] = []
         ends: dict[TxnID, bool] = {}
         for txn, commit in items:
             outcome = self.outcomes.get(txn, ends.get(txn))
@@ -194,7 +215,7 @@ class TxnAcks:
 
     # ------------------------------------------------ both paths' write (txnend.py)
 
-    async def end_in(self, conn, ends: list[tuple[TxnID, bool]]) -> list[tuple] | None:
+    async def end_in(self, conn: Any, ends: list[tuple[TxnID, bool]]) -> list[tuple[Any, ...]] | None:
         """A one-phase end: write this subscription's end of every (transaction, commit?)
         of ``ends`` in ``conn``'s SQL transaction, changing nothing in memory; the caller
         holds ``sub.lock`` and ``sub.persist_lock`` until ``ended`` ran (or the SQL
@@ -210,7 +231,7 @@ class TxnAcks:
                 return None
         return await self._write_ends(conn, ends)
 
-    async def _write_ends(self, conn, ends: list[tuple[TxnID, bool]]) -> list[tuple] | None:
+    async def _write_ends(self, conn: Any, ends: list[tuple[TxnID, bool]]) -> list[tuple[Any, ...]] | None:
         """Write the ends (in ``conn``'s SQL transaction, or one of its own): the cursor
         the commits' acks make (on a copy: the live one moves in ``ended``) and the
         outcomes, in one statement.  None, nothing written, when the lease moved."""
@@ -229,7 +250,7 @@ class TxnAcks:
             return None
         return decided
 
-    async def ended(self, decided: list[tuple]) -> None:
+    async def ended(self, decided: list[tuple[Any, ...]]) -> None:
         """The in-memory effects of written ends (either path's): the same cursor moves
         they persisted, or the redelivery of an abort's messages."""
         for txn, commit, _, _ in decided:
@@ -243,7 +264,7 @@ class TxnAcks:
             if not commit:
                 await self._requeue(individual, cumulative)
 
-    async def _requeue(self, individual, cumulative) -> None:
+    async def _requeue(self, individual: list[tuple[int, int]], cumulative: tuple[int, int] | None) -> None:
         """An aborted transaction's acknowledged messages go back out, count + 1."""
         masks: dict[int, int] = {}
         for entry_id, index in individual:
@@ -269,7 +290,7 @@ class TxnAcks:
         self.sub.redelivered(sum(m.bit_count() for m in masks.values()))
 
 
-def apply_acks(cursor, individual, cumulative) -> None:
+def apply_acks(cursor: Cursor, individual: list[tuple[int, int]], cumulative: tuple[int, int] | None) -> None:
     """Apply a transaction's individual acks and its cumulative one (if any) to ``cursor``."""
     for entry_id, index in individual:
         cursor.ack(entry_id, index)
