@@ -46,8 +46,8 @@ run: $(STAMP)  ## start a local Magnetar (PostgreSQL, 2 brokers, a coordinator, 
 test: $(STAMP) $(BIN)/helm  ## every test: unit, integration (real PostgreSQL), end to end (real processes), the Helm chart
 	$(BIN)/pytest -q -ra $(if $(JOBS),-n $(JOBS)) $(PYTEST_ARGS)
 
-test-fast: $(STAMP) $(BIN)/helm  ## unit and integration tests only (seconds)
-	$(BIN)/pytest -q -ra tests/unit tests/integration $(PYTEST_ARGS)
+test-fast: $(STAMP) $(BIN)/helm  ## unit, component (the broker's core in process) and integration tests only
+	$(BIN)/pytest -q -ra tests/unit tests/component tests/integration $(PYTEST_ARGS)
 
 proto: $(STAMP)  ## regenerate magnetar_pb2.py, pulsar_api_pb2.py and their .pyi from proto/
 	$(BIN)/python -m grpc_tools.protoc -I proto \
