@@ -11,7 +11,7 @@
       CPU per transaction of PostgreSQL, each service and this client (issue 18).
 
 Each in both deployments, one after the other on the same PostgreSQL: a coordinator
-process beside the broker (DESIGN.md's), and the broker hosting the coordinator
+process beside the broker (docs/design.md's), and the broker hosting the coordinator
 (MAGNETAR_HOST_COORDINATOR, the small-machine shape: docs/architecture.md).
 
     .venv/bin/python bench/txn.py [--transactions 30] [--seconds 10] [--parts abc]

@@ -59,3 +59,36 @@ def test_the_client_ships_its_types():
     assert (client / "src/magnetar/py.typed").exists()
     data = tomllib.loads((client / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert "py.typed" in data["*"]
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_every_documentation_link_resolves_inside_the_repository():
+    """Relative links of the docs (and README) name a file of the repository and, with an
+    anchor, one of its headings; a "design.md §N" in the code names a section of
+    docs/design.md.  Nothing points outside the project."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    anchors = {p.resolve(): {_slug(h) for h in re.findall(r"^#+ (.*)$", p.read_text(), re.M)}
+               for p in pages}
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue  # a URL
+            path, _, anchor = target.partition("#")
+            resolved = (page.parent / path).resolve() if path else page.resolve()
+            if not resolved.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and resolved in anchors and anchor not in anchors[resolved]:
+                broken.append(f"{page.name}: {target} (no such heading)")
+    sections = set(re.findall(r"^## (\d+)\. ", (ROOT / "docs/design.md").read_text(), re.M))
+    for root in [*SOURCES, ROOT / "bench"]:
+        for path in root.rglob("*.py"):
+            for section in re.findall(r"design\.md §(\d+)", path.read_text()):
+                if section not in sections:
+                    broken.append(f"{path.relative_to(ROOT)}: design.md §{section}")
+    assert broken == []

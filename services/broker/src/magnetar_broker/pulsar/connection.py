@@ -5,7 +5,7 @@ producers and consumers belong to it and go when it closes, as over HTTP.
 
 Every command becomes the same call the HTTP route makes (``BrokerService`` methods
 with the same protobuf requests), under the connection's role, so dedup, fencing,
-dispatch and acks have one implementation (DESIGN.md §8)."""
+dispatch and acks have one implementation (docs/design.md §8)."""
 
 from __future__ import annotations
 
