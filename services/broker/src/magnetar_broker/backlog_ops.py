@@ -232,7 +232,7 @@ class BacklogOps:
         NotOwner, which clients retry on the new owner (deduplicated)."""
         name = TopicName.parse(topic)
         found = await self.store.get_topic(name.full)
-        epoch = None if found is None else await self.store.my_epoch(found[0])
+        epoch = None if found is None else await self.store.my_epoch(found.topic_id)
         if found is None or epoch is None:
             return {"unloaded": False, "brokerId": None}
         # The lease moves first (its compare-and-set waits for writes in flight), then
@@ -240,10 +240,10 @@ class BacklogOps:
         others = [b for b in await self.store.live_brokers(ttl_s) if b[0] != self.broker_id]
         target = rendezvous(name.full, others)[0] if others else None
         if target is None:
-            await self.store.release_topic(found[0], epoch)
+            await self.store.release_topic(found.topic_id, epoch)
             moved = False
         else:
-            moved = await self.store.hand_over_topic(found[0], epoch, target)
+            moved = await self.store.hand_over_topic(found.topic_id, epoch, target)
         if (plog := self.ownership.logs.get(name.full)) is not None:
             plog.lose("unloaded by an operator")
         log.info("unloaded %s to %s", name.full, f"broker {target}" if moved else "the next lookup")

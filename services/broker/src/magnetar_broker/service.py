@@ -164,7 +164,8 @@ class BrokerService:
             stored_bytes, _ = await self.store.storage_stats(plog.topic_id)
             # Messages after each stored mark-delete position less those acknowledged
             # individually past it (Pulsar's msgBacklog), as the admin's stats count them.
-            backlogs = {name: (b[1] - await stored_acked_beyond(plog, b[0], decode_acks(b[3])), b[2])
+            backlogs = {name: (b.messages - await stored_acked_beyond(plog, b.mark_delete, decode_acks(b.acked_state)),
+                               b.nbytes)
                         for name, b in (await self.store.subscription_backlogs(plog.topic_id)).items()}
             rate_in, throughput_in = plog.rate_in.rates(now)
             rate_out, throughput_out = plog.rate_out.rates(now)  # gone readers' too, as the stats

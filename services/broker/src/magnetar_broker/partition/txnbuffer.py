@@ -18,7 +18,7 @@ from typing import Any
 from magnetar_broker import metrics
 from magnetar_broker.partition.planner import GroupPlan, Settled, plan_group, settle_group
 from magnetar_broker.partition.txnrules import Actor, TxnBuf, ended_error, expired_error
-from magnetar_broker.store import BrokerStore
+from magnetar_broker.store import BrokerStore, GroupWritten, Registration
 from magnetar_protocol.errors import MagnetarError, ProducerFenced
 from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.auth import current_role
@@ -52,7 +52,7 @@ class TxnBuffer:
     async def state(self, txn: TxnID) -> TxnBuf:
         buf = self.txns.get(txn)
         if buf is None:
-            batches, messages, committed = await self.store.txn_state(self.topic_id, txn)
+            batches, messages, committed = await self.store.txn_state(self.topic_id, txn)  # a TxnState
             if txn not in self.txns and committed is None:
                 metrics.TB_ACTIVE.inc()
             buf = self.txns.setdefault(txn, TxnBuf(batches, messages, [] if batches == 0 else None,
@@ -78,26 +78,25 @@ class TxnBuffer:
         and ``dedup`` the log's head and setting, ``epoch`` its lease epoch.  Returns what
         the log applies (``Settled``: one result per item, the new entries, its new head
         and persisted sequences), or None when fenced."""
-        plan, owned, allowed, registered = await self.write_group(items, next_entry_id, dedup, epoch,
-                                                                  exclusive_epoch)
-        if not owned:
+        plan, written = await self.write_group(items, next_entry_id, dedup, epoch, exclusive_epoch)
+        if not written.owned:
             return None  # the caller treats None as "fenced"
-        if not allowed:
+        if not written.allowed:
             raise ProducerFenced(f"the topic epoch of {self.topic} moved on; batch refused")
-        return self.settle(plan, registered)
+        return self.settle(plan, written.registered)
 
     async def write_group(self, items: list[Any], next_entry_id: int, dedup: bool, epoch: int,
-                          exclusive_epoch: int | None, conn: Any = None) -> tuple[GroupPlan, bool, bool, list[Any]]:
+                          exclusive_epoch: int | None, conn: Any = None) -> tuple[GroupPlan, GroupWritten]:
         """Plan and write a group (in ``conn``'s SQL transaction when given), changing
-        nothing in memory: (plan, lease held, topic epoch current, registrations)."""
+        nothing in memory: the plan, and what the statement answered."""
         plan = plan_group(items, self.txns, next_entry_id, dedup, int(time.time() * 1000), self.topic)
         if plan.rows.outcomes and conn is None:
             failpoint("broker.end_txn_on_partition")
-        owned, allowed, registered = await self.store.write_txn_group(
+        written = await self.store.write_txn_group(
             self.topic_id, epoch, exclusive_epoch, plan.rows, topic=self.topic, conn=conn)
-        return plan, owned, allowed, registered
+        return plan, written
 
-    def settle(self, plan: GroupPlan, registered: list[Any]) -> Settled:
+    def settle(self, plan: GroupPlan, registered: list[Registration]) -> Settled:
         """Apply a written group's plan to this buffer; what the log applies."""
         settled = settle_group(plan, self.txns, registered, self.topic)
         metrics.TB_ACTIVE.inc(settled.opened)

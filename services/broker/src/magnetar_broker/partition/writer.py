@@ -21,7 +21,7 @@ from magnetar_broker.partition.planner import Append, GroupPlan, Settled, TxnApp
 from magnetar_broker.partition.quotagate import QuotaGate
 from magnetar_broker.partition.txnbuffer import TxnBuffer
 from magnetar_broker.rates import Rate
-from magnetar_broker.store import BrokerStore
+from magnetar_broker.store import BrokerStore, Registration
 from magnetar_protocol.errors import MagnetarError, NotOwner, ProducerFenced, TopicTerminated
 from magnetar_protocol.topics import TopicName
 from magnetar_runtime.error_answers import write_failure
@@ -52,7 +52,7 @@ class Lease(Protocol):
 class Written:
     """A transactional group written in someone else's SQL transaction, not applied yet."""
     plan: GroupPlan
-    registered: list[Any]
+    registered: list[Registration]
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,14 +170,14 @@ class Writer:
         for item in items:
             if isinstance(item, TxnEnd) and (await self.txnbuf.state(item.txn)).committed is not None:
                 return NotWritten()  # ended here already: the two-phase path answers that
-        plan, owned, allowed, registered = await self.txnbuf.write_group(
+        plan, written = await self.txnbuf.write_group(
             items, self.next_entry_id, self.dedup.enabled, self.lease.epoch, self.access.exclusive_epoch(),
             conn=conn)
-        if not owned:
+        if not written.owned:
             return NotWritten(lease_lost=True)
-        if not allowed:
+        if not written.allowed:
             return NotWritten()
-        return Written(plan, registered)
+        return Written(plan, written.registered)
 
     def applied(self, written: Written) -> None:
         """``write_in``'s SQL transaction committed: apply it."""

@@ -104,7 +104,7 @@ class Subscription:
             log.lose("fenced while opening a subscription")
             log.check_open()
         assert row is not None  # check_open raised otherwise
-        cursor = Cursor.decode(row[0], row[1])
+        cursor = Cursor.decode(row.mark_delete, row.acked_state)
         if cursor.mark_delete < log.first_entry_id - 1:
             # Entries below the first stored one are gone (trimmed); an acknowledgement
             # never fills that hole, so the cursor starts past it.

@@ -18,6 +18,7 @@ from magnetar_broker.partition.txnrules import (
     not_owner_error,
     registration_refused,
 )
+from magnetar_broker.store import AckRegistration
 from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
 from magnetar_broker.subscription.dispatch import SUB_NAMES, Deliveries
 from magnetar_broker.subscription.pendingack import PendingAcks
@@ -141,17 +142,17 @@ class TxnAcks:
             accepted.append((place, wanted, cumulative, txn))
         refused: dict[TxnID, MagnetarError] = {}
         if rows:
-            _, registered = await self.sub.log.lease_checked(
+            written = await self.sub.log.lease_checked(
                 "recording transactional acks", self.sub.log.store.record_pending_acks(
                     self.sub.log.topic_id, self.sub.log.epoch, self.sub.name, rows,
                     [(*txn, *actor) for txn, actor in first_acks.items()], self.sub.log.name.full),
-                owned=lambda result: result[0])
-            for (txn, actor), answer in zip(first_acks.items(), registered):
-                if answer[0]:
-                    self._registered[txn] = answer[-1]  # its owner
+                owned=lambda result: result.owned)
+            for (txn, actor), answer in zip(first_acks.items(), written.registered):
+                if answer.ok:
+                    self._registered[txn] = answer.owner
                 else:
                     self.pending.take(txn)  # its first acks here: nothing else is held
-                    refused[txn] = await self._refusal(txn, actor, *answer[1:])
+                    refused[txn] = await self._refusal(txn, actor, answer)
         for place, wanted, cumulative, txn in accepted:
             if txn in refused:
                 results[place] = refused[txn]
@@ -164,15 +165,14 @@ class TxnAcks:
                     self.sub.deliveries.acked(entry_id, index)
         return clashed if refused else []
 
-    async def _refusal(self, txn: TxnID, actor: tuple[str, bool], outcome: bool | None,
-                       status: int | None, expired: bool, owner: str | None) -> MagnetarError:
+    async def _refusal(self, txn: TxnID, actor: tuple[str, bool], answer: AckRegistration) -> MagnetarError:
         """Why a first ack here could not register the subscription with ``txn``."""
-        if outcome is not None:  # it ended here already (before a restart of this broker)
-            self.outcomes[txn] = outcome
-            return await ended_txn_error(self.sub.log.store, txn, outcome)
+        if answer.outcome is not None:  # it ended here already (before a restart of this broker)
+            self.outcomes[txn] = answer.outcome
+            return await ended_txn_error(self.sub.log.store, txn, answer.outcome)
         return registration_refused(
             txn, f"acknowledging on subscription {self.sub.name!r} of {self.sub.log.name.full}",
-            status, expired, owner, actor)
+            answer.status, answer.expired, answer.owner, actor)
 
     async def end(self, txn: TxnID, commit: bool) -> None:
         """EndTxnOnSubscription (the two-phase path): commit makes the acks final, abort
