@@ -17,35 +17,25 @@ from magnetar_broker import metrics
 from magnetar_broker.partition.access import AccessState
 from magnetar_broker.partition.cache import EntryCache
 from magnetar_broker.partition.dedupstate import DedupState
+from magnetar_broker.partition.lease import Lease
 from magnetar_broker.partition.planner import Append, GroupPlan, Settled, TxnAppend, TxnEnd, plan_plain
 from magnetar_broker.partition.quotagate import QuotaGate
 from magnetar_broker.partition.txnbuffer import TxnBuffer
 from magnetar_broker.rates import Rate
 from magnetar_broker.store import BrokerStore, Registration
 from magnetar_protocol.errors import MagnetarError, NotOwner, ProducerFenced, TopicTerminated
-from magnetar_protocol.topics import TopicName
 from magnetar_runtime.error_answers import write_failure
 from magnetar_runtime.groupcommit import GroupCommit
 
 Item = Append | TxnAppend | TxnEnd
 
 
-class Lease(Protocol):
-    """What the writer needs of its partition: who it is, the lease it writes under."""
+class WriterLease(Lease, Protocol):
+    """What the writer needs of its partition: its lease, and whether it was terminated
+    (sends are refused then, ends still written)."""
 
     @property
-    def name(self) -> TopicName: ...
-    @property
-    def topic_id(self) -> int: ...
-    @property
-    def epoch(self) -> int: ...
-    @property
     def terminated_entry(self) -> int | None: ...
-    @property
-    def closed(self) -> bool: ...
-    def check_open(self) -> None: ...
-    def lose(self, reason: str) -> None: ...
-    def wake(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -63,7 +53,7 @@ class NotWritten:
 
 
 class Writer:
-    def __init__(self, lease: Lease, store: BrokerStore, access: AccessState, dedup: DedupState,
+    def __init__(self, lease: WriterLease, store: BrokerStore, access: AccessState, dedup: DedupState,
                  txnbuf: TxnBuffer, cache: EntryCache, quota: QuotaGate, max_batches_per_commit: int) -> None:
         self.lease = lease
         self.store = store
