@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from magnetar_broker.commands import CreateProducer, Subscribe
 from magnetar_broker.partition.log import PartitionLog
 from magnetar_broker.service import BrokerService
 from magnetar_broker.settings import BrokerSettings
@@ -49,9 +50,9 @@ class Broker:
 
     async def producer(self, topic: str, name: str = "") -> int:
         await self.partition(topic)
-        reply = await self.service.create_producer(pb.CreateProducerRequest(
-            session_id=self.session, topic=topic, producer_name=name))
-        return reply.producer_id
+        created = await self.service.create_producer(CreateProducer(session_id=self.session, topic=topic, name=name))
+        assert created.producer is not None
+        return created.producer.producer_id
 
     async def send(self, producer_id: int, *payloads: bytes, first_seq: int = 0,
                    txn: pb.TxnId | None = None) -> pb.SendResponse:
@@ -65,10 +66,10 @@ class Broker:
     async def subscribe(self, topic: str, subscription: str, sub_type: int = pb.SUB_EXCLUSIVE,
                         earliest: bool = True) -> int:
         await self.partition(topic)
-        reply = await self.service.subscribe(pb.SubscribeRequest(
+        consumer = await self.service.subscribe(Subscribe(
             session_id=self.session, topic=topic, subscription=subscription, sub_type=sub_type,
-            durable=True, initial_position=pb.INITIAL_EARLIEST if earliest else pb.INITIAL_LATEST))
-        return reply.consumer_id
+            durable=True, earliest=earliest))
+        return consumer.consumer_id
 
     async def fetch(self, consumer_id: int, max_messages: int = 100) -> list[pb.DeliveredEntry]:
         reply = await self.service.fetch(pb.FetchRequest(consumer_id=consumer_id, max_messages=max_messages,

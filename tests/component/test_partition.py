@@ -11,6 +11,7 @@ import pytest
 from magnetar_broker.subscription.subscription import durable
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import MessageTooBig, TopicTerminated
+from tests.component.conftest import batch
 
 TOPIC = "persistent://public/default/component"
 
@@ -82,3 +83,17 @@ async def test_idle_producer_names_are_forgotten_in_memory_through_the_dedup_sta
     plog = await broker.partition(TOPIC)
     assert plog.dedup_state.last_pushed("gone") == -1
     assert await plog.dedup_state.last_persisted("gone") == -1  # a new producer starts afresh
+
+
+async def test_publish_answers_each_batch_or_its_error_without_a_wire_in_between(broker):
+    """The domain send (both front ends answer from it): a refused batch is the exception
+    itself, not an error code to decode again."""
+    producer = await broker.producer(TOPIC, "p")
+    plog = await broker.partition(TOPIC)
+    plog.admission.max_message_size = 10
+    good = pb.SendRequest(producer_id=producer, batch=batch(b"ok")[0], num_messages=1)
+    big = pb.SendRequest(producer_id=producer, batch=batch(b"x" * (70 * 1024), first_seq=1)[0], num_messages=1,
+                         sequence_id=1, highest_sequence_id=1)
+    first, second = await broker.service.publish(broker.session, [good, big])
+    assert isinstance(first, pb.SendResponse) and first.entry_id == 0
+    assert isinstance(second, MessageTooBig)

@@ -8,10 +8,11 @@ from typing import Any
 from fastapi import FastAPI
 from google.protobuf.message import Message
 
+from magnetar_broker.commands import CreateProducer, Position, Seek, Subscribe
 from magnetar_broker.service import BrokerService
 from magnetar_broker.transactions import TxnHandlers
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import NotOwner
+from magnetar_protocol.errors import MagnetarError, NotOwner, to_wire
 from magnetar_protocol.topics import TopicName
 from magnetar_runtime.app import proto_route
 
@@ -21,22 +22,78 @@ def txn_handlers(service: BrokerService) -> TxnHandlers:
                        service.advertised)
 
 
+# ---------------------------------------------------------------- the protobuf wire -> commands
+
+
+def create_producer_command(req: pb.CreateProducerRequest) -> CreateProducer:
+    return CreateProducer(
+        session_id=req.session_id, topic=req.topic, name=req.producer_name, access_mode=req.access_mode,
+        topic_epoch=req.topic_epoch if req.HasField("topic_epoch") else None, wait_ms=req.wait_ms,
+        client_producer_id=req.client_producer_id)
+
+
+def subscribe_command(req: pb.SubscribeRequest) -> Subscribe:
+    return Subscribe(
+        session_id=req.session_id, topic=req.topic, subscription=req.subscription, sub_type=req.sub_type,
+        durable=req.durable, earliest=req.initial_position == pb.INITIAL_EARLIEST,
+        consumer_name=req.consumer_name, priority=req.priority_level,
+        start=(Position(req.start_position.entry_id, req.start_position.batch_index)
+               if req.HasField("start_position") else None),
+        start_inclusive=req.start_inclusive)
+
+
+def seek_command(req: pb.SeekRequest) -> Seek:
+    return Seek(consumer_id=req.consumer_id, session_id=req.session_id, seeks=req.seeks,
+                position=(Position(req.position.entry_id, req.position.batch_index)
+                          if req.HasField("position") else None),
+                publish_time=req.publish_time if req.HasField("publish_time") else None)
+
+
 def add_routes(app: FastAPI, service: BrokerService) -> None:
+    async def create_producer(req: pb.CreateProducerRequest) -> pb.CreateProducerResponse:
+        created = await service.create_producer(create_producer_command(req))
+        producer = created.producer
+        if producer is None:
+            return pb.CreateProducerResponse(producer_name=created.name, waiting=True)
+        reply = pb.CreateProducerResponse(
+            producer_id=producer.producer_id, producer_name=producer.name,
+            last_sequence_id=created.last_sequence_id, max_message_size=service.settings.max_message_size)
+        if producer.topic_epoch is not None:
+            reply.topic_epoch = producer.topic_epoch
+        return reply
+
+    async def subscribe(req: pb.SubscribeRequest) -> pb.SubscribeResponse:
+        consumer = await service.subscribe(subscribe_command(req))
+        return pb.SubscribeResponse(consumer_id=consumer.consumer_id)
+
+    async def seek(req: pb.SeekRequest) -> pb.SeekResponse:
+        await service.seek(seek_command(req))
+        return pb.SeekResponse()
+
+    async def send_batches(req: pb.SendBatchesRequest) -> pb.SendBatchesResponse:
+        reply = pb.SendBatchesResponse()
+        for result in await service.publish(req.session_id, req.batches):
+            if isinstance(result, MagnetarError):
+                reply.results.add(error=to_wire(result))  # the one mapping of this wire
+            else:
+                reply.results.add(response=result)
+        return reply
+
     routes: list[tuple[str, type[Message], Callable[[Any], Awaitable[Message]]]] = [
         ("/v1/topics/metadata", pb.PartitionMetadataRequest, service.metadata),
         ("/v1/topics/lookup", pb.LookupRequest, service.lookup),
         ("/v1/sessions/open", pb.OpenSessionRequest, service.open_session),
         ("/v1/sessions/keepalive", pb.KeepAliveRequest, service.keepalive),
         ("/v1/sessions/close", pb.CloseSessionRequest, service.close_session),
-        ("/v1/producers/create", pb.CreateProducerRequest, service.create_producer),
+        ("/v1/producers/create", pb.CreateProducerRequest, create_producer),
         ("/v1/producers/send", pb.SendRequest, service.send),
-        ("/v1/producers/send-batches", pb.SendBatchesRequest, service.send_batches),
+        ("/v1/producers/send-batches", pb.SendBatchesRequest, send_batches),
         ("/v1/producers/close", pb.CloseProducerRequest, service.close_producer),
-        ("/v1/consumers/subscribe", pb.SubscribeRequest, service.subscribe),
+        ("/v1/consumers/subscribe", pb.SubscribeRequest, subscribe),
         ("/v1/consumers/fetch", pb.FetchRequest, service.fetch),
         ("/v1/consumers/ack", pb.AckRequest, service.ack),
         ("/v1/consumers/redeliver", pb.RedeliverRequest, service.redeliver),
-        ("/v1/consumers/seek", pb.SeekRequest, service.seek),
+        ("/v1/consumers/seek", pb.SeekRequest, seek),
         ("/v1/consumers/last-message-id", pb.LastMessageIdRequest, service.last_message_id),
         ("/v1/consumers/close", pb.CloseConsumerRequest, service.close_consumer),
     ]

@@ -5,15 +5,17 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 
 from magnetar_broker import metrics
 from magnetar_broker.authorization import Authorizer
 from magnetar_broker.backlog_ops import BacklogOps, stored_acked_beyond
+from magnetar_broker.commands import LATEST_ENTRY, CreateProducer, Seek, Subscribe
 from magnetar_broker.lifecycle import StorageLifecycle
 from magnetar_broker.ownership import Ownership
 from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
 from magnetar_broker.partition.log import PartitionLog, Producer
-from magnetar_broker.producers import ProducerHandlers
+from magnetar_broker.producers import ProducerCreated, ProducerHandlers
 from magnetar_broker.sessions import SessionRegistry, new_object_id
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
@@ -23,13 +25,13 @@ from magnetar_broker.topic_metrics import PartitionSample, export
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.cursorstate import decode_acks
 from magnetar_protocol.errors import (
+    AuthorizationError,
     BadRequest,
     ConsumerNotFound,
     MagnetarError,
     NotAllowedError,
     NotOwner,
     ProducerNotFound,
-    to_wire,
 )
 from magnetar_protocol.listeners import choose_url, listener_name_problem
 from magnetar_protocol.topics import TopicName, validate_name_part
@@ -39,9 +41,6 @@ from magnetar_runtime.loops import BackgroundLoop
 from magnetar_runtime.permissions import CONSUME, LOOKUP
 
 log = logging.getLogger("magnetar.broker")
-
-
-LATEST = (1 << 63) - 1
 
 
 def _mine(obj: Producer | Consumer, sessions) -> bool:
@@ -216,6 +215,21 @@ class BrokerService:
             [url] = await self.advertised(req.listener_name, [(url, f"broker {broker_id}")])
         return pb.LookupResponse(topic=name.full, broker_url=url, broker_id=broker_id)
 
+    async def topics_of_namespace(self, tenant: str, namespace: str) -> list[str]:
+        """The namespace's topics the caller may look up."""
+        visible = []
+        for topic in await self.store.namespace_topics(tenant, namespace):
+            try:
+                await self.authz.require(TopicName.parse(topic), LOOKUP)
+            except AuthorizationError:
+                continue
+            visible.append(topic)
+        return visible
+
+    async def live_coordinators(self) -> dict[int, str]:
+        """TCID -> internal URL of each coordinator holding its TCID right now."""
+        return dict(await self.store.live_coordinators(self.settings.lease_ttl_ms / 1000))
+
     async def advertised(self, listener: str, internal: list[tuple[str, str]],
                          protocol: str = "http") -> list[str]:
         """The URLs of ``protocol``'s listener ``listener`` of the processes at the
@@ -246,8 +260,8 @@ class BrokerService:
 
     # ---------------------------------------------------------------- producers
 
-    async def create_producer(self, req: pb.CreateProducerRequest) -> pb.CreateProducerResponse:
-        return await self.producer_handlers.create(req)
+    async def create_producer(self, cmd: CreateProducer) -> ProducerCreated:
+        return await self.producer_handlers.create(cmd)
 
     def _producer(self, producer_id: int, *sessions: str) -> Producer:
         """The caller's producer.  Another role's id, or one named with another session
@@ -267,22 +281,17 @@ class BrokerService:
         self.sessions.get(producer.session_id, time.monotonic())
         return await producer.log.publish(producer, req)
 
-    async def send_batches(self, req: pb.SendBatchesRequest) -> pb.SendBatchesResponse:
-        if not req.batches:
+    async def publish(self, session_id: str,
+                      batches: Sequence[pb.SendRequest]) -> list[pb.SendResponse | MagnetarError]:
+        """Batches of one producer, in order: a SendResponse or the error, per batch (both
+        front ends answer from these; nothing is encoded and decoded in between)."""
+        if not batches:
             raise BadRequest("send-batches: no batches")
-        producer_ids = {b.producer_id for b in req.batches}
-        if len(producer_ids) != 1:
+        if len({b.producer_id for b in batches}) != 1:
             raise BadRequest("send-batches: every batch must belong to one producer")
-        producer = self._producer(req.batches[0].producer_id, req.session_id,
-                                  *{b.session_id for b in req.batches})
+        producer = self._producer(batches[0].producer_id, session_id, *{b.session_id for b in batches})
         self.sessions.get(producer.session_id, time.monotonic())
-        reply = pb.SendBatchesResponse()
-        for result in await producer.log.publish_many(producer, req.batches):
-            if isinstance(result, MagnetarError):
-                reply.results.add(error=to_wire(result))
-            else:
-                reply.results.add(response=result)
-        return reply
+        return await producer.log.publish_many(producer, batches)
 
     async def close_producer(self, req: pb.CloseProducerRequest) -> pb.CloseProducerResponse:
         producer = self.producers.get(req.producer_id)
@@ -302,38 +311,36 @@ class BrokerService:
 
     # ---------------------------------------------------------------- consumers
 
-    async def subscribe(self, req: pb.SubscribeRequest) -> pb.SubscribeResponse:
+    async def subscribe(self, cmd: Subscribe) -> Consumer:
+        """A consumer (both front ends translate their subscribe into ``cmd``)."""
         role = current_role()
-        session = self.sessions.get(req.session_id, time.monotonic(), role)
-        if req.sub_type not in (pb.SUB_EXCLUSIVE, pb.SUB_SHARED, pb.SUB_FAILOVER, pb.SUB_KEY_SHARED):
-            raise BadRequest(f"unknown subscription type {req.sub_type}")
-        sub_name = req.subscription or (f"reader-{uuid.uuid4().hex[:10]}" if not req.durable else "")
+        session = self.sessions.get(cmd.session_id, time.monotonic(), role)
+        sub_name = cmd.subscription or (f"reader-{uuid.uuid4().hex[:10]}" if not cmd.durable else "")
         validate_name_part("subscription", sub_name)
-        name = TopicName.parse(req.topic)
+        name = TopicName.parse(cmd.topic)
         await self.authz.require(name, CONSUME, sub_name)
         plog = await self.ownership.get_log(name)
-        if req.durable:
+        if cmd.durable:
             # Earliest: the first entry still stored (older ones were trimmed).
-            sub = await durable(plog, sub_name,
-                                FROM_EARLIEST if req.initial_position == pb.INITIAL_EARLIEST else FROM_LATEST)
+            sub = await durable(plog, sub_name, FROM_EARLIEST if cmd.earliest else FROM_LATEST)
         else:
-            sub = await plog.subscriptions.get_or_open(sub_name, lambda: self._open_reader(plog, sub_name, req))
-        consumer = Consumer(new_object_id(), req.consumer_name or f"consumer-{uuid.uuid4().hex[:6]}",
-                            req.session_id, req.priority_level, sub, role=role)
-        sub.add_consumer(consumer, req.sub_type)
+            sub = await plog.subscriptions.get_or_open(sub_name, lambda: self._open_reader(plog, sub_name, cmd))
+        consumer = Consumer(new_object_id(), cmd.consumer_name or f"consumer-{uuid.uuid4().hex[:6]}",
+                            cmd.session_id, cmd.priority, sub, role=role)
+        sub.add_consumer(consumer, cmd.sub_type)
         self.consumers[consumer.consumer_id] = consumer
         session.consumers.add(consumer.consumer_id)
-        return pb.SubscribeResponse(consumer_id=consumer.consumer_id)
+        return consumer
 
-    async def _open_reader(self, plog: PartitionLog, name: str, req: pb.SubscribeRequest) -> Subscription:
+    async def _open_reader(self, plog: PartitionLog, name: str, cmd: Subscribe) -> Subscription:
         """A reader's subscription (not durable), at its start position."""
         cursor = Cursor(plog.next_entry_id - 1)
-        if req.HasField("start_position") and req.start_position.entry_id != LATEST:
-            pos = req.start_position
+        if cmd.start is not None and cmd.start.entry_id != LATEST_ENTRY:
+            pos = pb.Position(entry_id=cmd.start.entry_id, batch_index=cmd.start.batch_index)
             await plog.check_batch_indexes("reader start", [pos])
             cursor = Cursor(pos.entry_id - 1)
-            upto = pos.batch_index if req.start_inclusive else pos.batch_index + 1
-            if pos.batch_index < 0 and not req.start_inclusive:
+            upto = pos.batch_index if cmd.start_inclusive else pos.batch_index + 1
+            if pos.batch_index < 0 and not cmd.start_inclusive:
                 cursor = Cursor(pos.entry_id)
             cursor.ack_first(pos.entry_id, upto)
         if cursor.mark_delete < plog.first_entry_id - 1:  # a start that was trimmed
@@ -398,20 +405,17 @@ class BrokerService:
         consumer.subscription.redeliver(consumer, req.positions)
         return pb.RedeliverResponse()
 
-    async def seek(self, req: pb.SeekRequest) -> pb.SeekResponse:
-        consumer = self._consumer(req.consumer_id, req.session_id)
+    async def seek(self, cmd: Seek) -> None:
+        consumer = self._consumer(cmd.consumer_id, cmd.session_id)
         sub = consumer.subscription
         # Before the seek wakes this consumer's waiting fetch, so that fetch answers empty.
-        consumer.seeks = max(consumer.seeks, req.seeks)
-        if req.HasField("position"):
-            await sub.seek(min(req.position.entry_id, sub.log.next_entry_id), req.position.batch_index)
-        elif req.HasField("publish_time"):
-            first = await self.store.first_entry_since(sub.log.topic_id, req.publish_time)
-            await sub.seek(sub.log.next_entry_id if first is None else first)
+        consumer.seeks = max(consumer.seeks, cmd.seeks)
+        if cmd.position is not None:
+            await sub.seek(min(cmd.position.entry_id, sub.log.next_entry_id), cmd.position.batch_index)
         else:
-            raise BadRequest("seek needs a position or a publish_time")
-        # Pulsar disconnects consumers on seek; we instead drop what they hold.
-        return pb.SeekResponse()
+            assert cmd.publish_time is not None  # the command holds one of the two
+            first = await self.store.first_entry_since(sub.log.topic_id, cmd.publish_time)
+            await sub.seek(sub.log.next_entry_id if first is None else first)
 
     async def last_message_id(self, req: pb.LastMessageIdRequest) -> pb.LastMessageIdResponse:
         consumer = self._consumer(req.consumer_id, req.session_id)

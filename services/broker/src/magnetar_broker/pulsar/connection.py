@@ -16,7 +16,7 @@ import time
 from magnetar_broker.pulsar.errors import error_frame
 from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
-from magnetar_protocol.errors import AuthenticationError, MagnetarError, UnknownError
+from magnetar_protocol.errors import AuthenticationError, MagnetarError
 from magnetar_protocol.pulsar import frames
 from magnetar_protocol.pulsar.errors import server_error
 from magnetar_runtime.auth import set_role
@@ -309,7 +309,7 @@ async def answer(conn: Connection, request_id: int, call, on_success) -> None:
         return
     except Exception as exc:  # a bug must not end the connection silently
         log.exception("pulsar connection %s: request %d failed", conn.peer, request_id)
-        conn.error(request_id, UnknownError(f"internal error: {exc!r}"))
+        conn.error(request_id, exc)  # UnknownError with what it was (errors.failure)
         return
     reply = on_success(result)
     if reply is not None:   # None: on_success answered itself

@@ -15,14 +15,16 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from magnetar_broker.commands import Position, Seek, Subscribe
 from magnetar_broker.pulsar.connection import Connection, answer
+from magnetar_broker.pulsar.errors import failure
 from magnetar_broker.pulsar.producers import BROKER_REQUEST
+from magnetar_broker.subscription.subscription import Consumer
 from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
-from magnetar_protocol.errors import BadRequest, ConsumerNotFound, MagnetarError
+from magnetar_protocol.errors import ConsumerNotFound, MagnetarError
 from magnetar_protocol.pulsar import batches, ids
 from magnetar_protocol.pulsar.clients import understands_end_of_topic
-from magnetar_protocol.pulsar.errors import server_error
 
 log = logging.getLogger("magnetar.broker.pulsar")
 
@@ -47,6 +49,7 @@ class PulsarConsumer:
     sizes: OrderedDict = field(default_factory=OrderedDict)   # entry id -> messages
     task: asyncio.Task | None = None
     told_end: bool = False   # REACHED_END_OF_TOPIC sent (once: termination is final)
+    served: Consumer | None = None  # the broker's consumer (set once subscribed)
 
 
 class Consumers:
@@ -75,29 +78,24 @@ class Consumers:
             self.conn.send(pb.CommandSuccess(request_id=cmd.request_id))
             return
 
-        async def call():
-            if cmd.sub_type not in SUB_TYPES:
-                raise BadRequest(f"unknown subscription type {cmd.sub_type}")
-            req = mpb.SubscribeRequest(
-                session_id=self.conn.session_id, topic=cmd.topic, subscription=cmd.subscription,
-                sub_type=SUB_TYPES[cmd.sub_type], consumer_name=cmd.consumer_name,
-                priority_level=cmd.priority_level, durable=cmd.durable,
-                initial_position=mpb.INITIAL_EARLIEST if cmd.initial_position == Sub.Earliest
-                else mpb.INITIAL_LATEST)
+        async def call() -> Consumer:
+            start = None
             if not cmd.durable and cmd.HasField("start_message_id") and not ids.is_latest(cmd.start_message_id):
-                start = cmd.start_message_id
-                if ids.is_earliest(start):
-                    req.start_position.CopyFrom(mpb.Position(entry_id=0, batch_index=ids.WHOLE))
-                else:
-                    # The whole entry holding the start id: the client drops what comes
-                    # before its start id in a batch, as with a Pulsar broker.
-                    req.start_position.CopyFrom(mpb.Position(entry_id=start.entry_id, batch_index=ids.WHOLE))
-                req.start_inclusive = True
-            return await self.service.subscribe(req)
+                # Earliest, or the whole entry holding the start id: the client drops what
+                # comes before its start id in a batch, as with a Pulsar broker.
+                first = cmd.start_message_id
+                start = Position(0 if ids.is_earliest(first) else first.entry_id, ids.WHOLE)
+            # The subscription type's rule is the command's (an unknown value stays
+            # unknown: Pulsar's types and Magnetar's share their numbers).
+            return await self.service.subscribe(Subscribe(
+                session_id=self.conn.session_id, topic=cmd.topic, subscription=cmd.subscription,
+                sub_type=SUB_TYPES.get(cmd.sub_type, cmd.sub_type), durable=cmd.durable,
+                earliest=cmd.initial_position == Sub.Earliest, consumer_name=cmd.consumer_name,
+                priority=cmd.priority_level, start=start, start_inclusive=start is not None))
 
-        def subscribed(reply: mpb.SubscribeResponse) -> pb.CommandSuccess:
-            served = self.service.consumers[reply.consumer_id]
-            consumer = PulsarConsumer(cmd.consumer_id, reply.consumer_id, served.subscription.log.partition_index)
+        def subscribed(served: Consumer) -> pb.CommandSuccess:
+            consumer = PulsarConsumer(cmd.consumer_id, served.consumer_id, served.subscription.log.partition_index,
+                                      served=served)
             self.consumers[cmd.consumer_id] = consumer
             consumer.task = self.conn.spawn(self._dispatch(consumer))
             self.conn.send(pb.CommandSuccess(request_id=cmd.request_id))
@@ -126,7 +124,7 @@ class Consumers:
         wait_ms = self.conn.settings.max_fetch_wait_ms
         at_end = False
         while self.consumers.get(consumer.pulsar_id) is consumer:
-            served = self.service.consumers.get(consumer.magnetar_id)
+            served = consumer.served
             if served is None or served.closed:
                 self._closed_by_broker(consumer, "the topic moved or the consumer was closed")
                 return
@@ -213,8 +211,9 @@ class Consumers:
             if request_id is None:
                 log.info("pulsar connection %s: ack refused: %s", self.conn.peer, exc)
                 return
+            error, message = failure(exc)
             self.conn.send(pb.CommandAckResponse(consumer_id=cmd.consumer_id, request_id=request_id,
-                                                 error=server_error(exc), message=exc.message))
+                                                 error=error, message=message))
             return
         if request_id is not None:
             self.conn.send(pb.CommandAckResponse(consumer_id=cmd.consumer_id, request_id=request_id))
@@ -240,23 +239,22 @@ class Consumers:
     async def seek(self, frame) -> None:
         cmd = frame.body
 
-        async def call():
+        async def call() -> PulsarConsumer:
             consumer = self._get(cmd.consumer_id)
-            req = mpb.SeekRequest(consumer_id=consumer.magnetar_id, session_id=self.conn.session_id)
+            position = None
             if cmd.HasField("message_id"):
                 mid = cmd.message_id
                 if ids.is_earliest(mid):
-                    req.position.CopyFrom(mpb.Position(entry_id=0, batch_index=ids.WHOLE))
+                    position = Position(0, ids.WHOLE)
                 elif ids.is_latest(mid):
-                    req.position.CopyFrom(mpb.Position(entry_id=ids.LATEST_ENTRY, batch_index=ids.WHOLE))
+                    position = Position(ids.LATEST_ENTRY, ids.WHOLE)
                 else:
                     index = mid.batch_index if mid.HasField("batch_index") and mid.batch_index >= 0 else ids.WHOLE
-                    req.position.CopyFrom(mpb.Position(entry_id=mid.entry_id, batch_index=index))
-            elif cmd.HasField("message_publish_time"):
-                req.publish_time = cmd.message_publish_time
-            else:
-                raise BadRequest("SEEK needs a message_id or a message_publish_time")
-            await self.service.seek(req)
+                    position = Position(mid.entry_id, index)
+            # Which forms a seek may take is the command's rule.
+            await self.service.seek(Seek(
+                consumer_id=consumer.magnetar_id, session_id=self.conn.session_id, position=position,
+                publish_time=cmd.message_publish_time if cmd.HasField("message_publish_time") else None))
             return consumer
 
         def sought(consumer: PulsarConsumer) -> pb.CommandSuccess:

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from magnetar_broker.commands import CreateProducer
+from magnetar_broker.producers import ProducerCreated
 from magnetar_broker.pulsar.connection import Connection
-from magnetar_broker.pulsar.errors import message_of
+from magnetar_broker.pulsar.errors import failure
 from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
-from magnetar_protocol.errors import MagnetarError, MessageTooBig, NotAllowedError, UnknownError, error_for_code
+from magnetar_protocol.errors import MagnetarError, MessageTooBig, NotAllowedError
 from magnetar_protocol.pulsar import batches, ids
-from magnetar_protocol.pulsar.errors import server_error
 
 log = logging.getLogger("magnetar.broker.pulsar")
 
@@ -70,56 +71,53 @@ class Producers:
             return
         producer = PulsarProducer(cmd.producer_id, cmd.request_id)
         self.producers[cmd.producer_id] = producer
-        req = mpb.CreateProducerRequest(
+        create = CreateProducer(
             session_id=self.conn.session_id, topic=cmd.topic,
-            producer_name=cmd.producer_name if cmd.HasField("producer_name") else "",
-            access_mode=cmd.producer_access_mode, user_provided_name=cmd.user_provided_producer_name,
-            client_producer_id=cmd.producer_id)
-        if cmd.HasField("topic_epoch"):
-            req.topic_epoch = cmd.topic_epoch
+            name=cmd.producer_name if cmd.HasField("producer_name") else "",
+            access_mode=cmd.producer_access_mode, client_producer_id=cmd.producer_id,
+            topic_epoch=cmd.topic_epoch if cmd.HasField("topic_epoch") else None)
         try:
-            reply = await self.service.create_producer(req)
+            created = await self.service.create_producer(create)
         except Exception as exc:
             self.producers.pop(cmd.producer_id, None)
-            self.conn.error(cmd.request_id, exc if isinstance(exc, MagnetarError) else UnknownError(repr(exc)))
+            self.conn.error(cmd.request_id, exc)
             return
-        if reply.waiting:
+        if created.waiting:
             # WaitForExclusive, queued: say so now (producer_ready false), then answer
             # again with the same request id once the slot is ours.
-            producer.name = reply.producer_name
-            self.conn.send(pb.CommandProducerSuccess(request_id=cmd.request_id, producer_name=reply.producer_name,
+            producer.name = created.name
+            self.conn.send(pb.CommandProducerSuccess(request_id=cmd.request_id, producer_name=created.name,
                                                      producer_ready=False))
-            req.producer_name = reply.producer_name
-            self.conn.spawn(self._wait_for_exclusive(producer, req))
+            self.conn.spawn(self._wait_for_exclusive(producer, replace(
+                create, name=created.name, wait_ms=self.conn.settings.max_fetch_wait_ms)))
             return
-        self._created(producer, reply)
+        self._created(producer, created)
 
-    async def _wait_for_exclusive(self, producer: PulsarProducer, req: mpb.CreateProducerRequest) -> None:
-        req.wait_ms = self.conn.settings.max_fetch_wait_ms
+    async def _wait_for_exclusive(self, producer: PulsarProducer, create: CreateProducer) -> None:
         while self.producers.get(producer.pulsar_id) is producer:
             try:
-                reply = await self.service.create_producer(req)
+                created = await self.service.create_producer(create)
             except MagnetarError as exc:
                 self.producers.pop(producer.pulsar_id, None)
                 self.conn.error(producer.request_id, exc)
                 return
-            if not reply.waiting:
-                self._created(producer, reply)
+            if not created.waiting:
+                self._created(producer, created)
                 return
 
-    def _created(self, producer: PulsarProducer, reply: mpb.CreateProducerResponse) -> None:
+    def _created(self, producer: PulsarProducer, created: ProducerCreated) -> None:
+        served = created.producer
+        assert served is not None  # not waiting
         if self.producers.get(producer.pulsar_id) is not producer:   # closed meanwhile
             self.conn.spawn(self.service.close_producer(mpb.CloseProducerRequest(
-                producer_id=reply.producer_id, session_id=self.conn.session_id)))
+                producer_id=served.producer_id, session_id=self.conn.session_id)))
             return
-        producer.name = reply.producer_name
-        producer.magnetar_id = reply.producer_id
-        producer.last_sequence_id = reply.last_sequence_id
-        producer.topic_epoch = reply.topic_epoch if reply.HasField("topic_epoch") else None
+        producer.name = served.name
+        producer.magnetar_id = served.producer_id
+        producer.last_sequence_id = created.last_sequence_id
+        producer.topic_epoch = served.topic_epoch
         producer.ready = True
-        served = self.service.producers.get(reply.producer_id)
-        if served is not None:
-            served.on_detached = lambda reason, p=producer: self._detached(p, reason)
+        served.on_detached = lambda reason, p=producer: self._detached(p, reason)
         self.conn.send(self._success(producer.request_id, producer))
 
     def _success(self, request_id: int, producer: PulsarProducer) -> pb.CommandProducerSuccess:
@@ -194,9 +192,9 @@ class Producers:
                 results = await self._write(producer, [req for _, req in group])
                 for (cmd, req), result in zip(group, results):
                     if isinstance(result, BaseException):
+                        error, message = failure(result)
                         self.conn.send(pb.CommandSendError(
-                            producer_id=cmd.producer_id, sequence_id=cmd.sequence_id,
-                            error=server_error(result), message=message_of(result)))
+                            producer_id=cmd.producer_id, sequence_id=cmd.sequence_id, error=error, message=message))
                         continue
                     entry = ids.DUPLICATE_ID if result.duplicate else (ids.LEDGER, result.entry_id)
                     self.conn.send(pb.CommandSendReceipt(
@@ -214,9 +212,7 @@ class Producers:
         answers: list = []
         if valid:
             try:
-                reply = await self.service.send_batches(
-                    mpb.SendBatchesRequest(batches=valid, session_id=self.conn.session_id))
-                answers = [_result(r) for r in reply.results]
+                answers = list(await self.service.publish(self.conn.session_id, valid))
             except MagnetarError as exc:
                 answers = [exc] * len(valid)
         it = iter(answers)
@@ -231,9 +227,3 @@ class Producers:
             await self.service.close_producer(mpb.CloseProducerRequest(
                 producer_id=producer.magnetar_id, session_id=self.conn.session_id))
         self.conn.send(pb.CommandSuccess(request_id=cmd.request_id))
-
-
-def _result(result: mpb.SendResult):
-    if result.HasField("error"):
-        return error_for_code(result.error.code, result.error.message)
-    return result.response
