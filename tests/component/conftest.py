@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from magnetar_broker.commands import CreateProducer, Subscribe
+from magnetar_broker.commands import Ack, CreateProducer, Fetch, Position, Subscribe
 from magnetar_broker.partition.log import PartitionLog
 from magnetar_broker.service import BrokerService
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.topics import TopicName
+from magnetar_protocol.txnid import TxnID
 from magnetar_storage.db import create_pool
 
 BROKER_URL = "http://broker.component:8080"
@@ -72,18 +73,15 @@ class Broker:
         return consumer.consumer_id
 
     async def fetch(self, consumer_id: int, max_messages: int = 100) -> list[pb.DeliveredEntry]:
-        reply = await self.service.fetch(pb.FetchRequest(consumer_id=consumer_id, max_messages=max_messages,
-                                                         wait_ms=0, session_id=self.session))
-        return list(reply.entries)
+        fetched = await self.service.fetch(Fetch(consumer_id=consumer_id, session_id=self.session,
+                                                 max_messages=max_messages))
+        return list(fetched.entries)
 
     async def ack(self, consumer_id: int, *entry_ids: int, txn: pb.TxnId | None = None,
                   cumulative: bool = False) -> None:
-        req = pb.AckRequest(consumer_id=consumer_id, session_id=self.session,
-                            ack_type=pb.ACK_CUMULATIVE if cumulative else pb.ACK_INDIVIDUAL,
-                            positions=[pb.Position(entry_id=e, batch_index=-1) for e in entry_ids])
-        if txn is not None:
-            req.txn.CopyFrom(txn)
-        await self.service.ack(req)
+        await self.service.ack(Ack(consumer_id=consumer_id, session_id=self.session,
+                                   positions=tuple(Position(e) for e in entry_ids), cumulative=cumulative,
+                                   txn=None if txn is None else TxnID.from_wire(txn)))
 
 
 @pytest.fixture

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from fastapi import FastAPI
 from google.protobuf.message import Message
 
-from magnetar_broker.commands import CreateProducer, Position, Seek, Subscribe
+from magnetar_broker.commands import (
+    Ack,
+    CloseConsumer,
+    CreateProducer,
+    Fetch,
+    Position,
+    Redeliver,
+    Seek,
+    Subscribe,
+)
 from magnetar_broker.service import BrokerService
 from magnetar_broker.transactions import TxnHandlers
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import MagnetarError, NotOwner, to_wire
 from magnetar_protocol.topics import TopicName
+from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.app import proto_route
 
 
@@ -49,7 +59,43 @@ def seek_command(req: pb.SeekRequest) -> Seek:
                 publish_time=req.publish_time if req.HasField("publish_time") else None)
 
 
+def positions(wire: Iterable[pb.Position]) -> tuple[Position, ...]:
+    return tuple(Position(p.entry_id, p.batch_index) for p in wire)
+
+
 def add_routes(app: FastAPI, service: BrokerService) -> None:
+    async def fetch(req: pb.FetchRequest) -> pb.FetchResponse:
+        fetched = await service.fetch(Fetch(consumer_id=req.consumer_id, session_id=req.session_id,
+                                            max_messages=req.max_messages, wait_ms=req.wait_ms, seeks=req.seeks))
+        return pb.FetchResponse(entries=fetched.entries, partition=fetched.partition,
+                                end_of_topic=fetched.end_of_topic)
+
+    async def ack(req: pb.AckRequest) -> pb.AckResponse:
+        await service.ack(Ack(consumer_id=req.consumer_id, session_id=req.session_id,
+                              positions=positions(req.positions), cumulative=req.ack_type == pb.ACK_CUMULATIVE,
+                              txn=TxnID.from_wire(req.txn) if req.HasField("txn") else None))
+        return pb.AckResponse()
+
+    async def redeliver(req: pb.RedeliverRequest) -> pb.RedeliverResponse:
+        await service.redeliver(Redeliver(consumer_id=req.consumer_id, session_id=req.session_id,
+                                          positions=positions(req.positions)))
+        return pb.RedeliverResponse()
+
+    async def last_id(req: pb.LastMessageIdRequest) -> pb.LastMessageIdResponse:
+        last = await service.last_message_id(req.consumer_id, req.session_id)
+        reply = pb.LastMessageIdResponse(mark_delete=pb.Position(entry_id=last.mark_delete, batch_index=-1))
+        if last.last_entry_id is not None:
+            reply.has_message = True
+            reply.last.CopyFrom(pb.MessageIdData(
+                partition=last.partition, entry_id=last.last_entry_id,
+                batch_index=last.last_batch_size - 1, batch_size=last.last_batch_size))
+        return reply
+
+    async def close_consumer(req: pb.CloseConsumerRequest) -> pb.CloseConsumerResponse:
+        await service.close_consumer(CloseConsumer(consumer_id=req.consumer_id, session_id=req.session_id,
+                                                   unsubscribe=req.unsubscribe))
+        return pb.CloseConsumerResponse()
+
     async def create_producer(req: pb.CreateProducerRequest) -> pb.CreateProducerResponse:
         created = await service.create_producer(create_producer_command(req))
         producer = created.producer
@@ -90,12 +136,12 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
         ("/v1/producers/send-batches", pb.SendBatchesRequest, send_batches),
         ("/v1/producers/close", pb.CloseProducerRequest, service.close_producer),
         ("/v1/consumers/subscribe", pb.SubscribeRequest, subscribe),
-        ("/v1/consumers/fetch", pb.FetchRequest, service.fetch),
-        ("/v1/consumers/ack", pb.AckRequest, service.ack),
-        ("/v1/consumers/redeliver", pb.RedeliverRequest, service.redeliver),
+        ("/v1/consumers/fetch", pb.FetchRequest, fetch),
+        ("/v1/consumers/ack", pb.AckRequest, ack),
+        ("/v1/consumers/redeliver", pb.RedeliverRequest, redeliver),
         ("/v1/consumers/seek", pb.SeekRequest, seek),
-        ("/v1/consumers/last-message-id", pb.LastMessageIdRequest, service.last_message_id),
-        ("/v1/consumers/close", pb.CloseConsumerRequest, service.close_consumer),
+        ("/v1/consumers/last-message-id", pb.LastMessageIdRequest, last_id),
+        ("/v1/consumers/close", pb.CloseConsumerRequest, close_consumer),
     ]
     txn = txn_handlers(service)
     routes += [

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 from magnetar_broker.partition.batchcheck import WHOLE
 from magnetar_broker.subscription.dispatch import SUB_NAMES
+from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import BadRequest
+from magnetar_protocol.txnid import TxnID
 
 # A position past every entry: a seek there (Pulsar's "latest") lands after the last one.
 LATEST_ENTRY = (1 << 63) - 1
@@ -72,3 +74,59 @@ class Seek:
     def __post_init__(self) -> None:
         if self.position is None and self.publish_time is None:
             raise BadRequest("seek needs a position or a publish_time")
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """Messages for a consumer: up to ``max_messages`` (its permits), waiting up to
+    ``wait_ms`` (bounded by the broker's setting) for some to arrive."""
+
+    consumer_id: int
+    session_id: str
+    max_messages: int
+    wait_ms: int = 0
+    seeks: int = 0  # the client's seek count when it asked: an earlier one's fetch is stale
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    entries: list[pb.DeliveredEntry]  # whole entries, or the listed messages of one
+    partition: int
+    end_of_topic: bool  # terminated, and every message up to its end delivered
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    consumer_id: int
+    session_id: str
+    positions: tuple[Position, ...]
+    cumulative: bool = False
+    txn: TxnID | None = None  # pending in the transaction until it ends
+
+
+@dataclass(frozen=True, slots=True)
+class Redeliver:
+    """A negative ack: the listed messages go out again (none listed: every message the
+    consumer holds unacknowledged)."""
+
+    consumer_id: int
+    session_id: str
+    positions: tuple[Position, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LastMessage:
+    """The last message stored on a consumer's partition, and its subscription's
+    mark-delete position."""
+
+    partition: int
+    mark_delete: int
+    last_entry_id: int | None  # None: nothing stored
+    last_batch_size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CloseConsumer:
+    consumer_id: int
+    session_id: str
+    unsubscribe: bool = False  # also delete its (durable) subscription

@@ -10,7 +10,18 @@ from collections.abc import Sequence
 from magnetar_broker import metrics
 from magnetar_broker.authorization import Authorizer
 from magnetar_broker.backlog_ops import BacklogOps, stored_acked_beyond
-from magnetar_broker.commands import LATEST_ENTRY, CreateProducer, Seek, Subscribe
+from magnetar_broker.commands import (
+    LATEST_ENTRY,
+    Ack,
+    CloseConsumer,
+    CreateProducer,
+    Fetch,
+    Fetched,
+    LastMessage,
+    Redeliver,
+    Seek,
+    Subscribe,
+)
 from magnetar_broker.lifecycle import StorageLifecycle
 from magnetar_broker.ownership import Ownership
 from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
@@ -35,7 +46,6 @@ from magnetar_protocol.errors import (
 )
 from magnetar_protocol.listeners import choose_url, listener_name_problem
 from magnetar_protocol.topics import TopicName, validate_name_part
-from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.loops import BackgroundLoop
 from magnetar_runtime.permissions import CONSUME, LOOKUP
@@ -365,18 +375,18 @@ class BrokerService:
             raise ConsumerNotFound(f"consumer {consumer_id} is not connected to this broker; subscribe again")
         return consumer
 
-    async def fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
-        consumer = self._consumer(req.consumer_id, req.session_id)
+    async def fetch(self, cmd: Fetch) -> Fetched:
+        consumer = self._consumer(cmd.consumer_id, cmd.session_id)
         session = self.sessions.get(consumer.session_id, time.monotonic())
         sub = consumer.subscription
-        wait_s = min(req.wait_ms, self.settings.max_fetch_wait_ms) / 1000
+        wait_s = min(cmd.wait_ms, self.settings.max_fetch_wait_ms) / 1000
 
-        consumer.seeks = max(consumer.seeks, req.seeks)  # a seek whose answer was lost
+        consumer.seeks = max(consumer.seeks, cmd.seeks)  # a seek whose answer was lost
 
-        async def attempt() -> list | None:
-            if req.seeks < consumer.seeks:
+        async def attempt() -> list[pb.DeliveredEntry] | None:
+            if cmd.seeks < consumer.seeks:
                 return []  # sent before a seek: its client drops whatever it brings
-            entries = await sub.fetch(consumer, req.max_messages)
+            entries = await sub.fetch(consumer, cmd.max_messages)
             return entries if entries or consumer.closed or sub.at_end_of_topic() else None
 
         session.inflight += 1
@@ -385,25 +395,20 @@ class BrokerService:
         finally:
             session.inflight -= 1
             session.last_seen = time.monotonic()
-        return pb.FetchResponse(entries=entries or [], partition=sub.log.partition_index,
-                                end_of_topic=not entries and sub.at_end_of_topic())
+        return Fetched(entries or [], sub.log.partition_index, not entries and sub.at_end_of_topic())
 
-    async def ack(self, req: pb.AckRequest) -> pb.AckResponse:
-        consumer = self._consumer(req.consumer_id, req.session_id)
+    async def ack(self, cmd: Ack) -> None:
+        consumer = self._consumer(cmd.consumer_id, cmd.session_id)
         consumer.subscription.log.check_open()
-        cumulative = req.ack_type == pb.ACK_CUMULATIVE
-        if req.HasField("txn"):
-            await consumer.subscription.txn.ack(
-                req.positions, cumulative, TxnID.from_wire(req.txn))
+        if cmd.txn is not None:
+            await consumer.subscription.txn.ack(cmd.positions, cmd.cumulative, cmd.txn)
         else:
-            await consumer.subscription.ack(consumer, req.positions, cumulative)
-        return pb.AckResponse()
+            await consumer.subscription.ack(consumer, cmd.positions, cmd.cumulative)
 
-    async def redeliver(self, req: pb.RedeliverRequest) -> pb.RedeliverResponse:
-        consumer = self._consumer(req.consumer_id, req.session_id)
-        await consumer.subscription.check_positions("redeliver", req.positions)
-        consumer.subscription.redeliver(consumer, req.positions)
-        return pb.RedeliverResponse()
+    async def redeliver(self, cmd: Redeliver) -> None:
+        consumer = self._consumer(cmd.consumer_id, cmd.session_id)
+        await consumer.subscription.check_positions("redeliver", cmd.positions)
+        consumer.subscription.redeliver(consumer, cmd.positions)
 
     async def seek(self, cmd: Seek) -> None:
         consumer = self._consumer(cmd.consumer_id, cmd.session_id)
@@ -417,33 +422,26 @@ class BrokerService:
             first = await self.store.first_entry_since(sub.log.topic_id, cmd.publish_time)
             await sub.seek(sub.log.next_entry_id if first is None else first)
 
-    async def last_message_id(self, req: pb.LastMessageIdRequest) -> pb.LastMessageIdResponse:
-        consumer = self._consumer(req.consumer_id, req.session_id)
+    async def last_message_id(self, consumer_id: int, session_id: str) -> LastMessage:
+        consumer = self._consumer(consumer_id, session_id)
         plog = consumer.subscription.log
         last = await plog.last_entry()
-        reply = pb.LastMessageIdResponse(
-            mark_delete=pb.Position(entry_id=max(consumer.subscription.cursor.mark_delete, 0), batch_index=-1))
-        if last is not None:
-            reply.has_message = True
-            reply.last.CopyFrom(pb.MessageIdData(
-                partition=plog.partition_index, entry_id=last.entry_id,
-                batch_index=last.num_messages - 1, batch_size=last.num_messages))
-        return reply
+        return LastMessage(plog.partition_index, max(consumer.subscription.cursor.mark_delete, 0),
+                           None if last is None else last.entry_id, 0 if last is None else last.num_messages)
 
-    async def close_consumer(self, req: pb.CloseConsumerRequest) -> pb.CloseConsumerResponse:
-        consumer = self.consumers.get(req.consumer_id)
-        if consumer is None or not _mine(consumer, (req.session_id,)):
-            return pb.CloseConsumerResponse()
+    async def close_consumer(self, cmd: CloseConsumer) -> None:
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is None or not _mine(consumer, (cmd.session_id,)):
+            return
         sub = consumer.subscription
-        if req.unsubscribe:  # a revoke since it subscribed counts (after the cache delay)
+        if cmd.unsubscribe:  # a revoke since it subscribed counts (after the cache delay)
             await self.authz.require(sub.log.name, CONSUME, sub.name)
-        if req.unsubscribe and len(sub.consumers) > 1:
+        if cmd.unsubscribe and len(sub.consumers) > 1:
             raise NotAllowedError(f"subscription {sub.name!r} has other consumers; close them first")
         self._drop_consumer(consumer)
-        if req.unsubscribe and sub.durable:
+        if cmd.unsubscribe and sub.durable:
             await self.store.delete_subscription(sub.log.topic_id, sub.log.epoch, sub.name)
             sub.log.subscriptions.remove(sub.name, sub)
-        return pb.CloseConsumerResponse()
 
     def _drop_consumer(self, consumer: Consumer) -> None:
         consumer.closed = True

@@ -16,7 +16,7 @@ from magnetar_broker import metrics
 from magnetar_broker.entry import Entry
 from magnetar_broker.partition.access import AccessState
 from magnetar_broker.partition.admission import Admission
-from magnetar_broker.partition.batchcheck import WHOLE, batch_index_problem
+from magnetar_broker.partition.batchcheck import WHOLE, PositionLike, batch_index_problem
 from magnetar_broker.partition.cache import EntryCache
 from magnetar_broker.partition.dedupstate import DedupState
 from magnetar_broker.partition.planner import Append
@@ -348,7 +348,7 @@ class PartitionLog:
         (from the cache when there, else one query)."""
         return await self.cache.message_counts(entry_ids, self.next_entry_id)
 
-    async def check_batch_indexes(self, what: str, positions: Iterable[pb.Position],
+    async def check_batch_indexes(self, what: str, positions: Iterable[PositionLike],
                                   size_of: Callable[[int], int | None] = lambda _: None) -> None:
         """Refuse (400) a position whose batch index names no message of its entry: an
         index becomes a bit of a mask (acks, seeks, deliveries) whose every later

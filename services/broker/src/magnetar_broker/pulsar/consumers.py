@@ -15,7 +15,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from magnetar_broker.commands import Position, Seek, Subscribe
+from magnetar_broker.commands import Ack, CloseConsumer, Fetch, Position, Redeliver, Seek, Subscribe
 from magnetar_broker.pulsar.connection import Connection, answer
 from magnetar_broker.pulsar.errors import failure
 from magnetar_broker.pulsar.producers import BROKER_REQUEST
@@ -25,6 +25,7 @@ from magnetar_protocol import pulsar_api_pb2 as pb
 from magnetar_protocol.errors import ConsumerNotFound, MagnetarError
 from magnetar_protocol.pulsar import batches, ids
 from magnetar_protocol.pulsar.clients import understands_end_of_topic
+from magnetar_protocol.txnid import TxnID
 
 log = logging.getLogger("magnetar.broker.pulsar")
 
@@ -140,9 +141,9 @@ class Consumers:
                     pass
                 continue
             try:
-                reply = await self.service.fetch(mpb.FetchRequest(
-                    consumer_id=consumer.magnetar_id, max_messages=consumer.permits, wait_ms=wait_ms,
-                    session_id=self.conn.session_id))
+                reply = await self.service.fetch(Fetch(
+                    consumer_id=consumer.magnetar_id, session_id=self.conn.session_id,
+                    max_messages=consumer.permits, wait_ms=wait_ms))
             except MagnetarError as exc:
                 self._closed_by_broker(consumer, str(exc))
                 return
@@ -180,7 +181,7 @@ class Consumers:
             return
         log.info("pulsar connection %s: consumer %d closed by the broker: %s", self.conn.peer,
                  consumer.pulsar_id, reason)
-        self.conn.spawn(self.service.close_consumer(mpb.CloseConsumerRequest(
+        self.conn.spawn(self.service.close_consumer(CloseConsumer(
             consumer_id=consumer.magnetar_id, session_id=self.conn.session_id)))
         self.conn.send(pb.CommandCloseConsumer(consumer_id=consumer.pulsar_id, request_id=BROKER_REQUEST))
 
@@ -193,17 +194,16 @@ class Consumers:
         async def call():
             consumer = self._get(cmd.consumer_id)
             cumulative = cmd.ack_type == pb.CommandAck.Cumulative
-            positions = []
+            positions: list[Position] = []
             for mid in cmd.message_id:
-                positions += ids.ack_positions(mid, cumulative, consumer.sizes.get(mid.entry_id))
+                positions += [Position(p.entry_id, p.batch_index)
+                              for p in ids.ack_positions(mid, cumulative, consumer.sizes.get(mid.entry_id))]
             if positions:
-                req = mpb.AckRequest(
-                    consumer_id=consumer.magnetar_id, positions=positions, session_id=self.conn.session_id,
-                    ack_type=mpb.ACK_CUMULATIVE if cumulative else mpb.ACK_INDIVIDUAL)
-                if cmd.HasField("txnid_most_bits") or cmd.HasField("txnid_least_bits"):
-                    # Pending in the transaction until it ends (pulsar/transactions.py).
-                    req.txn.CopyFrom(mpb.TxnId(most_bits=cmd.txnid_most_bits, least_bits=cmd.txnid_least_bits))
-                await self.service.ack(req)
+                # Pending in the transaction until it ends (pulsar/transactions.py).
+                txn = (TxnID(cmd.txnid_most_bits, cmd.txnid_least_bits)
+                       if cmd.HasField("txnid_most_bits") or cmd.HasField("txnid_least_bits") else None)
+                await self.service.ack(Ack(consumer_id=consumer.magnetar_id, session_id=self.conn.session_id,
+                                           positions=tuple(positions), cumulative=cumulative, txn=txn))
 
         try:
             await call()
@@ -225,12 +225,11 @@ class Consumers:
             return
         # Just the listed messages (a negative ack); a batch index names one message of a
         # batch, else the whole entry goes again.
-        positions = [mpb.Position(entry_id=mid.entry_id,
-                                  batch_index=mid.batch_index if mid.HasField("batch_index") and mid.batch_index >= 0
-                                  else ids.WHOLE) for mid in cmd.message_ids]
+        positions = tuple(Position(mid.entry_id, mid.batch_index if mid.HasField("batch_index") and mid.batch_index >= 0
+                                   else ids.WHOLE) for mid in cmd.message_ids)
         try:
-            await self.service.redeliver(mpb.RedeliverRequest(
-                consumer_id=consumer.magnetar_id, positions=positions, session_id=self.conn.session_id))
+            await self.service.redeliver(Redeliver(consumer_id=consumer.magnetar_id, session_id=self.conn.session_id,
+                                                   positions=positions))
         except MagnetarError as exc:   # no answer exists for this command
             log.info("pulsar connection %s: redelivery refused: %s", self.conn.peer, exc)
 
@@ -273,17 +272,15 @@ class Consumers:
 
         async def call():
             consumer = self._get(cmd.consumer_id)
-            reply = await self.service.last_message_id(mpb.LastMessageIdRequest(
-                consumer_id=consumer.magnetar_id, session_id=self.conn.session_id))
-            if reply.has_message:
-                last = reply.last
-                index = last.batch_index if last.batch_size > 1 else ids.WHOLE
-                last_id = ids.message_id(last.entry_id, consumer.partition, index)
+            last = await self.service.last_message_id(consumer.magnetar_id, self.conn.session_id)
+            if last.last_entry_id is not None:
+                index = last.last_batch_size - 1 if last.last_batch_size > 1 else ids.WHOLE
+                last_id = ids.message_id(last.last_entry_id, consumer.partition, index)
             else:   # nothing yet: (-1, -1), which equals the client's "earliest"
                 last_id = pb.MessageIdData(ledger_id=ids.U64, entry_id=ids.U64, partition=consumer.partition)
             return pb.CommandGetLastMessageIdResponse(
                 request_id=cmd.request_id, last_message_id=last_id,
-                consumer_mark_delete_position=ids.message_id(reply.mark_delete.entry_id, consumer.partition))
+                consumer_mark_delete_position=ids.message_id(last.mark_delete, consumer.partition))
 
         await answer(self.conn, cmd.request_id, call, lambda reply: reply)
 
@@ -302,7 +299,7 @@ class Consumers:
                 if unsubscribe:
                     raise ConsumerNotFound(f"consumer {cmd.consumer_id} is not subscribed on this connection")
                 return
-            await self.service.close_consumer(mpb.CloseConsumerRequest(
+            await self.service.close_consumer(CloseConsumer(
                 consumer_id=consumer.magnetar_id, session_id=self.conn.session_id, unsubscribe=unsubscribe))
             self.consumers.pop(cmd.consumer_id, None)
             if consumer.task is not None:

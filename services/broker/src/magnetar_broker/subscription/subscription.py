@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError
 
 from magnetar_broker import metrics
 from magnetar_broker.entry import Entry
+from magnetar_broker.partition.batchcheck import PositionLike
 from magnetar_broker.rates import Rate
 from magnetar_broker.subscription.backlog import lowest_bits
 from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
@@ -274,11 +275,11 @@ class Subscription:
 
     # ---------------------------------------------------------------- acks
 
-    async def check_positions(self, what: str, positions: Sequence[pb.Position]) -> None:
+    async def check_positions(self, what: str, positions: Sequence[PositionLike]) -> None:
         """Refuse (400) a batch index that names no message of its entry."""
         await self.log.check_batch_indexes(what, positions, self.cursor.size_of)
 
-    async def ack(self, consumer: Consumer, positions: Sequence[pb.Position], cumulative: bool) -> None:
+    async def ack(self, consumer: Consumer, positions: Sequence[PositionLike], cumulative: bool) -> None:
         if cumulative and self.sub_type in (pb.SUB_SHARED, pb.SUB_KEY_SHARED):
             raise NotAllowedError(
                 f"cumulative ack is not allowed on {SUB_NAMES[self.sub_type]} subscription {self.name!r}"
@@ -307,7 +308,7 @@ class Subscription:
             await self._saver.submit(None)
             self.log.quota_acked()  # once the cursor is stored: the check reads it
 
-    def redeliver(self, consumer: Consumer, positions: Sequence[pb.Position]) -> int:
+    def redeliver(self, consumer: Consumer, positions: Sequence[PositionLike]) -> int:
         chosen = None if not positions else [(p.entry_id, p.batch_index) for p in positions]
         moved = self.deliveries.release(consumer.consumer_id, chosen, count=True)
         self.redelivered(moved)

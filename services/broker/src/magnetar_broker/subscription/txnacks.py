@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from magnetar_broker import metrics
+from magnetar_broker.partition.batchcheck import PositionLike
 from magnetar_broker.partition.txnbuffer import ended_txn_error, txn_actor
 from magnetar_broker.partition.txnrules import (
     ended_error,
@@ -41,7 +42,7 @@ class Holder(Protocol):
     lock: asyncio.Lock
     persist_lock: asyncio.Lock
 
-    async def check_positions(self, what: str, positions: Sequence[pb.Position]) -> None: ...
+    async def check_positions(self, what: str, positions: Sequence[PositionLike]) -> None: ...
     def redelivered(self, messages: int) -> None: ...
 
 
@@ -83,7 +84,7 @@ class TxnAcks:
             ok = txn not in first_acks or first_acks[txn][0] == actor[0]
         return None if ok else not_owner_error(txn, self._ack_what(), actor)
 
-    async def ack(self, positions: Sequence[pb.Position], cumulative: bool, txn: TxnID) -> None:
+    async def ack(self, positions: Sequence[PositionLike], cumulative: bool, txn: TxnID) -> None:
         """Acknowledge in a transaction: pending until it ends; durable before the reply.
         Concurrent transactional acks on a subscription share one database write."""
         if not self.sub.durable:

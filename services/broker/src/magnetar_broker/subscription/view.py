@@ -8,10 +8,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
 from magnetar_broker.entry import Entry
+from magnetar_broker.partition.batchcheck import PositionLike
 from magnetar_broker.partition.lease import Lease
 from magnetar_broker.partition.registry import Registry
 from magnetar_broker.store import BrokerStore
-from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_runtime.roles import Roles
 
 T = TypeVar("T")
@@ -37,7 +37,7 @@ class PartitionView(Lease, Protocol):
     async def read_one(self, entry_id: int) -> Entry | None: ...
     async def last_entry(self) -> Entry | None: ...
     async def message_counts(self, entry_ids: Iterable[int]) -> dict[int, int]: ...
-    async def check_batch_indexes(self, what: str, positions: Iterable[pb.Position],
+    async def check_batch_indexes(self, what: str, positions: Iterable[PositionLike],
                                   size_of: Callable[[int], int | None] = ...) -> None: ...
     def at_end(self, read_position: int) -> bool: ...
 
