@@ -14,6 +14,7 @@ import pytest
 
 from magnetar_broker.commands import Ack, CreateProducer, Fetch, Position, Subscribe
 from magnetar_broker.partition.log import PartitionLog
+from magnetar_broker.partition.sends import Batch, Sent
 from magnetar_broker.service import BrokerService
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
@@ -56,13 +57,14 @@ class Broker:
         return created.producer.producer_id
 
     async def send(self, producer_id: int, *payloads: bytes, first_seq: int = 0,
-                   txn: pb.TxnId | None = None) -> pb.SendResponse:
+                   txn: pb.TxnId | None = None) -> Sent:
         data, n, lowest, highest = batch(*payloads, first_seq=first_seq)
-        req = pb.SendRequest(producer_id=producer_id, batch=data, num_messages=n, sequence_id=lowest,
-                             highest_sequence_id=highest, session_id=self.session)
-        if txn is not None:
-            req.txn.CopyFrom(txn)
-        return await self.service.send(req)
+        [result] = await self.service.publish(self.session, [Batch(
+            producer_id=producer_id, payload=data, num_messages=n, sequence_id=lowest, highest_sequence_id=highest,
+            txn=None if txn is None else TxnID.from_wire(txn))])
+        if isinstance(result, Exception):
+            raise result
+        return result
 
     async def subscribe(self, topic: str, subscription: str, sub_type: int = pb.SUB_EXCLUSIVE,
                         earliest: bool = True) -> int:
@@ -96,7 +98,7 @@ async def broker(pool, database_url) -> AsyncIterator[Broker]:
     settings = BrokerSettings(database_url=database_url, broker_id="b-component", advertised_url=BROKER_URL)
     service = BrokerService(BrokerStore(pool, settings.resolved_broker_id), settings)
     await service.store.register(BROKER_URL)
-    session = await service.open_session(pb.OpenSessionRequest(client_name="component"))
+    session = await service.open_session("component")
     yield Broker(service, session.session_id)
     for plog in list(service.ownership.logs.values()):
         plog.lose("test over")

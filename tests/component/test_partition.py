@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from magnetar_broker.partition.sends import Batch, Sent
 from magnetar_broker.subscription.subscription import durable
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import MessageTooBig, TopicTerminated
@@ -76,8 +77,7 @@ async def test_a_durable_subscription_is_opened_once_however_many_ask_at_once(br
 async def test_idle_producer_names_are_forgotten_in_memory_through_the_dedup_state(broker, pool):
     producer = await broker.producer(TOPIC, "gone")
     await broker.send(producer, b"a", first_seq=5)
-    await broker.service.close_producer(pb.CloseProducerRequest(producer_id=producer,
-                                                                 session_id=broker.session))
+    await broker.service.close_producer(producer, broker.session)
     await pool.execute("UPDATE producer_sequences SET updated_at = now() - interval '2 days'")
     await broker.service.expire_idle_producers()
     plog = await broker.partition(TOPIC)
@@ -91,9 +91,9 @@ async def test_publish_answers_each_batch_or_its_error_without_a_wire_in_between
     producer = await broker.producer(TOPIC, "p")
     plog = await broker.partition(TOPIC)
     plog.admission.max_message_size = 10
-    good = pb.SendRequest(producer_id=producer, batch=batch(b"ok")[0], num_messages=1)
-    big = pb.SendRequest(producer_id=producer, batch=batch(b"x" * (70 * 1024), first_seq=1)[0], num_messages=1,
-                         sequence_id=1, highest_sequence_id=1)
+    good = Batch(producer, batch(b"ok")[0], num_messages=1, sequence_id=0, highest_sequence_id=0)
+    big = Batch(producer, batch(b"x" * (70 * 1024), first_seq=1)[0], num_messages=1, sequence_id=1,
+                highest_sequence_id=1)
     first, second = await broker.service.publish(broker.session, [good, big])
-    assert isinstance(first, pb.SendResponse) and first.entry_id == 0
+    assert isinstance(first, Sent) and first.entry_id == 0
     assert isinstance(second, MessageTooBig)

@@ -18,6 +18,7 @@ from magnetar_broker.commands import (
     Seek,
     Subscribe,
 )
+from magnetar_broker.partition.sends import Batch, Sent
 from magnetar_broker.service import BrokerService
 from magnetar_broker.transactions import TxnHandlers
 from magnetar_protocol import magnetar_pb2 as pb
@@ -59,11 +60,48 @@ def seek_command(req: pb.SeekRequest) -> Seek:
                 publish_time=req.publish_time if req.HasField("publish_time") else None)
 
 
+def batch_command(req: pb.SendRequest) -> Batch:
+    return Batch(producer_id=req.producer_id, payload=req.batch, num_messages=req.num_messages,
+                 sequence_id=req.sequence_id, highest_sequence_id=req.highest_sequence_id,
+                 txn=TxnID.from_wire(req.txn) if req.HasField("txn") else None, session_id=req.session_id)
+
+
+def sent_reply(sent: Sent) -> pb.SendResponse:
+    return pb.SendResponse(entry_id=sent.entry_id, last_sequence_id=sent.last_sequence_id,
+                           duplicate=sent.duplicate, partition=sent.partition)
+
+
 def positions(wire: Iterable[pb.Position]) -> tuple[Position, ...]:
     return tuple(Position(p.entry_id, p.batch_index) for p in wire)
 
 
 def add_routes(app: FastAPI, service: BrokerService) -> None:
+    async def metadata(req: pb.PartitionMetadataRequest) -> pb.PartitionMetadataResponse:
+        name, partitions = await service.metadata(req.topic)
+        return pb.PartitionMetadataResponse(topic=name.full, partitions=partitions)
+
+    async def lookup(req: pb.LookupRequest) -> pb.LookupResponse:
+        found = await service.lookup(req.topic, req.listener_name)
+        return pb.LookupResponse(topic=found.topic, broker_url=found.url, broker_id=found.broker_id)
+
+    async def open_session(req: pb.OpenSessionRequest) -> pb.OpenSessionResponse:
+        session = await service.open_session(req.client_name)
+        return pb.OpenSessionResponse(session_id=session.session_id,
+                                      keepalive_interval_ms=service.settings.keepalive_interval_ms,
+                                      session_timeout_ms=service.settings.session_timeout_ms)
+
+    async def keepalive(req: pb.KeepAliveRequest) -> pb.KeepAliveResponse:
+        await service.keepalive(req.session_id)
+        return pb.KeepAliveResponse()
+
+    async def close_session(req: pb.CloseSessionRequest) -> pb.CloseSessionResponse:
+        await service.close_session(req.session_id)
+        return pb.CloseSessionResponse()
+
+    async def close_producer(req: pb.CloseProducerRequest) -> pb.CloseProducerResponse:
+        await service.close_producer(req.producer_id, req.session_id)
+        return pb.CloseProducerResponse()
+
     async def fetch(req: pb.FetchRequest) -> pb.FetchResponse:
         fetched = await service.fetch(Fetch(consumer_id=req.consumer_id, session_id=req.session_id,
                                             max_messages=req.max_messages, wait_ms=req.wait_ms, seeks=req.seeks))
@@ -116,25 +154,31 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
         await service.seek(seek_command(req))
         return pb.SeekResponse()
 
+    async def send(req: pb.SendRequest) -> pb.SendResponse:
+        [result] = await service.publish(req.session_id, [batch_command(req)])
+        if isinstance(result, MagnetarError):
+            raise result
+        return sent_reply(result)
+
     async def send_batches(req: pb.SendBatchesRequest) -> pb.SendBatchesResponse:
         reply = pb.SendBatchesResponse()
-        for result in await service.publish(req.session_id, req.batches):
+        for result in await service.publish(req.session_id, [batch_command(b) for b in req.batches]):
             if isinstance(result, MagnetarError):
                 reply.results.add(error=to_wire(result))  # the one mapping of this wire
             else:
-                reply.results.add(response=result)
+                reply.results.add(response=sent_reply(result))
         return reply
 
     routes: list[tuple[str, type[Message], Callable[[Any], Awaitable[Message]]]] = [
-        ("/v1/topics/metadata", pb.PartitionMetadataRequest, service.metadata),
-        ("/v1/topics/lookup", pb.LookupRequest, service.lookup),
-        ("/v1/sessions/open", pb.OpenSessionRequest, service.open_session),
-        ("/v1/sessions/keepalive", pb.KeepAliveRequest, service.keepalive),
-        ("/v1/sessions/close", pb.CloseSessionRequest, service.close_session),
+        ("/v1/topics/metadata", pb.PartitionMetadataRequest, metadata),
+        ("/v1/topics/lookup", pb.LookupRequest, lookup),
+        ("/v1/sessions/open", pb.OpenSessionRequest, open_session),
+        ("/v1/sessions/keepalive", pb.KeepAliveRequest, keepalive),
+        ("/v1/sessions/close", pb.CloseSessionRequest, close_session),
         ("/v1/producers/create", pb.CreateProducerRequest, create_producer),
-        ("/v1/producers/send", pb.SendRequest, service.send),
+        ("/v1/producers/send", pb.SendRequest, send),
         ("/v1/producers/send-batches", pb.SendBatchesRequest, send_batches),
-        ("/v1/producers/close", pb.CloseProducerRequest, service.close_producer),
+        ("/v1/producers/close", pb.CloseProducerRequest, close_producer),
         ("/v1/consumers/subscribe", pb.SubscribeRequest, subscribe),
         ("/v1/consumers/fetch", pb.FetchRequest, fetch),
         ("/v1/consumers/ack", pb.AckRequest, ack),

@@ -130,3 +130,12 @@ class CloseConsumer:
     consumer_id: int
     session_id: str
     unsubscribe: bool = False  # also delete its (durable) subscription
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """Who serves a topic: the broker, at the URL of the listener the client named."""
+
+    topic: str  # its full name
+    broker_id: str
+    url: str

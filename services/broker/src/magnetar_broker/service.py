@@ -18,6 +18,7 @@ from magnetar_broker.commands import (
     Fetch,
     Fetched,
     LastMessage,
+    Located,
     Redeliver,
     Seek,
     Subscribe,
@@ -26,8 +27,9 @@ from magnetar_broker.lifecycle import StorageLifecycle
 from magnetar_broker.ownership import Ownership
 from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
 from magnetar_broker.partition.log import PartitionLog, Producer
+from magnetar_broker.partition.sends import Batch, Sent
 from magnetar_broker.producers import ProducerCreated, ProducerHandlers
-from magnetar_broker.sessions import SessionRegistry, new_object_id
+from magnetar_broker.sessions import Session, SessionRegistry, new_object_id
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
 from magnetar_broker.subscription.cursor import Cursor
@@ -211,19 +213,21 @@ class BrokerService:
 
     # ---------------------------------------------------------------- discovery
 
-    async def metadata(self, req: pb.PartitionMetadataRequest) -> pb.PartitionMetadataResponse:
-        name = TopicName.parse(req.topic)
+    async def metadata(self, topic: str) -> tuple[TopicName, int]:
+        """The topic's full name and its partitions (0: not partitioned), created if
+        auto-creation allows it."""
+        name = TopicName.parse(topic)
         await self.authz.require(name, LOOKUP)  # before auto-creation: it obeys permissions
-        return pb.PartitionMetadataResponse(topic=name.full, partitions=await self.ownership.partitions(name))
+        return name, await self.ownership.partitions(name)
 
-    async def lookup(self, req: pb.LookupRequest) -> pb.LookupResponse:
-        name = TopicName.parse(req.topic)
-        check_listener(req.listener_name)
+    async def lookup(self, topic: str, listener_name: str = "") -> Located:
+        name = TopicName.parse(topic)
+        check_listener(listener_name)
         await self.authz.require(name, LOOKUP)
         broker_id, url = await self.ownership.lookup(name)
-        if req.listener_name:
-            [url] = await self.advertised(req.listener_name, [(url, f"broker {broker_id}")])
-        return pb.LookupResponse(topic=name.full, broker_url=url, broker_id=broker_id)
+        if listener_name:
+            [url] = await self.advertised(listener_name, [(url, f"broker {broker_id}")])
+        return Located(name.full, broker_id, url)
 
     async def topics_of_namespace(self, tenant: str, namespace: str) -> list[str]:
         """The namespace's topics the caller may look up."""
@@ -250,23 +254,17 @@ class BrokerService:
 
     # ---------------------------------------------------------------- sessions
 
-    async def open_session(self, req: pb.OpenSessionRequest) -> pb.OpenSessionResponse:
-        session = self.sessions.open(req.client_name, time.monotonic(), current_role())
+    async def open_session(self, client_name: str) -> Session:
+        session = self.sessions.open(client_name, time.monotonic(), current_role())
         metrics.SESSIONS.set(len(self.sessions.sessions))
-        return pb.OpenSessionResponse(
-            session_id=session.session_id,
-            keepalive_interval_ms=self.settings.keepalive_interval_ms,
-            session_timeout_ms=self.settings.session_timeout_ms,
-        )
+        return session
 
-    async def keepalive(self, req: pb.KeepAliveRequest) -> pb.KeepAliveResponse:
-        self.sessions.get(req.session_id, time.monotonic(), current_role())
-        return pb.KeepAliveResponse()
+    async def keepalive(self, session_id: str) -> None:
+        self.sessions.get(session_id, time.monotonic(), current_role())
 
-    async def close_session(self, req: pb.CloseSessionRequest) -> pb.CloseSessionResponse:
-        if session := self.sessions.close(req.session_id, current_role()):
+    async def close_session(self, session_id: str) -> None:
+        if session := self.sessions.close(session_id, current_role()):
             self._close_session_objects(session)
-        return pb.CloseSessionResponse()
 
     # ---------------------------------------------------------------- producers
 
@@ -286,15 +284,10 @@ class BrokerService:
             raise ProducerNotFound(f"producer {producer_id} is not connected to this broker; create it again")
         return producer
 
-    async def send(self, req: pb.SendRequest) -> pb.SendResponse:
-        producer = self._producer(req.producer_id, req.session_id)
-        self.sessions.get(producer.session_id, time.monotonic())
-        return await producer.log.publish(producer, req)
-
     async def publish(self, session_id: str,
-                      batches: Sequence[pb.SendRequest]) -> list[pb.SendResponse | MagnetarError]:
-        """Batches of one producer, in order: a SendResponse or the error, per batch (both
-        front ends answer from these; nothing is encoded and decoded in between)."""
+                      batches: Sequence[Batch]) -> list[Sent | MagnetarError]:
+        """Batches of one producer, in order: what became of each (Sent) or its error
+        (both front ends answer from these; nothing is encoded and decoded in between)."""
         if not batches:
             raise BadRequest("send-batches: no batches")
         if len({b.producer_id for b in batches}) != 1:
@@ -303,11 +296,10 @@ class BrokerService:
         self.sessions.get(producer.session_id, time.monotonic())
         return await producer.log.publish_many(producer, batches)
 
-    async def close_producer(self, req: pb.CloseProducerRequest) -> pb.CloseProducerResponse:
-        producer = self.producers.get(req.producer_id)
-        if producer is not None and _mine(producer, (req.session_id,)):
+    async def close_producer(self, producer_id: int, session_id: str) -> None:
+        producer = self.producers.get(producer_id)
+        if producer is not None and _mine(producer, (session_id,)):
             self._drop_producer(producer)
-        return pb.CloseProducerResponse()
 
     def _drop_producer(self, producer: Producer) -> None:
         producer.closed = True

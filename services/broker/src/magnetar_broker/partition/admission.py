@@ -14,11 +14,10 @@ from magnetar_broker.partition.dedup import Verdict, drop_persisted, judge
 from magnetar_broker.partition.dedupstate import DedupState
 from magnetar_broker.partition.planner import Append, TxnAppend
 from magnetar_broker.partition.quotagate import QuotaGate
+from magnetar_broker.partition.sends import Batch, Sent
 from magnetar_broker.partition.txnbuffer import TxnBuffer
-from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import BadRequest, MessageTooBig
 from magnetar_protocol.topics import TopicName
-from magnetar_protocol.txnid import TxnID
 
 # Room for batch framing and per-message metadata on top of the payload limit.
 BATCH_OVERHEAD = 64 * 1024
@@ -60,14 +59,14 @@ class Admission:
         self.max_message_size = max_message_size
         self.max_batch_messages = max_batch_messages
 
-    async def admit(self, producer: Sender, req: pb.SendRequest) -> Append | pb.SendResponse:
+    async def admit(self, producer: Sender, req: Batch) -> Append | Sent:
         """Validate and deduplicate one batch: a queue item, or the duplicate's answer."""
         door = self.door
         door.check_open()
         producer.check_not_fenced()
         await self.quota.before_send()
         door.check_not_terminated()
-        batch, n = req.batch, req.num_messages
+        batch, n = req.payload, req.num_messages
         lowest, highest = req.sequence_id, req.highest_sequence_id
         if not batch or n == 0:
             raise BadRequest("send: empty batch (num_messages must be at least 1)")
@@ -79,7 +78,7 @@ class Admission:
             raise BadRequest("send: highest_sequence_id is below sequence_id")
         if problem := batch_problem(batch, n, lowest, highest):
             raise BadRequest(f"send to {door.name.full}: {problem}; nothing was stored")
-        txn = TxnID.from_wire(req.txn) if req.HasField("txn") else None
+        txn = req.txn
         actor = await self.txnbuf.check_send(txn) if txn is not None else None
         name = producer.name
         if self.dedup.enabled:
@@ -90,8 +89,7 @@ class Admission:
                 verdict = judge(last, lowest, highest)
                 if verdict is Verdict.DUPLICATE:
                     metrics.DUPLICATES.inc(n)
-                    return pb.SendResponse(duplicate=True, last_sequence_id=last,
-                                           partition=door.partition_index)
+                    return Sent(duplicate=True, last_sequence_id=last, partition=door.partition_index)
                 pushed = self.dedup.last_pushed(name)
                 if not waited and pushed > last and lowest <= pushed:
                     # Overlaps a batch still being committed: judge again once it is.

@@ -22,11 +22,11 @@ from magnetar_broker.partition.dedupstate import DedupState
 from magnetar_broker.partition.planner import Append
 from magnetar_broker.partition.quotagate import QuotaGate
 from magnetar_broker.partition.registry import Registry
+from magnetar_broker.partition.sends import Batch, Sent
 from magnetar_broker.partition.txnbuffer import TxnBuffer
 from magnetar_broker.partition.writer import Writer
 from magnetar_broker.rates import Rate
 from magnetar_broker.store import BrokerStore
-from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     BadRequest,
     Conflict,
@@ -273,19 +273,19 @@ class PartitionLog:
     async def last_sequence_id(self, producer_name: str) -> int:
         return await self.dedup_state.last_persisted(producer_name)
 
-    async def publish(self, producer: Producer, req: pb.SendRequest) -> pb.SendResponse:
+    async def publish(self, producer: Producer, req: Batch) -> Sent:
         result = (await self.publish_many(producer, [req]))[0]
         if isinstance(result, Exception):
             raise result
         return result
 
     async def publish_many(self, producer: Producer,
-                           reqs: Sequence[pb.SendRequest]) -> list[pb.SendResponse | MagnetarError]:
+                           reqs: Sequence[Batch]) -> list[Sent | MagnetarError]:
         """Admit batches in order, then hand them to the writer together, so they share a
         group commit and a later one is never stored before an earlier one.  Returns a
-        SendResponse or an exception per batch; after a retryable failure every later
+        Sent or an exception per batch; after a retryable failure every later
         batch fails too (the client resends them in order)."""
-        admitted: list[Append | pb.SendResponse | MagnetarError] = []
+        admitted: list[Append | Sent | MagnetarError] = []
         for req in reqs:
             try:
                 admitted.append(await self.admission.admit(producer, req))
@@ -296,7 +296,7 @@ class PartitionLog:
                     break
         started = time.perf_counter()
         futures = [self.writer.submit(a) if isinstance(a, Append) else None for a in admitted]
-        results: list[pb.SendResponse | MagnetarError] = []
+        results: list[Sent | MagnetarError] = []
         for a, fut in zip(admitted, futures):
             if fut is None:
                 assert not isinstance(a, Append)
@@ -312,8 +312,7 @@ class PartitionLog:
             producer.bytes_in += len(a.batch)
             # A transactional send's position is its place in the transaction; consumers
             # see the messages at the commit marker's entry id.
-            results.append(pb.SendResponse(entry_id=position, last_sequence_id=a.highest,
-                                           partition=self.partition_index))
+            results.append(Sent(entry_id=position, last_sequence_id=a.highest, partition=self.partition_index))
         metrics.PUBLISH_LATENCY.observe(time.perf_counter() - started)
         return results
 

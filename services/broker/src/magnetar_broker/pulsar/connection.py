@@ -14,7 +14,6 @@ import logging
 import time
 
 from magnetar_broker.pulsar.errors import error_frame
-from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
 from magnetar_protocol.errors import AuthenticationError, MagnetarError
 from magnetar_protocol.pulsar import frames
@@ -182,8 +181,8 @@ class Connection:
             return
         # The role holds for everything this connection's task (and its tasks) do.
         set_role(self.role)
-        reply = await self.service.open_session(mpb.OpenSessionRequest(client_name=cmd.client_version[:200]))
-        self.session_id = reply.session_id
+        session = await self.service.open_session(cmd.client_version[:200])
+        self.session_id = session.session_id
         self.protocol_version = min(cmd.protocol_version, SERVER_PROTOCOL_VERSION)
         self.client_version = cmd.client_version
         self.connected = True
@@ -269,7 +268,7 @@ class Connection:
             await asyncio.sleep(interval)
             now = time.monotonic()
             try:
-                await self.service.keepalive(mpb.KeepAliveRequest(session_id=self.session_id))
+                await self.service.keepalive(self.session_id)
             except MagnetarError as exc:
                 log.warning("pulsar connection %s: session lost (%s); closing", self.peer, exc)
                 self.writer.close()
@@ -294,7 +293,7 @@ class Connection:
                 log.exception("pulsar connection %s: cleanup failed", self.peer)
         if self.session_id:
             try:
-                await self.service.close_session(mpb.CloseSessionRequest(session_id=self.session_id))
+                await self.service.close_session(self.session_id)
             except MagnetarError as exc:
                 log.info("pulsar connection %s: closing its session: %s", self.peer, exc)
         self.writer.close()

@@ -8,7 +8,6 @@ from magnetar_broker.pulsar.connection import Connection, answer
 from magnetar_broker.pulsar.errors import failure
 from magnetar_broker.pulsar.transactions import TC_ASSIGN_TOPIC, is_tc_assign, tc_assign_partitions
 from magnetar_broker.settings import PULSAR_LISTENER
-from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
 from magnetar_protocol.errors import BadRequest, MagnetarError, ServiceNotReady
 
@@ -31,16 +30,14 @@ class Discovery:
         try:
             if is_tc_assign(cmd.topic):   # one partition per coordinator (transactions.py)
                 partitions = 0 if cmd.topic != TC_ASSIGN_TOPIC else await tc_assign_partitions(self.service)
-                reply = mpb.PartitionMetadataResponse(partitions=partitions)
             else:
-                reply = await self.service.metadata(mpb.PartitionMetadataRequest(topic=cmd.topic))
+                _, partitions = await self.service.metadata(cmd.topic)
         except MagnetarError as exc:
             error, message = failure(exc)
             self.conn.send(Metadata(request_id=cmd.request_id, response=Metadata.Failed,
                                     error=error, message=message))
             return
-        self.conn.send(Metadata(request_id=cmd.request_id, partitions=reply.partitions,
-                                response=Metadata.Success))
+        self.conn.send(Metadata(request_id=cmd.request_id, partitions=partitions, response=Metadata.Success))
 
     async def lookup(self, frame) -> None:
         cmd = frame.body
@@ -63,14 +60,14 @@ class Discovery:
     async def owner_url(self, topic: str) -> str:
         if is_tc_assign(topic):   # any listener serves every coordinator
             return self.conn.settings.pulsar_url
-        reply = await self.service.lookup(mpb.LookupRequest(topic=topic))
-        if reply.broker_id == self.service.broker_id:
+        owner = await self.service.lookup(topic)
+        if owner.broker_id == self.service.broker_id:
             return self.conn.settings.pulsar_url
         try:
-            [url] = await self.service.advertised(PULSAR_LISTENER, [(reply.broker_url, f"broker {reply.broker_id}")],
+            [url] = await self.service.advertised(PULSAR_LISTENER, [(owner.url, f"broker {owner.broker_id}")],
                                                   protocol="pulsar")
         except BadRequest:
-            raise ServiceNotReady(f"{topic} is served by broker {reply.broker_id}, which has no Pulsar "
+            raise ServiceNotReady(f"{topic} is served by broker {owner.broker_id}, which has no Pulsar "
                                   "listener (MAGNETAR_PULSAR_PORT unset there)") from None
         return url
 

@@ -11,13 +11,14 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 
 from magnetar_broker.commands import CreateProducer
+from magnetar_broker.partition.sends import Batch
 from magnetar_broker.producers import ProducerCreated
 from magnetar_broker.pulsar.connection import Connection
 from magnetar_broker.pulsar.errors import failure
-from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
 from magnetar_protocol.errors import MagnetarError, MessageTooBig, NotAllowedError
 from magnetar_protocol.pulsar import batches, ids
+from magnetar_protocol.txnid import TxnID
 
 log = logging.getLogger("magnetar.broker.pulsar")
 
@@ -37,7 +38,7 @@ class PulsarProducer:
     ready: bool = False
     topic_epoch: int | None = None
     last_sequence_id: int = -1
-    queue: deque = field(default_factory=deque)   # (CommandSend, SendRequest | error)
+    queue: deque = field(default_factory=deque)   # (CommandSend, Batch | error)
     pumping: bool = False
 
 
@@ -109,8 +110,7 @@ class Producers:
         served = created.producer
         assert served is not None  # not waiting
         if self.producers.get(producer.pulsar_id) is not producer:   # closed meanwhile
-            self.conn.spawn(self.service.close_producer(mpb.CloseProducerRequest(
-                producer_id=served.producer_id, session_id=self.conn.session_id)))
+            self.conn.spawn(self.service.close_producer(served.producer_id, self.conn.session_id))
             return
         producer.name = served.name
         producer.magnetar_id = served.producer_id
@@ -158,7 +158,7 @@ class Producers:
             producer.pumping = True
             self.conn.spawn(self._pump(producer))
 
-    def _request(self, producer: PulsarProducer, cmd: pb.CommandSend, frame) -> mpb.SendRequest | Exception:
+    def _request(self, producer: PulsarProducer, cmd: pb.CommandSend, frame) -> Batch | Exception:
         """The Magnetar send of one Pulsar entry (translated on write: see the docs), or
         why it cannot be stored."""
         if cmd.is_chunk:
@@ -176,14 +176,13 @@ class Producers:
         # The wheel leaves highest_sequence_id unset when the ids are consecutive.
         highest = cmd.highest_sequence_id if cmd.highest_sequence_id > cmd.sequence_id \
             else cmd.sequence_id + count - 1
-        req = mpb.SendRequest(producer_id=producer.magnetar_id, batch=batch.SerializeToString(),
-                              num_messages=count, sequence_id=cmd.sequence_id, highest_sequence_id=highest,
-                              session_id=self.conn.session_id)
-        if cmd.HasField("txnid_most_bits") or cmd.HasField("txnid_least_bits"):
-            # In a transaction (pulsar/transactions.py): the partition's transaction
-            # buffer holds it until the coordinator ends the transaction.
-            req.txn.CopyFrom(mpb.TxnId(most_bits=cmd.txnid_most_bits, least_bits=cmd.txnid_least_bits))
-        return req
+        # In a transaction (pulsar/transactions.py): the partition's transaction buffer
+        # holds it until the coordinator ends the transaction.
+        txn = (TxnID(cmd.txnid_most_bits, cmd.txnid_least_bits)
+               if cmd.HasField("txnid_most_bits") or cmd.HasField("txnid_least_bits") else None)
+        return Batch(producer_id=producer.magnetar_id, payload=batch.SerializeToString(), num_messages=count,
+                     sequence_id=cmd.sequence_id, highest_sequence_id=highest, txn=txn,
+                     session_id=self.conn.session_id)
 
     async def _pump(self, producer: PulsarProducer) -> None:
         try:
@@ -207,8 +206,8 @@ class Producers:
             producer.pumping = False
 
     async def _write(self, producer: PulsarProducer, reqs: list) -> list:
-        """One result (a SendResponse or an exception) per request, in order."""
-        valid = [r for r in reqs if isinstance(r, mpb.SendRequest)]
+        """One result (Sent or an exception) per request, in order."""
+        valid = [r for r in reqs if isinstance(r, Batch)]
         answers: list = []
         if valid:
             try:
@@ -216,7 +215,7 @@ class Producers:
             except MagnetarError as exc:
                 answers = [exc] * len(valid)
         it = iter(answers)
-        return [next(it) if isinstance(r, mpb.SendRequest) else r for r in reqs]
+        return [next(it) if isinstance(r, Batch) else r for r in reqs]
 
     # ---------------------------------------------------------------- CLOSE_PRODUCER
 
@@ -224,6 +223,5 @@ class Producers:
         cmd = frame.body
         producer = self.producers.pop(cmd.producer_id, None)
         if producer is not None and producer.magnetar_id:
-            await self.service.close_producer(mpb.CloseProducerRequest(
-                producer_id=producer.magnetar_id, session_id=self.conn.session_id))
+            await self.service.close_producer(producer.magnetar_id, self.conn.session_id)
         self.conn.send(pb.CommandSuccess(request_id=cmd.request_id))
