@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastapi import FastAPI
 from google.protobuf.message import DecodeError, Message
@@ -115,6 +115,16 @@ MAX_BATCH_CALLS = 1000
 BATCH_CALLS = Histogram(
     "magnetar_batch_calls", "Calls carried by one /v1/batch request",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1000))
+
+
+# (path, request type, handler): one protobuf route.
+ProtoRoute = tuple[str, type[Any], Callable[[Any], Awaitable[Message]]]
+
+
+def proto_routes(app: FastAPI, routes: Iterable[ProtoRoute]) -> None:
+    """``proto_route`` for each of ``routes``."""
+    for path, request_type, handler in routes:
+        proto_route(app, path, request_type, handler)
 
 
 def proto_route(

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
 
 from fastapi import FastAPI
-from google.protobuf.message import Message
 
 from magnetar_broker.commands import (
     Ack,
@@ -25,7 +23,7 @@ from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import MagnetarError, NotOwner, to_wire
 from magnetar_protocol.topics import TopicName
 from magnetar_protocol.txnid import TxnID
-from magnetar_runtime.app import proto_route
+from magnetar_runtime.app import ProtoRoute, proto_routes
 
 
 def txn_handlers(service: BrokerService) -> TxnHandlers:
@@ -169,7 +167,7 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
                 reply.results.add(response=sent_reply(result))
         return reply
 
-    routes: list[tuple[str, type[Message], Callable[[Any], Awaitable[Message]]]] = [
+    routes: list[ProtoRoute] = [
         ("/v1/topics/metadata", pb.PartitionMetadataRequest, metadata),
         ("/v1/topics/lookup", pb.LookupRequest, lookup),
         ("/v1/sessions/open", pb.OpenSessionRequest, open_session),
@@ -195,8 +193,7 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
         ("/v1/txn/end-on-subscription", pb.EndTxnOnSubscriptionRequest, txn.end_on_subscription),
         ("/v1/txn/end-on-participants", pb.EndTxnOnParticipantsRequest, txn.end_on_participants),
     ]
-    for path, request_type, handler in routes:
-        proto_route(app, path, request_type, handler)
+    proto_routes(app, routes)
 
     def internal_only() -> None:
         # Service-to-service (the admin's calls): they name other roles' producers and

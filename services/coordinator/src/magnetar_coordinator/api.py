@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 from fastapi import FastAPI
-from google.protobuf.message import Message
 
 from magnetar_coordinator.service import CoordinatorService
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_runtime.app import proto_route
+from magnetar_runtime.app import proto_routes
 
 
 def add_routes(app: FastAPI, service: CoordinatorService) -> None:
     async def coordinators(_: pb.LookupCoordinatorsRequest) -> pb.LookupCoordinatorsResponse:
         return await service.coordinators()
 
-    routes: list[tuple[str, type[Message], Callable[[Any], Awaitable[Message]]]] = [
+    proto_routes(app, [
         ("/v1/txn/coordinators", pb.LookupCoordinatorsRequest, coordinators),
         ("/v1/txn/new", pb.NewTxnRequest, service.new_txn),
         ("/v1/txn/add-partitions", pb.AddPartitionToTxnRequest, service.add_partitions),
@@ -25,6 +21,4 @@ def add_routes(app: FastAPI, service: CoordinatorService) -> None:
         ("/v1/txn/add-participants", pb.AddParticipantsToTxnRequest, service.add_participants),
         ("/v1/txn/end", pb.EndTxnRequest, service.end),
         ("/v1/txn/status", pb.TxnStatusRequest, service.status),
-    ]
-    for path, request_type, handler in routes:
-        proto_route(app, path, request_type, handler)
+    ])
