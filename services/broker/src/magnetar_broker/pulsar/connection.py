@@ -13,11 +13,10 @@ import asyncio
 import logging
 import time
 
-from magnetar_broker.pulsar.errors import error_frame
+from magnetar_broker.pulsar.errors import error_frame, failure
 from magnetar_protocol import pulsar_api_pb2 as pb
 from magnetar_protocol.errors import AuthenticationError, MagnetarError
 from magnetar_protocol.pulsar import frames
-from magnetar_protocol.pulsar.errors import server_error
 from magnetar_runtime.auth import set_role
 from magnetar_runtime.roles import ANONYMOUS
 
@@ -215,26 +214,27 @@ class Connection:
     def _answer_refused(self, frame: frames.Frame) -> None:
         """A request on a connection whose CONNECT was refused: its refusal, then close."""
         exc, kind, body = self.refused, frame.type, frame.body
+        assert exc is not None  # answered only once a CONNECT was refused
         if kind == Type.PING:
             self.send(pb.CommandPong())
             return
         if kind == Type.PONG:
             return
-        message = f"CONNECT refused: {exc.message}"
+        error, reason = failure(exc)  # the one mapping of this wire (pulsar/errors.py)
+        message = f"CONNECT refused: {reason}"
         request_id = getattr(body, "request_id", 0) or 0
         if kind == Type.PARTITIONED_METADATA:
             Metadata = pb.CommandPartitionedTopicMetadataResponse
-            self.send(Metadata(request_id=request_id, response=Metadata.Failed,
-                               error=server_error(exc), message=message))
+            self.send(Metadata(request_id=request_id, response=Metadata.Failed, error=error, message=message))
         elif kind == Type.LOOKUP:
             Lookup = pb.CommandLookupTopicResponse
-            self.send(Lookup(request_id=request_id, response=Lookup.Failed,
-                             error=server_error(exc), message=message))
+            self.send(Lookup(request_id=request_id, response=Lookup.Failed, error=error, message=message))
         elif kind == Type.SEND:
-            self.send(pb.CommandSendError(producer_id=body.producer_id, sequence_id=body.sequence_id,
-                                          error=server_error(exc), message=message))
+            send = frame.command.send
+            self.send(pb.CommandSendError(producer_id=send.producer_id, sequence_id=send.sequence_id,
+                                          error=error, message=message))
         else:
-            self.send(pb.CommandError(request_id=request_id, error=server_error(exc), message=message))
+            self.send(pb.CommandError(request_id=request_id, error=error, message=message))
         raise Closed(message)
 
     def _authenticate(self, cmd: pb.CommandConnect) -> str:
