@@ -148,7 +148,7 @@ SELECT count(*) FROM transactions WHERE coordinator_id = $1 AND status IN ({TXN_
 
 -- name: open_by_owner
 SELECT owner, count(*) AS n FROM transactions
-WHERE coordinator_id = $1 AND status = 0 AND owner IS NOT NULL GROUP BY owner;
+WHERE coordinator_id = $1 AND status = {TXN_OPEN} AND owner IS NOT NULL GROUP BY owner;
 
 -- name: purge_ended
 WITH fence AS (
