@@ -1,5 +1,5 @@
-"""PRODUCER, SEND and CLOSE_PRODUCER on the service's create_producer, send_batches and
-close_producer (the routes /v1/producers/*): access modes, topic epochs, fencing and
+"""PRODUCER, SEND and CLOSE_PRODUCER on the service's create_producer, publish and
+close_producer (what the routes /v1/producers/* call): access modes, topic epochs, fencing and
 dedup are the service's.  A producer's SENDs are handed over in arrival order, as many
 as have queued while the previous group was being written, so they share a group
 commit and their receipts go out in order (a Pulsar client requires that)."""
@@ -23,7 +23,7 @@ from magnetar_protocol.txnid import TxnID
 log = logging.getLogger("magnetar.broker.pulsar")
 
 Type = pb.BaseCommand.Type
-# Sends handed to the service in one send_batches call at most (its group commit takes
+# Sends handed to the service in one publish call at most (its group commit takes
 # up to max_batches_per_commit batches per partition anyway).
 MAX_SENDS_PER_CALL = 256
 BROKER_REQUEST = ids.U64   # request id of a close the broker starts (Pulsar's -1)
