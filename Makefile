@@ -46,8 +46,8 @@ run: $(STAMP)  ## start a local Magnetar (PostgreSQL, 2 brokers, a coordinator, 
 test: $(STAMP) $(BIN)/helm  ## every test: unit, integration (real PostgreSQL), end to end (real processes), the Helm chart
 	$(BIN)/pytest -q -ra $(if $(JOBS),-n $(JOBS)) $(PYTEST_ARGS)
 
-test-fast: $(STAMP) $(BIN)/helm  ## unit and integration tests only (seconds)
-	$(BIN)/pytest -q -ra tests/unit tests/integration $(PYTEST_ARGS)
+test-fast: $(STAMP) $(BIN)/helm  ## unit, component (the broker's core in process) and integration tests only
+	$(BIN)/pytest -q -ra tests/unit tests/component tests/integration $(PYTEST_ARGS)
 
 proto: $(STAMP)  ## regenerate magnetar_pb2.py, pulsar_api_pb2.py and their .pyi from proto/
 	$(BIN)/python -m grpc_tools.protoc -I proto \
@@ -58,9 +58,11 @@ bench: $(STAMP)  ## run every benchmark in bench/ (each prints its figures)
 	@set -e; for b in bench/[!_]*.py; do \
 		test -f "$$b" || continue; echo "== $$b"; $(BIN)/python "$$b"; done
 
-lint: $(STAMP)  ## ruff (pyflakes, line length, import order), then the layer contracts (lint-imports); pyproject.toml says which
+lint: $(STAMP)  ## ruff (pyflakes, bugbear, async hazards, line length, import order), the import contracts and their coverage, mypy; pyproject.toml says which
 	$(BIN)/ruff check libs services tests bench spark-jobs
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_contracts.py
+	$(BIN)/mypy
 
 clean:  ## remove .venv and caches (keeps .magnetar, the local cluster's data)
 	rm -rf $(VENV) .pytest_cache

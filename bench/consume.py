@@ -73,7 +73,7 @@ def tail_latency(client, topic: str, rate: int, seconds: float, size: int) -> di
     receiver = threading.Thread(target=receive_all)
     receiver.start()
     filler = b"z" * max(size - 8, 0)
-    for i in paced(total, rate):
+    for _ in paced(total, rate):
         producer.send_async(struct.pack("d", time.perf_counter()) + filler, lambda r, m: None)
     producer.flush()
     receiver.join()

@@ -68,7 +68,9 @@ def fuzz_until(stop: threading.Event, urls: dict, seed: int, concurrency: int, o
         round_no = 0
 
         async def watch():
-            while not stop.is_set():
+            # ``stop`` is a threading.Event (set by another thread): polled, since waiting
+            # for it in a worker thread would hold asyncio.run's exit until it is set.
+            while not stop.is_set():  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
             done.set()
 

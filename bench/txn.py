@@ -11,7 +11,7 @@
       CPU per transaction of PostgreSQL, each service and this client (issue 18).
 
 Each in both deployments, one after the other on the same PostgreSQL: a coordinator
-process beside the broker (DESIGN.md's), and the broker hosting the coordinator
+process beside the broker (docs/design.md's), and the broker hosting the coordinator
 (MAGNETAR_HOST_COORDINATOR, the small-machine shape: docs/architecture.md).
 
     .venv/bin/python bench/txn.py [--transactions 30] [--seconds 10] [--parts abc]
@@ -286,7 +286,7 @@ async def print_profile(database_url: str, service_urls: dict[str, str]) -> None
     import asyncpg
 
     for name, service_url in service_urls.items():
-        text = urllib.request.urlopen(service_url + "/metrics").read().decode()
+        text = await asyncio.to_thread(lambda url=service_url: urllib.request.urlopen(url + "/metrics").read().decode())
         count = re.search(r"^magnetar_batch_calls_count ([0-9.e+]+)", text, re.M)
         total = re.search(r"^magnetar_batch_calls_sum ([0-9.e+]+)", text, re.M)
         if count and float(count.group(1)):

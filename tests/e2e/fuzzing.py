@@ -48,10 +48,12 @@ BATCH_INDEXES = [-2**31, -1000, -2, -1, 0, 1, 2, 99, 999, 2**27, 2**31 - 1]
 
 def discover_routes() -> dict[str, list[tuple[str, type[Message]]]]:
     """{service kind: [(path, request type)]} as each service's api.py registers them
-    (its add_routes run against a stand-in service, with proto_route recording)."""
+    (its add_routes run against a stand-in service, with proto_route recording: the
+    runtime's, which proto_routes calls, and an api module's own import of it if any)."""
     import magnetar_broker.api as broker_api
     import magnetar_coordinator.api as coordinator_api
     import magnetar_registry.api as registry_api
+    import magnetar_runtime.app as runtime_app
 
     class Anything:
         def __getattr__(self, _):
@@ -73,13 +75,16 @@ def discover_routes() -> dict[str, list[tuple[str, type[Message]]]]:
     for kind, module in (("broker", broker_api), ("coordinator", coordinator_api),
                          ("registry", registry_api)):
         found: list[tuple[str, type[Message]]] = []
-        original = module.proto_route
-        module.proto_route = lambda app, path, request_type, handler, found=found: found.append(
-            (path, request_type))
+        patched = [m for m in (module, runtime_app) if hasattr(m, "proto_route")]
+        originals = [m.proto_route for m in patched]
+        for m in patched:
+            m.proto_route = lambda app, path, request_type, handler, found=found: found.append(
+                (path, request_type))
         try:
             module.add_routes(FakeApp(), Anything())
         finally:
-            module.proto_route = original
+            for m, original in zip(patched, originals):
+                m.proto_route = original
         routes[kind] = found
     return routes
 

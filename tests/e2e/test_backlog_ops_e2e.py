@@ -445,7 +445,7 @@ def test_stats_carry_rates_under_load(cluster, client):
     topic = f"persistent://{NS}/{name}"
     consumer = client.subscribe(topic, "s")
     producer = client.create_producer(topic)
-    for i in range(200):
+    for _ in range(200):
         producer.send_async(b"x" * 100, None)
     producer.flush()
     for _ in range(200):
@@ -477,8 +477,8 @@ def test_msg_rate_redeliver_counts_nacks_redeliver_unacked_and_a_closed_consumer
     subs["close"].close()  # its 6 unacknowledged messages go back for redelivery
     # The rate is over a 10 s window: n messages read at least n / 11 per second.
     for sub, count in (("nack", 2), ("all", 6), ("close", 6)):
-        wait_until(lambda: rate(sub) >= count / 11, 10, f"{sub}: {count} redeliveries counted",
-                   explain=lambda: rate(sub))
+        wait_until(lambda sub=sub, count=count: rate(sub) >= count / 11, 10, f"{sub}: {count} redeliveries counted",
+                   explain=lambda sub=sub: rate(sub))
     consumers = ok(cluster, "GET", topic_path(name) + "/stats")["subscriptions"]["nack"]["consumers"]
     assert consumers[0]["msgRateRedeliver"] >= 2 / 11  # the consumer that handed them back
     for sub in ("nack", "all"):
@@ -517,7 +517,7 @@ def test_prometheus_topic_gauges_per_namespace_and_per_topic_bounded(cluster, cl
         ok(cluster, "PUT", path)
         ok(cluster, "PUT", path + "/subscription/s", {"ledgerId": -1, "entryId": -1})
         producer = client.create_producer(f"persistent://public/metrics/{name}")
-        for i in range(count):
+        for _ in range(count):
             producer.send_async(b"x" * 100, None)
         producer.flush()
         producer.close()

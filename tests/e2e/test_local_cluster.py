@@ -197,7 +197,7 @@ class _Run:
             try:
                 self.seen.append(self.lines.get(timeout=max(0.0, deadline - time.monotonic())))
             except queue.Empty:
-                raise AssertionError(f"no line matching {pattern!r}; got:\n" + "\n".join(self.seen))
+                raise AssertionError(f"no line matching {pattern!r}; got:\n" + "\n".join(self.seen)) from None
 
     def banner(self) -> dict[str, str]:
         found = {key: self.wait_for(rf"^\s+{label}\s+(\S+)").group(1) for key, label in (

@@ -538,7 +538,7 @@ def test_token_auth_maps_onto_magnetar_roles(cluster_factory):
         admin.create_producer(topic).send(b"as admin")
     finally:
         admin.close()
-    for options, error in (({}, "no token"), ({"authentication": token("admin", "x" * 40)}, "a forged token")):
+    for options, _why in (({}, "no token"), ({"authentication": token("admin", "x" * 40)}, "a forged token")):
         # The refusal itself, not TimeOut after the wheel's retries (issue 24): with
         # Pulsar's own answer to a refused CONNECT this wheel retried for the whole
         # operation timeout and raised pulsar.Timeout.

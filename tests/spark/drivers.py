@@ -116,7 +116,7 @@ class SparkDriver:
         try:
             return self.process.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"{self.job} still running after {timeout} s\n{self.log_tail()}")
+            raise AssertionError(f"{self.job} still running after {timeout} s\n{self.log_tail()}") from None
 
     @property
     def running(self) -> bool:

@@ -153,7 +153,7 @@ def test_tls_gives_every_service_the_files_and_https_urls(tmp_path):
     cluster = LocalCluster(tmp_path, ports=fixed_ports({}), database_url=DB, mutual_tls=True)
     ca = (tmp_path / "tls" / "ca.crt").read_bytes()
     assert LocalCluster(tmp_path, database_url=DB, tls=True).tls_files.ca_file.read_bytes() == ca  # kept
-    for name, svc in cluster.services.items():
+    for name, _svc in cluster.services.items():
         env = cluster.env_for(name)
         assert env["MAGNETAR_TLS_ENABLED"] == "true" and env["MAGNETAR_TLS_REQUIRE_CLIENT_CERT"] == "true"
         assert env["MAGNETAR_TLS_CA_FILE"] == str(tmp_path / "tls" / "ca.crt")

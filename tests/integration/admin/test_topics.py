@@ -151,7 +151,8 @@ def test_delete_fences_the_lease_before_the_owner_is_asked_to_unload(live, trace
     mark = _trail_mark(admin)
     assert admin.call("DELETE", f"{P}/public/default/tp-orders/partitions") == (204, None)
     for topic, broker in owners.items():
-        until(lambda: topic not in _served(live, broker), f"{broker} to stop serving {topic}")
+        until(lambda topic=topic, broker=broker: topic not in _served(live, broker),
+              f"{broker} to stop serving {topic}")
         trail = _trail(admin, ids[topic], mark)
         # The admin service took the lease from the broker first, so the broker's own
         # release (compare-and-set on its epoch) found nothing left to release.

@@ -37,7 +37,7 @@ def test_equality_and_hash_ignore_batch_size():
 def test_comparing_with_other_types():
     assert MessageId(1, 2, 3) != "(1,2,3)"
     with pytest.raises(TypeError):
-        MessageId(1, 2, 3) < (1, 2, 3)
+        _ = MessageId(1, 2, 3) < (1, 2, 3)
 
 
 @pytest.mark.parametrize("mid", [

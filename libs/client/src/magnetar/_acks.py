@@ -1,4 +1,4 @@
-"""Grouped acknowledgements and delayed negative acks (pure: the caller sends).
+"""Grouped acknowledgements and delayed negative acks.  Pure: the caller sends.
 
 As Pulsar's ack grouping tracker: plain acks are collected and sent every
 ``ACK_GROUP_S`` or once ``ACK_GROUP_MAX`` are waiting, so acking costs no request per

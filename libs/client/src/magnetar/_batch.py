@@ -1,4 +1,5 @@
-"""Batching and sequence ids (pure: no I/O, no event loop), the producer's hot path.
+"""Batching and sequence ids, the producer's hot path.  No I/O, no event loop (not pure:
+a batch notes its start on the monotonic clock).
 
 Rules (docs/protocol.md):
 - a message without a user-given sequence id takes the partition's next one; a given id

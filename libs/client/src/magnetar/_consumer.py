@@ -13,6 +13,7 @@ import logging
 import queue as thread_queue
 import time
 import uuid
+from collections.abc import Callable
 
 from magnetar._acks import ACK_GROUP_MAX, ACK_GROUP_S, NackTracker
 from magnetar._errors import AlreadyClosed
@@ -43,7 +44,7 @@ class Consumer:
         self.loop = asyncio.get_running_loop()
         self.space = _Room(self.loop, self.queue, options["receiver_queue_size"])
         self.closed = False
-        self.on_close = None  # the client forgets a closed consumer
+        self.on_close: Callable[[Consumer], None] | None = None  # the client forgets a closed consumer
         self._nacks = NackTracker(options["nack_delay_ms"] / 1000)
         self._ack_wake = asyncio.Event()  # a full group: flush now
         # An idle consumer's flusher sleeps until an ack comes: the first plain ack after

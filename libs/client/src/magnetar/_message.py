@@ -14,7 +14,7 @@ class EntryInfo:
                  "source", "generation")
 
     def __init__(self, partition: int, entry_id: int, size: int, topic: str, publish_time: int,
-                 producer: str, source=None, generation: int = 0) -> None:
+                 producer: str, source: object = None, generation: int = 0) -> None:
         self.partition = partition
         self.entry_id = entry_id
         self.size = size
@@ -124,7 +124,7 @@ class UndecodableEntry:
 
 
 def expand(entry: pb.DeliveredEntry, partition: int, topic: str, generation: int = 0,
-           source=None) -> list[Message]:
+           source: object = None) -> list[Message]:
     """The messages a delivered entry carries: all of them (first delivery), or only the
     listed batch indices with their redelivery counts.  Raises DecodeError when the
     entry's batch does not parse."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 from magnetar._batch import message_fields
 from magnetar._errors import AlreadyClosed
@@ -60,7 +61,7 @@ class Producer:
         self.slots = Slots(options["max_pending"], options["block_if_full"])
         self.max_message_size = 5 * 1024 * 1024
         self.closed = False
-        self.on_close = None  # the client forgets a closed producer
+        self.on_close: Callable[[Producer], None] | None = None  # the client forgets a closed producer
         self.watch = PartitionWatch(core, topic, partitions, self._grow)
 
     async def start(self) -> "Producer":

@@ -1,4 +1,5 @@
-"""Which partition a message goes to (pure).
+"""Which partition a message goes to.  No I/O (not pure: round robin starts at a random
+partition unless the caller passes its ``rng``).
 
 A message with a partition key goes to ``crc32(key) % partitions``: stable across
 processes, restarts and client versions, so one key always lands on one partition.

@@ -13,13 +13,18 @@ import asyncio
 import concurrent.futures
 import threading
 from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from magnetar import asyncio as aio
 from magnetar._batch import message_fields
 from magnetar._errors import AlreadyClosed
 from magnetar._message import Message
 from magnetar._producer import check_sequence_id
+from magnetar._transport import Transport
 from magnetar._types import MessageId, ProducerAccessMode, Result, TransactionState, TxnID
+
+T = TypeVar("T")
 
 
 class _Loop:
@@ -32,7 +37,7 @@ class _Loop:
         self.thread.start()
         self.closed = False
 
-    def run(self, coro, timeout: float | None = None):
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for its result, here."""
         if self.closed:
             coro.close()
@@ -62,7 +67,7 @@ class Client:
 
     def __init__(self, service_url: str, transaction_key: str | None = None,
                  auth_token: str | None = None, operation_timeout_seconds: float = 30,
-                 connection_pool_size: int = 64, transport=None, *,
+                 connection_pool_size: int = 64, transport: Transport | None = None, *,
                  connection_timeout_ms: int = 5000, listener_name: str | None = None,
                  partitions_update_interval_seconds: float = 60,
                  tls_trust_certs_file_path: str | None = None, tls_validate_hostname: bool = True,
@@ -91,20 +96,20 @@ class Client:
                         initial_sequence_id: int | None = None,
                         access_mode: ProducerAccessMode = ProducerAccessMode.Shared,
                         batching_enabled: bool = True, send_timeout_millis: int = 30000,
-                        **options) -> "Producer":
+                        **options: Any) -> "Producer":
         """A producer on ``topic``; every option of ``magnetar.asyncio.Client.create_producer``
         (batching_max_messages, max_pending_messages, block_if_queue_full, ...)."""
         return Producer(self._io, self._io.run(self._client.create_producer(
             topic, producer_name, initial_sequence_id, access_mode, batching_enabled,
             send_timeout_millis, **options)))
 
-    def subscribe(self, topic: str, subscription_name: str, **options) -> "Consumer":
+    def subscribe(self, topic: str, subscription_name: str, **options: Any) -> "Consumer":
         """A consumer; options as ``magnetar.asyncio.Client.subscribe`` (consumer_type,
         initial_position, consumer_name, receiver_queue_size, negative_ack_redelivery_delay_ms)."""
         return Consumer(self._io, self._io.run(
             self._client.subscribe(topic, subscription_name, _threaded=True, **options)))
 
-    def create_reader(self, topic: str, start_message_id: MessageId, **options) -> "Reader":
+    def create_reader(self, topic: str, start_message_id: MessageId, **options: Any) -> "Reader":
         """A reader from ``start_message_id``; options as
         ``magnetar.asyncio.Client.create_reader``."""
         reader = self._io.run(self._client.create_reader(topic, start_message_id, _threaded=True,
@@ -147,15 +152,15 @@ class Client:
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class _Waiter(concurrent.futures.Future):
+class _Waiter(concurrent.futures.Future[MessageId]):
     """A send callback that a blocked ``send()`` waits on."""
 
-    def __call__(self, result, msg_id) -> None:
-        if result is Result.Ok:
+    def __call__(self, result: Any, msg_id: MessageId | None) -> None:
+        if result is Result.Ok and msg_id is not None:
             self.set_result(msg_id)
         else:
             self.set_exception(result)
@@ -166,10 +171,10 @@ class Producer:
     def __init__(self, io: _Loop, inner: aio.Producer) -> None:
         self._io = io
         self._p = inner
-        self._inbox: deque = deque()
+        self._inbox: deque[Any] = deque()
         self._scheduled = False
 
-    def send(self, data: bytes, properties: dict | None = None, partition_key: str | None = None,
+    def send(self, data: bytes, properties: dict[Any, Any] | None = None, partition_key: str | None = None,
              sequence_id: int | None = None, event_timestamp: int | None = None,
              txn: "Transaction | None" = None, ordering_key: bytes | str | None = None) -> MessageId:
         """Send and wait for the broker's receipt; the message's MessageId (entry id -1
@@ -180,7 +185,8 @@ class Producer:
                     txn, True, ordering_key)
         return waiter.result()
 
-    def send_async(self, data: bytes, callback, properties: dict | None = None,
+    def send_async(self, data: bytes, callback: Callable[[Any, MessageId | None], None],
+                   properties: dict[Any, Any] | None = None,
                    partition_key: str | None = None, sequence_id: int | None = None,
                    event_timestamp: int | None = None, txn: "Transaction | None" = None,
                    ordering_key: bytes | str | None = None) -> None:
@@ -191,8 +197,10 @@ class Producer:
         self._queue(data, callback, properties, partition_key, sequence_id, event_timestamp,
                     txn, False, ordering_key)
 
-    def _queue(self, data, callback, properties, partition_key, sequence_id, event_timestamp,
-               txn, seal: bool, ordering_key=None) -> None:
+    def _queue(self, data: bytes, callback: Callable[[Any, MessageId | None], None],
+               properties: dict[Any, Any] | None, partition_key: str | None, sequence_id: int | None,
+               event_timestamp: int | None, txn: Transaction | None, seal: bool,
+               ordering_key: bytes | str | None = None) -> None:
         p = self._p
         if type(data) is not bytes or p.closed or len(data) > p.max_message_size:
             data = p.check(data)
@@ -411,7 +419,7 @@ class Transaction:
     def __enter__(self) -> "Transaction":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if exc_type is None:
             self.commit()
         elif self._t.state is TransactionState.OPEN:

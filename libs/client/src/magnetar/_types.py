@@ -8,7 +8,7 @@ import enum
 from google.protobuf.message import DecodeError
 
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.txnid import TxnID  # noqa: F401 (re-exported: the public type)
+from magnetar_protocol.txnid import TxnID as TxnID  # re-exported: the public type
 
 LATEST_ENTRY = (1 << 63) - 1  # the wire's "latest" entry id (docs/protocol.md)
 _U64 = 1 << 64
@@ -106,27 +106,27 @@ class MessageId:
     def _key(self) -> tuple[int, int, int]:
         return (self._entry_id, self._partition, self._batch_index)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, MessageId):
             return NotImplemented
         return self._key() == other._key()
 
-    def __lt__(self, other) -> bool:
+    def __lt__(self, other: object) -> bool:
         if not isinstance(other, MessageId):
             return NotImplemented
         return self._key() < other._key()
 
-    def __le__(self, other) -> bool:
+    def __le__(self, other: object) -> bool:
         if not isinstance(other, MessageId):
             return NotImplemented
         return self._key() <= other._key()
 
-    def __gt__(self, other) -> bool:
+    def __gt__(self, other: object) -> bool:
         if not isinstance(other, MessageId):
             return NotImplemented
         return self._key() > other._key()
 
-    def __ge__(self, other) -> bool:
+    def __ge__(self, other: object) -> bool:
         if not isinstance(other, MessageId):
             return NotImplemented
         return self._key() >= other._key()

@@ -16,6 +16,8 @@ A client belongs to the event loop that first uses it.  ``Producer.send_async`` 
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 from magnetar import _errors
 from magnetar._consumer import Consumer
 from magnetar._core import Core, check_listener_name
@@ -40,6 +42,8 @@ from magnetar._types import (
 from magnetar_protocol.tlsctx import client_context
 from magnetar_protocol.topics import TopicName
 
+Tracked = TypeVar("Tracked", Producer, Consumer)  # what a client closes with itself
+
 __all__ = ["Client", "Producer", "Consumer", "Reader", "Message", "MessageId", "Transaction",
            "TxnID", "ConsumerType", "InitialPosition", "ProducerAccessMode",
            "PartitionsRoutingMode", "Result", "TransactionState", "Transport"]
@@ -59,7 +63,7 @@ class Client:
 
     def __init__(self, service_url: str, transaction_key: str | None = None,
                  auth_token: str | None = None, operation_timeout_seconds: float = 30,
-                 connection_pool_size: int = 64, transport=None, *,
+                 connection_pool_size: int = 64, transport: Transport | None = None, *,
                  connection_timeout_ms: int = 5000, listener_name: str | None = None,
                  partitions_update_interval_seconds: float = 60,
                  tls_trust_certs_file_path: str | None = None, tls_validate_hostname: bool = True,
@@ -94,13 +98,13 @@ class Client:
                          partitions_update_interval_s=partitions_update_interval_seconds)
         # A keyed client (seed 000): its transactions fence an older holder of the key.
         self._key = KeyConnection(self.core, transaction_key) if transaction_key is not None else None
-        self._open: set = set()  # producers, consumers and readers to close with the client
+        self._open: set[Any] = set()  # producers, consumers and readers to close with the client
 
     def _check_open(self) -> None:
         if self.core.closed:
             raise AlreadyClosed("the client is closed")
 
-    def _track(self, obj):
+    def _track(self, obj: Tracked) -> Tracked:
         self._open.add(obj)
         obj.on_close = self._open.discard  # forgotten once its owner closes it
         return obj
@@ -231,5 +235,5 @@ class Client:
     async def __aenter__(self) -> "Client":
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()

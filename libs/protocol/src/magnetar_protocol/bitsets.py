@@ -1,4 +1,5 @@
 """Batch-index bitsets (``CursorState.acked_bitset``, delivery masks) as Python ints.
+Pure: no I/O.
 
 Walking a mask bit by bit (``mask >> i & 1`` for each i) costs a copy of the whole int
 per step, so a mask with a high bit (an index of 2^27 once made one 16 MB) took minutes.

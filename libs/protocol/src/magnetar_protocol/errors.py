@@ -1,4 +1,4 @@
-"""The one error hierarchy of Magnetar, keyed by wire error code.
+"""The one error hierarchy of Magnetar, keyed by wire error code.  Pure: no I/O.
 
 Services raise these; the service runtime turns one into an HTTP status plus a protobuf
 ``Error`` (or JSON for the admin API); the client turns the answer back into the same

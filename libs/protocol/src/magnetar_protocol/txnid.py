@@ -1,5 +1,5 @@
 """The one transaction-id type of every Magnetar package: client, broker, coordinator,
-registry and admin.  A NamedTuple, so it hashes and compares as the ``(most, least)``
+registry and admin.  Pure: no I/O.  A NamedTuple, so it hashes and compares as the ``(most, least)``
 pair it is; ``str()`` is ``"(most,least)"``, as the admin API prints it (Pulsar's form).
 The most significant bits are the coordinator id (TCID) that issued it."""
 

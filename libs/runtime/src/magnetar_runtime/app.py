@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 
 from fastapi import FastAPI
 from google.protobuf.message import DecodeError, Message
@@ -31,6 +32,8 @@ from magnetar_runtime.auth import Authenticator, AuthMiddleware
 from magnetar_runtime.error_answers import as_magnetar_error, error_response
 from magnetar_storage.db import create_pool
 from magnetar_storage.listeners import publish_listeners
+
+M = TypeVar("M", bound=Message)  # a route's request message
 
 log = logging.getLogger("magnetar.app")
 
@@ -114,11 +117,21 @@ BATCH_CALLS = Histogram(
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1000))
 
 
+# (path, request type, handler): one protobuf route.
+ProtoRoute = tuple[str, type[Any], Callable[[Any], Awaitable[Message]]]
+
+
+def proto_routes(app: FastAPI, routes: Iterable[ProtoRoute]) -> None:
+    """``proto_route`` for each of ``routes``."""
+    for path, request_type, handler in routes:
+        proto_route(app, path, request_type, handler)
+
+
 def proto_route(
     app: FastAPI,
     path: str,
-    request_type: type[Message],
-    handler: Callable[[Message], Awaitable[Message]],
+    request_type: type[M],
+    handler: Callable[[M], Awaitable[Message]],
 ) -> None:
     """POST ``path``: parse the body as ``request_type``, answer the handler's message.
     The route can also be called inside a ``/v1/batch`` request (added with the first

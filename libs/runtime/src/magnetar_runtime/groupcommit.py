@@ -29,7 +29,7 @@ class GroupCommit(Generic[T, R]):
         self._commit = commit
         self._max_items = max_items
         self._max_in_flight = max_in_flight
-        self._queue: list[tuple[T, asyncio.Future]] = []
+        self._queue: list[tuple[T, asyncio.Future[R]]] = []
         self._tasks: set[asyncio.Task] = set()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -38,8 +38,8 @@ class GroupCommit(Generic[T, R]):
         # transaction) can stop this one between groups: ``hold()``.
         self._holding = asyncio.Lock() if max_in_flight == 1 else None
 
-    def submit(self, item: T) -> asyncio.Future:
-        fut = asyncio.get_running_loop().create_future()
+    def submit(self, item: T) -> asyncio.Future[R]:
+        fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._queue.append((item, fut))
         if len(self._tasks) < self._max_in_flight:
             self._idle.clear()

@@ -1,5 +1,5 @@
-"""Topic authorization as Pulsar's ``PulsarAuthorizationProvider`` decides it (pure rules,
-no I/O; docs/security.md "Authorization").
+"""Topic authorization as Pulsar's ``PulsarAuthorizationProvider`` decides it
+(docs/security.md "Authorization").  Pure: rules, no I/O.
 
 - A superuser may do everything (``Roles.is_superuser``; everyone when authentication
   is off).

@@ -1,4 +1,4 @@
-"""Who may do what (pure rules, no I/O).
+"""Who may do what.  Pure: rules, no I/O.
 
 A role is a token's ``sub``.  Superusers (``MAGNETAR_AUTH_SUPERUSER_ROLES``) may use
 every endpoint; other roles may use their own transaction keys and abort their own

@@ -286,7 +286,7 @@ def topic_routes() -> APIRouter:
     async def internal_stats(tenant: str, namespace: str, topic: str, service: Service) -> dict:
         return await service.internal_stats(bodies.topic(tenant, namespace, topic))
 
-    @r.get(TOPIC + "/internal-stats", summary="Same as internalStats (the spelling of the design brief)")
+    @r.get(TOPIC + "/internal-stats", summary="Same as internalStats (the spelling of docs/design.md)")
     async def internal_stats_alias(tenant: str, namespace: str, topic: str, service: Service) -> dict:
         return await service.internal_stats(bodies.topic(tenant, namespace, topic))
 

@@ -15,7 +15,8 @@ from magnetar_protocol.errors import TopicNotFound, TransactionCoordinatorNotFou
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_protocol.txnid import TxnID
 
-STATUS = {0: "OPEN", 1: "COMMITTING", 2: "COMMITTED", 3: "ABORTING", 4: "ABORTED"}
+# A status's name in the admin's JSON: magnetar.proto's TxnStatus name without "TXN_".
+STATUS = {value: name.removeprefix("TXN_") for name, value in pb.TxnStatus.items()}
 
 
 def _ms(t: datetime | None) -> int | None:

@@ -13,7 +13,7 @@ from magnetar_admin.service import AdminService
 from magnetar_protocol.errors import ServiceNotReady
 from magnetar_protocol.validate import INT32_MAX, INT64_MAX
 
-NO_CONTENT = {"status_code": 204, "response_class": Response}
+NO_CONTENT: dict[str, Any] = {"status_code": 204, "response_class": Response}  # route keywords
 
 
 def get_service(request: Request) -> AdminService:

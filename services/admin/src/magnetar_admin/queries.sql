@@ -260,9 +260,10 @@ SELECT coordinator_id, url, fence_epoch, next_txn_id, heartbeat_at, adopted_by,
 FROM coordinators ORDER BY coordinator_id;
 
 -- name: coordinator_counts
-SELECT coordinator_id, count(*) FILTER (WHERE status IN (0, 1, 3)) AS ongoing,
-       count(*) FILTER (WHERE status = 2) AS committed, count(*) FILTER (WHERE status = 4) AS aborted,
-       min(txn_id) FILTER (WHERE status IN (0, 1, 3)) AS low_water_mark
+SELECT coordinator_id, count(*) FILTER (WHERE status IN ({TXN_OPEN}, {TXN_COMMITTING}, {TXN_ABORTING})) AS ongoing,
+       count(*) FILTER (WHERE status = {TXN_COMMITTED}) AS committed,
+       count(*) FILTER (WHERE status = {TXN_ABORTED}) AS aborted,
+       min(txn_id) FILTER (WHERE status IN ({TXN_OPEN}, {TXN_COMMITTING}, {TXN_ABORTING})) AS low_water_mark
 FROM transactions GROUP BY coordinator_id;
 
 -- name: transaction
@@ -278,7 +279,7 @@ ORDER BY topic, subscription;
 
 -- name: slow_transactions
 SELECT coordinator_id, txn_id FROM transactions
-WHERE status IN (0, 1, 3) AND opened_at < now() - make_interval(secs => $1::float8)
+WHERE status IN ({TXN_OPEN}, {TXN_COMMITTING}, {TXN_ABORTING}) AND opened_at < now() - make_interval(secs => $1::float8)
   AND ($2::integer IS NULL OR coordinator_id = $2)
 ORDER BY opened_at LIMIT 1000;
 
@@ -314,7 +315,7 @@ SELECT k.owner, k.transaction_key, k.epoch, k.coordinator_id, k.created_at, k.la
        extract(epoch FROM now() - k.last_active_at) AS idle_s,
        ARRAY(SELECT '(' || t.coordinator_id || ',' || t.txn_id || ')' FROM transactions t
              WHERE t.key_owner = k.owner AND t.transaction_key = k.transaction_key
-               AND t.status IN (0, 1, 3)
+               AND t.status IN ({TXN_OPEN}, {TXN_COMMITTING}, {TXN_ABORTING})
              ORDER BY t.coordinator_id, t.txn_id) AS transactions
 FROM transaction_keys k
 WHERE NOT k.deleted

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from fastapi import FastAPI
 
+from magnetar_broker.commands import (
+    Ack,
+    CloseConsumer,
+    CreateProducer,
+    Fetch,
+    Position,
+    Redeliver,
+    Seek,
+    Subscribe,
+)
+from magnetar_broker.partition.sends import Batch, Sent
 from magnetar_broker.service import BrokerService
 from magnetar_broker.transactions import TxnHandlers
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import NotOwner
+from magnetar_protocol.errors import MagnetarError, NotOwner, to_wire
 from magnetar_protocol.topics import TopicName
-from magnetar_runtime.app import proto_route
+from magnetar_protocol.txnid import TxnID
+from magnetar_runtime.app import ProtoRoute, proto_routes
 
 
 def txn_handlers(service: BrokerService) -> TxnHandlers:
@@ -17,24 +31,159 @@ def txn_handlers(service: BrokerService) -> TxnHandlers:
                        service.advertised)
 
 
+# ---------------------------------------------------------------- the protobuf wire -> commands
+
+
+def create_producer_command(req: pb.CreateProducerRequest) -> CreateProducer:
+    return CreateProducer(
+        session_id=req.session_id, topic=req.topic, name=req.producer_name, access_mode=req.access_mode,
+        topic_epoch=req.topic_epoch if req.HasField("topic_epoch") else None, wait_ms=req.wait_ms,
+        client_producer_id=req.client_producer_id)
+
+
+def subscribe_command(req: pb.SubscribeRequest) -> Subscribe:
+    return Subscribe(
+        session_id=req.session_id, topic=req.topic, subscription=req.subscription, sub_type=req.sub_type,
+        durable=req.durable, earliest=req.initial_position == pb.INITIAL_EARLIEST,
+        consumer_name=req.consumer_name, priority=req.priority_level,
+        start=(Position(req.start_position.entry_id, req.start_position.batch_index)
+               if req.HasField("start_position") else None),
+        start_inclusive=req.start_inclusive)
+
+
+def seek_command(req: pb.SeekRequest) -> Seek:
+    return Seek(consumer_id=req.consumer_id, session_id=req.session_id, seeks=req.seeks,
+                position=(Position(req.position.entry_id, req.position.batch_index)
+                          if req.HasField("position") else None),
+                publish_time=req.publish_time if req.HasField("publish_time") else None)
+
+
+def batch_command(req: pb.SendRequest) -> Batch:
+    return Batch(producer_id=req.producer_id, payload=req.batch, num_messages=req.num_messages,
+                 sequence_id=req.sequence_id, highest_sequence_id=req.highest_sequence_id,
+                 txn=TxnID.from_wire(req.txn) if req.HasField("txn") else None, session_id=req.session_id)
+
+
+def sent_reply(sent: Sent) -> pb.SendResponse:
+    return pb.SendResponse(entry_id=sent.entry_id, last_sequence_id=sent.last_sequence_id,
+                           duplicate=sent.duplicate, partition=sent.partition)
+
+
+def positions(wire: Iterable[pb.Position]) -> tuple[Position, ...]:
+    return tuple(Position(p.entry_id, p.batch_index) for p in wire)
+
+
 def add_routes(app: FastAPI, service: BrokerService) -> None:
-    routes = [
-        ("/v1/topics/metadata", pb.PartitionMetadataRequest, service.metadata),
-        ("/v1/topics/lookup", pb.LookupRequest, service.lookup),
-        ("/v1/sessions/open", pb.OpenSessionRequest, service.open_session),
-        ("/v1/sessions/keepalive", pb.KeepAliveRequest, service.keepalive),
-        ("/v1/sessions/close", pb.CloseSessionRequest, service.close_session),
-        ("/v1/producers/create", pb.CreateProducerRequest, service.create_producer),
-        ("/v1/producers/send", pb.SendRequest, service.send),
-        ("/v1/producers/send-batches", pb.SendBatchesRequest, service.send_batches),
-        ("/v1/producers/close", pb.CloseProducerRequest, service.close_producer),
-        ("/v1/consumers/subscribe", pb.SubscribeRequest, service.subscribe),
-        ("/v1/consumers/fetch", pb.FetchRequest, service.fetch),
-        ("/v1/consumers/ack", pb.AckRequest, service.ack),
-        ("/v1/consumers/redeliver", pb.RedeliverRequest, service.redeliver),
-        ("/v1/consumers/seek", pb.SeekRequest, service.seek),
-        ("/v1/consumers/last-message-id", pb.LastMessageIdRequest, service.last_message_id),
-        ("/v1/consumers/close", pb.CloseConsumerRequest, service.close_consumer),
+    async def metadata(req: pb.PartitionMetadataRequest) -> pb.PartitionMetadataResponse:
+        name, partitions = await service.metadata(req.topic)
+        return pb.PartitionMetadataResponse(topic=name.full, partitions=partitions)
+
+    async def lookup(req: pb.LookupRequest) -> pb.LookupResponse:
+        found = await service.lookup(req.topic, req.listener_name)
+        return pb.LookupResponse(topic=found.topic, broker_url=found.url, broker_id=found.broker_id)
+
+    async def open_session(req: pb.OpenSessionRequest) -> pb.OpenSessionResponse:
+        session = await service.open_session(req.client_name)
+        return pb.OpenSessionResponse(session_id=session.session_id,
+                                      keepalive_interval_ms=service.settings.keepalive_interval_ms,
+                                      session_timeout_ms=service.settings.session_timeout_ms)
+
+    async def keepalive(req: pb.KeepAliveRequest) -> pb.KeepAliveResponse:
+        await service.keepalive(req.session_id)
+        return pb.KeepAliveResponse()
+
+    async def close_session(req: pb.CloseSessionRequest) -> pb.CloseSessionResponse:
+        await service.close_session(req.session_id)
+        return pb.CloseSessionResponse()
+
+    async def close_producer(req: pb.CloseProducerRequest) -> pb.CloseProducerResponse:
+        await service.close_producer(req.producer_id, req.session_id)
+        return pb.CloseProducerResponse()
+
+    async def fetch(req: pb.FetchRequest) -> pb.FetchResponse:
+        fetched = await service.fetch(Fetch(consumer_id=req.consumer_id, session_id=req.session_id,
+                                            max_messages=req.max_messages, wait_ms=req.wait_ms, seeks=req.seeks))
+        return pb.FetchResponse(entries=fetched.entries, partition=fetched.partition,
+                                end_of_topic=fetched.end_of_topic)
+
+    async def ack(req: pb.AckRequest) -> pb.AckResponse:
+        await service.ack(Ack(consumer_id=req.consumer_id, session_id=req.session_id,
+                              positions=positions(req.positions), cumulative=req.ack_type == pb.ACK_CUMULATIVE,
+                              txn=TxnID.from_wire(req.txn) if req.HasField("txn") else None))
+        return pb.AckResponse()
+
+    async def redeliver(req: pb.RedeliverRequest) -> pb.RedeliverResponse:
+        await service.redeliver(Redeliver(consumer_id=req.consumer_id, session_id=req.session_id,
+                                          positions=positions(req.positions)))
+        return pb.RedeliverResponse()
+
+    async def last_id(req: pb.LastMessageIdRequest) -> pb.LastMessageIdResponse:
+        last = await service.last_message_id(req.consumer_id, req.session_id)
+        reply = pb.LastMessageIdResponse(mark_delete=pb.Position(entry_id=last.mark_delete, batch_index=-1))
+        if last.last_entry_id is not None:
+            reply.has_message = True
+            reply.last.CopyFrom(pb.MessageIdData(
+                partition=last.partition, entry_id=last.last_entry_id,
+                batch_index=last.last_batch_size - 1, batch_size=last.last_batch_size))
+        return reply
+
+    async def close_consumer(req: pb.CloseConsumerRequest) -> pb.CloseConsumerResponse:
+        await service.close_consumer(CloseConsumer(consumer_id=req.consumer_id, session_id=req.session_id,
+                                                   unsubscribe=req.unsubscribe))
+        return pb.CloseConsumerResponse()
+
+    async def create_producer(req: pb.CreateProducerRequest) -> pb.CreateProducerResponse:
+        created = await service.create_producer(create_producer_command(req))
+        producer = created.producer
+        if producer is None:
+            return pb.CreateProducerResponse(producer_name=created.name, waiting=True)
+        reply = pb.CreateProducerResponse(
+            producer_id=producer.producer_id, producer_name=producer.name,
+            last_sequence_id=created.last_sequence_id, max_message_size=service.settings.max_message_size)
+        if producer.topic_epoch is not None:
+            reply.topic_epoch = producer.topic_epoch
+        return reply
+
+    async def subscribe(req: pb.SubscribeRequest) -> pb.SubscribeResponse:
+        consumer = await service.subscribe(subscribe_command(req))
+        return pb.SubscribeResponse(consumer_id=consumer.consumer_id)
+
+    async def seek(req: pb.SeekRequest) -> pb.SeekResponse:
+        await service.seek(seek_command(req))
+        return pb.SeekResponse()
+
+    async def send(req: pb.SendRequest) -> pb.SendResponse:
+        [result] = await service.publish(req.session_id, [batch_command(req)])
+        if isinstance(result, MagnetarError):
+            raise result
+        return sent_reply(result)
+
+    async def send_batches(req: pb.SendBatchesRequest) -> pb.SendBatchesResponse:
+        reply = pb.SendBatchesResponse()
+        for result in await service.publish(req.session_id, [batch_command(b) for b in req.batches]):
+            if isinstance(result, MagnetarError):
+                reply.results.add(error=to_wire(result))  # the one mapping of this wire
+            else:
+                reply.results.add(response=sent_reply(result))
+        return reply
+
+    routes: list[ProtoRoute] = [
+        ("/v1/topics/metadata", pb.PartitionMetadataRequest, metadata),
+        ("/v1/topics/lookup", pb.LookupRequest, lookup),
+        ("/v1/sessions/open", pb.OpenSessionRequest, open_session),
+        ("/v1/sessions/keepalive", pb.KeepAliveRequest, keepalive),
+        ("/v1/sessions/close", pb.CloseSessionRequest, close_session),
+        ("/v1/producers/create", pb.CreateProducerRequest, create_producer),
+        ("/v1/producers/send", pb.SendRequest, send),
+        ("/v1/producers/send-batches", pb.SendBatchesRequest, send_batches),
+        ("/v1/producers/close", pb.CloseProducerRequest, close_producer),
+        ("/v1/consumers/subscribe", pb.SubscribeRequest, subscribe),
+        ("/v1/consumers/fetch", pb.FetchRequest, fetch),
+        ("/v1/consumers/ack", pb.AckRequest, ack),
+        ("/v1/consumers/redeliver", pb.RedeliverRequest, redeliver),
+        ("/v1/consumers/seek", pb.SeekRequest, seek),
+        ("/v1/consumers/last-message-id", pb.LastMessageIdRequest, last_id),
+        ("/v1/consumers/close", pb.CloseConsumerRequest, close_consumer),
     ]
     txn = txn_handlers(service)
     routes += [
@@ -44,8 +193,7 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
         ("/v1/txn/end-on-subscription", pb.EndTxnOnSubscriptionRequest, txn.end_on_subscription),
         ("/v1/txn/end-on-participants", pb.EndTxnOnParticipantsRequest, txn.end_on_participants),
     ]
-    for path, request_type, handler in routes:
-        proto_route(app, path, request_type, handler)
+    proto_routes(app, routes)
 
     def internal_only() -> None:
         # Service-to-service (the admin's calls): they name other roles' producers and

@@ -19,7 +19,8 @@ def build_app(settings: BrokerSettings | None = None) -> FastAPI:
 
     routes = hosted_coordinator.add_routes if settings.host_coordinator else add_routes
 
-    def make_service(pool, auth):
+    def make_service(pool, auth) -> BrokerService | hosted_coordinator.BrokerWithCoordinator:
+        service: BrokerService | hosted_coordinator.BrokerWithCoordinator
         service = BrokerService(BrokerStore(pool, settings.resolved_broker_id), settings, auth)
         if settings.pulsar_port:
             service.front_ends.append(PulsarServer(service, settings))

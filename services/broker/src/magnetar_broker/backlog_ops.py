@@ -18,6 +18,7 @@ import base64
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -35,10 +36,11 @@ from magnetar_broker.subscription.backlog import (
     plan_skip,
     reset_time_problem,
 )
-from magnetar_broker.subscription.subscription import Consumer, Subscription
+from magnetar_broker.subscription.subscription import FROM_LATEST, Consumer, Subscription, durable
+from magnetar_broker.subscription.view import PartitionView
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.cursorstate import acked_beyond
-from magnetar_protocol.errors import BadRequest, Conflict, NotFound, SubscriptionNotFound
+from magnetar_protocol.errors import BadRequest, NotFound
 from magnetar_protocol.topics import TopicName
 
 log = logging.getLogger("magnetar.broker.backlog")
@@ -59,7 +61,7 @@ def message_json(plog: PartitionLog, entry: Entry, index: int) -> dict:
                   "partitionKey": m.partition_key if m.HasField("partition_key") else None}
 
 
-async def stored_acked_beyond(plog: PartitionLog, mark_delete: int, acked: dict[int, int]) -> int:
+async def stored_acked_beyond(plog: PartitionView, mark_delete: int, acked: dict[int, int]) -> int:
     """Messages of ``plog`` acknowledged individually after ``mark_delete``."""
     beyond = [e for e in acked if e > mark_delete]
     return acked_beyond(mark_delete, acked, await plog.message_counts(beyond)) if beyond else 0
@@ -80,13 +82,7 @@ class BacklogOps:
     async def _subscription(self, plog: PartitionLog, name: str) -> Subscription:
         """The durable subscription, loaded here if no consumer has it open; 404 if it
         does not exist."""
-        async with plog.subscriptions_lock:
-            sub = plog.subscriptions.get(name)
-            if isinstance(sub, Subscription) and sub.durable:
-                return sub
-            if sub is not None or await self.store.subscription_state(plog.topic_id, name) is None:
-                raise SubscriptionNotFound(f"subscription {name!r} does not exist on {plog.name.full}")
-            return await Subscription.open_durable(plog, name, -1)
+        return await durable(plog, name, -1, existing=True)
 
     async def _check_message_id(self, plog: PartitionLog, entry_id: int, batch_index: int) -> Entry:
         first = await self.store.first_entry_id(plog.topic_id)
@@ -109,11 +105,7 @@ class BacklogOps:
         plog = await self._log(topic)
         if entry_id is not None and entry_id >= 0:
             await self._check_message_id(plog, entry_id, batch_index)
-        async with plog.subscriptions_lock:
-            if name in plog.subscriptions or await self.store.subscription_state(plog.topic_id, name):
-                raise Conflict(f"subscription {name!r} already exists on {plog.name.full}")
-            initial = plog.next_entry_id - 1 if entry_id is None else max(entry_id, 0) - 1
-            sub = await Subscription.open_durable(plog, name, initial)
+        sub = await durable(plog, name, FROM_LATEST if entry_id is None else max(entry_id, 0) - 1, existing=False)
         if entry_id is not None and entry_id >= 0 and batch_index > 0:
             await sub.seek(entry_id, batch_index)
         log.info("created subscription %r on %s at mark-delete %d", name, plog.name.full, sub.cursor.mark_delete)
@@ -177,6 +169,7 @@ class BacklogOps:
             first = await self.store.first_entry_since(plog.topic_id, timestamp_ms)
             entry_id, batch_index = (plog.next_entry_id if first is None else first), WHOLE
         else:
+            assert entry_id is not None  # the route passes a message id or a timestamp
             await self._check_message_id(plog, entry_id, batch_index)
             sub = await self._subscription(plog, name)
         # Consumers go first, before any wait: none of them may fetch from the new
@@ -202,12 +195,13 @@ class BacklogOps:
                 break
             positions += due_positions(sub.cursor, chunk, count - len(positions), sub.txn.pending.mask)
             start = chunk[-1][0] + 1
-        messages, entries = [], {}
+        messages: list[dict[str, Any]] = []
+        entries: dict[int, Entry | None] = {}
         for entry_id, index in positions:
             if entry_id not in entries:
                 entries[entry_id] = await plog.read_one(entry_id)
-            if entries[entry_id] is not None:
-                messages.append(message_json(plog, entries[entry_id], index))
+            if (entry := entries[entry_id]) is not None:
+                messages.append(message_json(plog, entry, index))
         return {"messages": messages}
 
     # ---------------------------------------------------------------- the log
@@ -238,18 +232,18 @@ class BacklogOps:
         NotOwner, which clients retry on the new owner (deduplicated)."""
         name = TopicName.parse(topic)
         found = await self.store.get_topic(name.full)
-        epoch = None if found is None else await self.store.my_epoch(found[0])
-        if epoch is None:
+        epoch = None if found is None else await self.store.my_epoch(found.topic_id)
+        if found is None or epoch is None:
             return {"unloaded": False, "brokerId": None}
         # The lease moves first (its compare-and-set waits for writes in flight), then
         # serving stops; a lookup in between already answers the new owner.
         others = [b for b in await self.store.live_brokers(ttl_s) if b[0] != self.broker_id]
         target = rendezvous(name.full, others)[0] if others else None
         if target is None:
-            await self.store.release_topic(found[0], epoch)
+            await self.store.release_topic(found.topic_id, epoch)
             moved = False
         else:
-            moved = await self.store.hand_over_topic(found[0], epoch, target)
+            moved = await self.store.hand_over_topic(found.topic_id, epoch, target)
         if (plog := self.ownership.logs.get(name.full)) is not None:
             plog.lose("unloaded by an operator")
         log.info("unloaded %s to %s", name.full, f"broker {target}" if moved else "the next lookup")

@@ -3,7 +3,7 @@ as Pulsar's brokers host theirs.  On a small machine this saves a process and, f
 participants this broker owns, the commit's HTTP hop: EndTxnOnParticipants (and topic
 lookups) from the coordinator to this broker are calls in this process
 (``RpcClient.serve_locally``), and a transaction whose participants this broker alone
-serves ends in one SQL transaction (``onephase.py``, issue 18).  Fencing is unchanged: the coordinator claims
+serves ends in one SQL transaction (``txnend.py``, issue 18).  Fencing is unchanged: the coordinator claims
 its TCID, writes its transitions and is fenced exactly as the standalone one is, and a
 broker elsewhere is still told over HTTP (docs/architecture.md)."""
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from magnetar_broker.api import add_routes as add_broker_routes
 from magnetar_broker.api import txn_handlers
-from magnetar_broker.onephase import LocalEnds
 from magnetar_broker.service import BrokerService
+from magnetar_broker.txnend import LocalEnds
 from magnetar_coordinator.api import add_routes as add_coordinator_routes
 from magnetar_coordinator.service import CoordinatorService, new_instance_id
 from magnetar_coordinator.settings import CoordinatorSettings
@@ -33,10 +33,9 @@ class BrokerWithCoordinator:
     def build(cls, broker: BrokerService, pool, auth) -> "BrokerWithCoordinator":
         settings = CoordinatorSettings()  # the same MAGNETAR_* variables the broker read
         store = CoordinatorStore(pool, settings.resolved_coordinator_id(), new_instance_id())
-        coordinator = CoordinatorService(store, settings, auth)
         # Transactions whose participants this broker alone serves end in one SQL
         # transaction (issue 18); the rest take the two-phase path.
-        coordinator.local_ends = LocalEnds(broker.ownership)
+        coordinator = CoordinatorService(store, settings, auth, local=LocalEnds(broker.ownership))
         return cls(broker, coordinator)
 
     @property

@@ -26,7 +26,7 @@ from magnetar_broker.partition.trimming import (
 from magnetar_broker.partition.trimpace import TrimBudget, TrimPace, batch_cut, pause_after
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
-from magnetar_broker.subscription.subscription import Subscription
+from magnetar_broker.subscription.subscription import Subscription, durable
 from magnetar_protocol.errors import SubscriptionNotFound
 from magnetar_protocol.policies import EVICTION, Policies, Retention, resolve
 from magnetar_protocol.topics import TopicName
@@ -39,7 +39,6 @@ INFINITE = Retention(-1, -1)
 # Entries read per step when walking a backlog for TTL or eviction.
 SCAN_ENTRIES = 2000
 
-OpenSubscription = Callable[[PartitionLog, str], Awaitable[Subscription]]
 LoadPartition = Callable[[TopicName], Awaitable[PartitionLog]]
 
 
@@ -72,12 +71,11 @@ class PolicyCache:
 
 class StorageLifecycle:
     def __init__(self, store: BrokerStore, settings: BrokerSettings, logs: Callable[[], list[PartitionLog]],
-                 open_subscription: OpenSubscription, load: LoadPartition):
+                 load: LoadPartition):
         self.store = store
         self.settings = settings
         self.policies = PolicyCache(store, settings)
         self._logs = logs
-        self._open_subscription = open_subscription
         self._load = load
         self.pace = TrimPace(batch_entries=settings.trim_batch_entries, batch_bytes=settings.trim_batch_bytes,
                              duty=settings.trim_duty_percent / 100, min_pause_s=settings.trim_min_pause_ms / 1000,
@@ -116,8 +114,8 @@ class StorageLifecycle:
         policies = await self.policies.get(plog.name)
         if policies.message_ttl_s > 0:
             await self.expire(plog, None, policies.message_ttl_s)
-        plog.quota_check = lambda: self.check_quota_now(plog)
-        plog.quota_recheck_ms = self.settings.backlog_quota_recheck_ms
+        plog.quota.install(lambda: self.check_quota_now(plog), self.settings.backlog_quota_recheck_ms,
+                           self.settings.backlog_quota_hold_max_ms / 1000)
         await self.check_quota(plog, policies)
         await self.trim(plog, policies.retention, budget)
         await self.trim_outcomes(plog)
@@ -131,7 +129,8 @@ class StorageLifecycle:
             if name not in names:
                 raise SubscriptionNotFound(f"subscription {name!r} does not exist on {plog.name.full}")
             names = [name]
-        return [await self._open_subscription(plog, n) for n in names]
+        # Expiry and eviction act on every durable subscription, connected or not.
+        return [await durable(plog, n) for n in names]
 
     async def expire(self, plog: PartitionLog, subscription: str | None, seconds: int) -> int:
         """Acknowledge, on ``subscription`` (every durable one for None), every message
@@ -168,34 +167,35 @@ class StorageLifecycle:
 
     async def check_quota(self, plog: PartitionLog, policies: Policies, evict: bool = True) -> None:
         quota = policies.quota
-        plog.quota_hold_s = self.settings.backlog_quota_hold_max_ms / 1000
-        since = plog.appended_bytes
+        gate = plog.quota
+        gate.hold_s = self.settings.backlog_quota_hold_max_ms / 1000
+        since = gate.appended_bytes
         if quota is None:
-            plog.backlog.measured(None, False, 0, None)
-            plog.set_quota(None)
+            gate.backlog.measured(None, False, 0, None)
+            gate.set(None)
             return
         mark_deletes, _ = await self.store.trim_floor(plog.topic_id)
         if not mark_deletes:
-            plog.backlog.measured(quota, False, 0, None)
-            plog.set_quota(None)
+            gate.backlog.measured(quota, False, 0, None)
+            gate.set(None)
             return
         slowest = min(mark_deletes)
         backlog_bytes = await self.store.log_bytes(plog.topic_id, slowest + 1)
         oldest = await self.store.entry_metas(plog.topic_id, slowest + 1, plog.next_entry_id, 1)
         oldest_ms = oldest[0].publish_time_ms if oldest else None
         # Appends while the queries ran may be counted twice: the estimate errs high, safely.
-        plog.backlog.measured(quota, True, backlog_bytes + plog.appended_bytes - since, oldest_ms)
+        gate.backlog.measured(quota, True, backlog_bytes + gate.appended_bytes - since, oldest_ms)
         now = now_ms()
         if not quota_exceeded(quota, backlog_bytes, oldest_ms, now):
-            plog.set_quota(None)
+            gate.set(None)
             return
         if quota.policy == EVICTION:
             if evict:
                 await self._evict(plog, quota, slowest, backlog_bytes, now)
-            plog.set_quota(None)
+            gate.set(None)
             return
         age = f", oldest unacknowledged {(now - oldest_ms) // 1000} s old" if oldest_ms is not None else ""
-        plog.set_quota(quota.policy, f"slowest subscription's backlog {backlog_bytes} bytes{age}; "
+        gate.set(quota.policy, f"slowest subscription's backlog {backlog_bytes} bytes{age}; "
                                      f"limitSize {quota.limit_size}, limitTime {quota.limit_time} s")
 
     async def _evict(self, plog: PartitionLog, quota, slowest: int, backlog_bytes: int, now: int) -> None:
@@ -232,7 +232,7 @@ class StorageLifecycle:
             started = time.monotonic()
             # Under the lock that opening a subscription takes, so a new subscription
             # from Earliest cannot start below what this batch deletes.
-            async with plog.subscriptions_lock:
+            async with plog.subscriptions.lock:
                 plog.check_open()
                 mark_deletes, pending_min = await self.store.trim_floor(plog.topic_id)
                 bound = protected_from(plog.next_entry_id - 1, mark_deletes, pending_min)

@@ -51,10 +51,10 @@ class Ownership:
     async def topic_id(self, name: TopicName, create: bool) -> int:
         found = await self.store.get_topic(name.full)
         if found:
-            return found[0]
+            return found.topic_id
         base_partitions = await self.store.partitions(name.base.full)
         is_partition = base_partitions is not None and name.partition_index >= 0
-        if is_partition and name.partition_index >= base_partitions:
+        if base_partitions is not None and is_partition and name.partition_index >= base_partitions:
             raise TopicNotFound(
                 f"{name.full}: partitioned topic {name.base.full} has only {base_partitions} partitions"
             )
@@ -62,8 +62,7 @@ class Ownership:
             raise TopicNotFound(f"topic {name.full} does not exist (auto-creation is off)")
         if not is_partition and (problem := name.creation_problem()):
             raise InvalidTopicName(f"cannot auto-create: {problem}")
-        exists, _ = await self.store.namespace(name.tenant, name.namespace)
-        if not exists:
+        if not (await self.store.namespace(name.tenant, name.namespace)).exists:
             raise NamespaceNotFound(
                 f"namespace {name.namespace_name} does not exist; create it with "
                 f"`magnetar-admin namespaces create {name.namespace_name}`"
@@ -84,7 +83,7 @@ class Ownership:
             owner = await self.store.lookup_owner(topic_id, self.ttl_s)
             if owner is None:
                 raise TopicNotFound(f"topic {name.full} was deleted")
-            if owner.broker_id and owner.alive:
+            if owner.broker_id and owner.alive and owner.url is not None:
                 return owner.broker_id, owner.url
             live = await self.store.live_brokers(self.ttl_s)
             if not live:
@@ -108,11 +107,11 @@ class Ownership:
             found = await self.store.get_topic(name.full)
             if found is None:
                 raise NotOwner(f"{name.full} is not assigned to this broker; look it up first")
-            topic_id = found[0]
+            topic_id = found.topic_id
             epoch = await self.store.my_epoch(topic_id)
             if epoch is None:
                 raise NotOwner(f"{name.full} is not owned by this broker; look it up again")
-            _, policy = await self.store.namespace(name.tenant, name.namespace)
+            policy = (await self.store.namespace(name.tenant, name.namespace)).deduplication
             plog = PartitionLog(
                 name, topic_id, epoch, self.store,
                 dedup=self.settings.deduplication_enabled if policy is None else policy,
@@ -158,11 +157,8 @@ class Ownership:
     async def _refresh_policies(self) -> None:
         namespaces = {(p.name.tenant, p.name.namespace) for p in self.logs.values()}
         for tenant, namespace in namespaces:
-            _, policy = await self.store.namespace(tenant, namespace)
+            policy = (await self.store.namespace(tenant, namespace)).deduplication
             dedup = self.settings.deduplication_enabled if policy is None else policy
             for plog in self.logs.values():
-                if (plog.name.tenant, plog.name.namespace) == (tenant, namespace) and plog.dedup != dedup:
-                    plog.dedup = dedup
-                    # State was not kept while off: reload it from the database.
-                    plog.persisted_seq.clear()
-                    plog.pushed_seq.clear()
+                if (plog.name.tenant, plog.name.namespace) == (tenant, namespace):
+                    plog.dedup_state.set_enabled(dedup)

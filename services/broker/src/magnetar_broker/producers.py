@@ -7,21 +7,36 @@ import itertools
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 
 from magnetar_broker.authorization import Authorizer
+from magnetar_broker.commands import CreateProducer
 from magnetar_broker.ownership import Ownership
 from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
 from magnetar_broker.partition.access import Outcome
 from magnetar_broker.partition.log import PartitionLog, Producer
-from magnetar_broker.sessions import SessionRegistry, new_object_id
+from magnetar_broker.sessions import Session, SessionRegistry, new_object_id
 from magnetar_broker.settings import BrokerSettings
-from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import ProducerBusy, ProducerFenced
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_runtime.auth import current_role
 from magnetar_runtime.permissions import PRODUCE
 
 log = logging.getLogger("magnetar.broker.producers")
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerCreated:
+    """CreateProducer's result: the producer, or None while a WaitForExclusive one waits
+    (its name kept for the next try); the last sequence id stored for its name."""
+
+    producer: Producer | None
+    name: str
+    last_sequence_id: int
+
+    @property
+    def waiting(self) -> bool:
+        return self.producer is None
 
 
 class ProducerHandlers:
@@ -37,35 +52,34 @@ class ProducerHandlers:
         self.settings = settings
         self._names = itertools.count(1)  # broker-chosen producer names
 
-    async def create(self, req: pb.CreateProducerRequest) -> pb.CreateProducerResponse:
+    async def create(self, cmd: CreateProducer) -> ProducerCreated:
         role = current_role()
-        session = self.sessions.get(req.session_id, time.monotonic(), role)
-        topic = TopicName.parse(req.topic)
+        session = self.sessions.get(cmd.session_id, time.monotonic(), role)
+        topic = TopicName.parse(cmd.topic)
         await self.authz.require(topic, PRODUCE)
         plog = await self.ownership.get_log(topic)
-        name = req.producer_name
+        name = cmd.name
         if name:
             validate_name_part("producer", name)
         else:
             name = f"{self.broker_id}-{next(self._names)}-{uuid.uuid4().hex[:8]}"
-        requested = req.topic_epoch if req.HasField("topic_epoch") else None
-        wait_s = min(req.wait_ms, self.settings.max_fetch_wait_ms) / 1000
+        wait_s = min(cmd.wait_ms, self.settings.max_fetch_wait_ms) / 1000
 
-        async def attempt() -> pb.CreateProducerResponse | None:
+        async def attempt() -> ProducerCreated | None:
             async with plog.producer_lock:
-                return await self._try_create(plog, session, name, req.access_mode, requested,
-                                              req.client_producer_id)
+                return await self._try_create(plog, session, name, cmd.access_mode, cmd.topic_epoch,
+                                              cmd.client_producer_id)
 
         session.inflight += 1
         try:
-            reply = await plog.long_poll(wait_s, attempt)
+            created = await plog.long_poll(wait_s, attempt)
         finally:
             session.inflight -= 1
             session.last_seen = time.monotonic()
-        return reply or pb.CreateProducerResponse(producer_name=name, waiting=True)
+        return created or ProducerCreated(None, name, -1)
 
-    async def _try_create(self, plog: PartitionLog, session, name: str, mode: int,
-                          requested: int | None, client_id: int) -> pb.CreateProducerResponse | None:
+    async def _try_create(self, plog: PartitionLog, session: Session, name: str, mode: int,
+                          requested: int | None, client_id: int) -> ProducerCreated | None:
         """Create the producer now, or None when a WaitForExclusive one must keep waiting."""
         for other in plog.producers.values():
             if other.name == name:
@@ -74,7 +88,7 @@ class ProducerHandlers:
                 # one of the same client (Pulsar's rule).
                 if other.session_id == session.session_id and client_id and \
                         other.client_producer_id == client_id:
-                    return self._producer_reply(other, await plog.last_sequence_id(name))
+                    return ProducerCreated(other, name, await plog.last_sequence_id(name))
                 raise ProducerBusy(f"producer {name!r} is already connected to {plog.name.full}")
         if name in plog.fenced_waiters:
             plog.fenced_waiters.discard(name)
@@ -107,7 +121,7 @@ class ProducerHandlers:
             log.info("%s: producer %r is exclusive (%s) at topic epoch %s", plog.name.full, name,
                      ACCESS_MODES[mode], decision.epoch)
         plog.wake()
-        return self._producer_reply(producer, last)
+        return ProducerCreated(producer, name, last)
 
     def _fence_producer(self, producer: Producer) -> None:
         """Lost exclusivity: detach, but keep answering its sends with ProducerFenced."""
@@ -116,13 +130,3 @@ class ProducerHandlers:
         producer.log.access.detach(producer.producer_id)
         log.info("%s: fenced producer %r", producer.log.name.full, producer.name)
         producer.detached("fenced: another exclusive producer took over")
-
-    def _producer_reply(self, producer: Producer, last: int) -> pb.CreateProducerResponse:
-        reply = pb.CreateProducerResponse(
-            producer_id=producer.producer_id, producer_name=producer.name,
-            last_sequence_id=last, max_message_size=self.settings.max_message_size,
-        )
-        if producer.topic_epoch is not None:
-            reply.topic_epoch = producer.topic_epoch
-        return reply
-

@@ -205,7 +205,7 @@ WITH owner AS (
          WITH ORDINALITY AS g (most, least, role, any_owner, i)
 ), reg_open AS (
     SELECT t.coordinator_id, t.txn_id, t.owner FROM transactions t
-    WHERE (t.coordinator_id, t.txn_id) IN (SELECT most, least FROM reg) AND t.status = 0
+    WHERE (t.coordinator_id, t.txn_id) IN (SELECT most, least FROM reg) AND t.status = {TXN_OPEN}
       AND EXISTS (SELECT 1 FROM allowed)
     ORDER BY t.coordinator_id, t.txn_id
     FOR SHARE
@@ -338,7 +338,7 @@ WITH owner AS (
          WITH ORDINALITY AS g (most, least, role, any_owner, i)
 ), reg_open AS (
     SELECT t.coordinator_id, t.txn_id, t.owner FROM transactions t
-    WHERE (t.coordinator_id, t.txn_id) IN (SELECT most, least FROM reg) AND t.status = 0
+    WHERE (t.coordinator_id, t.txn_id) IN (SELECT most, least FROM reg) AND t.status = {TXN_OPEN}
       AND EXISTS (SELECT 1 FROM owner)
     ORDER BY t.coordinator_id, t.txn_id
     FOR SHARE

@@ -5,43 +5,54 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 
 from magnetar_broker import metrics
 from magnetar_broker.authorization import Authorizer
 from magnetar_broker.backlog_ops import BacklogOps, stored_acked_beyond
+from magnetar_broker.commands import (
+    LATEST_ENTRY,
+    Ack,
+    CloseConsumer,
+    CreateProducer,
+    Fetch,
+    Fetched,
+    LastMessage,
+    Located,
+    Redeliver,
+    Seek,
+    Subscribe,
+)
 from magnetar_broker.lifecycle import StorageLifecycle
 from magnetar_broker.ownership import Ownership
 from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
 from magnetar_broker.partition.log import PartitionLog, Producer
-from magnetar_broker.producers import ProducerHandlers
-from magnetar_broker.sessions import SessionRegistry, new_object_id
+from magnetar_broker.partition.sends import Batch, Sent
+from magnetar_broker.producers import ProducerCreated, ProducerHandlers
+from magnetar_broker.sessions import Session, SessionRegistry, new_object_id
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
 from magnetar_broker.subscription.cursor import Cursor
-from magnetar_broker.subscription.subscription import Consumer, Subscription
+from magnetar_broker.subscription.subscription import FROM_EARLIEST, FROM_LATEST, Consumer, Subscription, durable
 from magnetar_broker.topic_metrics import PartitionSample, export
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.cursorstate import decode_acks
 from magnetar_protocol.errors import (
+    AuthorizationError,
     BadRequest,
     ConsumerNotFound,
     MagnetarError,
     NotAllowedError,
     NotOwner,
     ProducerNotFound,
-    to_wire,
 )
 from magnetar_protocol.listeners import choose_url, listener_name_problem
 from magnetar_protocol.topics import TopicName, validate_name_part
-from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.loops import BackgroundLoop
 from magnetar_runtime.permissions import CONSUME, LOOKUP
 
 log = logging.getLogger("magnetar.broker")
-
-
-LATEST = (1 << 63) - 1
 
 
 def _mine(obj: Producer | Consumer, sessions) -> bool:
@@ -74,7 +85,7 @@ class BrokerService:
         self.dedup_expiry_loop = BackgroundLoop("dedup-expiry", min(max(idle_s / 4, 0.2), 60),
                                                 self.expire_idle_producers)
         self.lifecycle = StorageLifecycle(store, settings, lambda: list(self.ownership.logs.values()),
-                                          self.durable_subscription, self.ownership.get_log)
+                                          self.ownership.get_log)
         self.lifecycle_loop = BackgroundLoop("storage-lifecycle", settings.lifecycle_interval_ms / 1000,
                                              self.lifecycle.run_once)
         self.topic_metrics_loop = BackgroundLoop("topic-metrics", settings.topic_metrics_interval_ms / 1000,
@@ -130,11 +141,10 @@ class BrokerService:
     def _topic_lost(self, plog: PartitionLog) -> None:
         for producer in list(plog.producers.values()):
             self._drop_producer(producer)
-        for sub in list(plog.subscriptions.values()):
+        for sub in plog.subscriptions.clear():
             for consumer in list(sub.consumers.values()):
                 consumer.closed = True
                 self.consumers.pop(consumer.consumer_id, None)
-        plog.subscriptions.clear()
 
     async def expire_idle_producers(self) -> None:
         """Forget the dedup state of idle, disconnected producer names of the partitions
@@ -148,10 +158,7 @@ class BrokerService:
             # One that connected meanwhile keeps its state in memory; its next write
             # stores the row again.
             now_connected = {p.name for p in plog.producers.values()}
-            for name in names:
-                if name not in now_connected:
-                    plog.persisted_seq.pop(name, None)
-                    plog.pushed_seq.pop(name, None)
+            plog.dedup_state.forget(name for name in names if name not in now_connected)
             if names:
                 metrics.DEDUP_EXPIRED.inc(len(names))
                 log.info("forgot the dedup state of %d producer name(s) idle for %d s on %s",
@@ -168,7 +175,8 @@ class BrokerService:
             stored_bytes, _ = await self.store.storage_stats(plog.topic_id)
             # Messages after each stored mark-delete position less those acknowledged
             # individually past it (Pulsar's msgBacklog), as the admin's stats count them.
-            backlogs = {name: (b[1] - await stored_acked_beyond(plog, b[0], decode_acks(b[3])), b[2])
+            backlogs = {name: (b.messages - await stored_acked_beyond(plog, b.mark_delete, decode_acks(b.acked_state)),
+                               b.nbytes)
                         for name, b in (await self.store.subscription_backlogs(plog.topic_id)).items()}
             rate_in, throughput_in = plog.rate_in.rates(now)
             rate_out, throughput_out = plog.rate_out.rates(now)  # gone readers' too, as the stats
@@ -205,19 +213,36 @@ class BrokerService:
 
     # ---------------------------------------------------------------- discovery
 
-    async def metadata(self, req: pb.PartitionMetadataRequest) -> pb.PartitionMetadataResponse:
-        name = TopicName.parse(req.topic)
+    async def metadata(self, topic: str) -> tuple[TopicName, int]:
+        """The topic's full name and its partitions (0: not partitioned), created if
+        auto-creation allows it."""
+        name = TopicName.parse(topic)
         await self.authz.require(name, LOOKUP)  # before auto-creation: it obeys permissions
-        return pb.PartitionMetadataResponse(topic=name.full, partitions=await self.ownership.partitions(name))
+        return name, await self.ownership.partitions(name)
 
-    async def lookup(self, req: pb.LookupRequest) -> pb.LookupResponse:
-        name = TopicName.parse(req.topic)
-        check_listener(req.listener_name)
+    async def lookup(self, topic: str, listener_name: str = "") -> Located:
+        name = TopicName.parse(topic)
+        check_listener(listener_name)
         await self.authz.require(name, LOOKUP)
         broker_id, url = await self.ownership.lookup(name)
-        if req.listener_name:
-            [url] = await self.advertised(req.listener_name, [(url, f"broker {broker_id}")])
-        return pb.LookupResponse(topic=name.full, broker_url=url, broker_id=broker_id)
+        if listener_name:
+            [url] = await self.advertised(listener_name, [(url, f"broker {broker_id}")])
+        return Located(name.full, broker_id, url)
+
+    async def topics_of_namespace(self, tenant: str, namespace: str) -> list[str]:
+        """The namespace's topics the caller may look up."""
+        visible = []
+        for topic in await self.store.namespace_topics(tenant, namespace):
+            try:
+                await self.authz.require(TopicName.parse(topic), LOOKUP)
+            except AuthorizationError:
+                continue
+            visible.append(topic)
+        return visible
+
+    async def live_coordinators(self) -> dict[int, str]:
+        """TCID -> internal URL of each coordinator holding its TCID right now."""
+        return dict(await self.store.live_coordinators(self.settings.lease_ttl_ms / 1000))
 
     async def advertised(self, listener: str, internal: list[tuple[str, str]],
                          protocol: str = "http") -> list[str]:
@@ -229,28 +254,22 @@ class BrokerService:
 
     # ---------------------------------------------------------------- sessions
 
-    async def open_session(self, req: pb.OpenSessionRequest) -> pb.OpenSessionResponse:
-        session = self.sessions.open(req.client_name, time.monotonic(), current_role())
+    async def open_session(self, client_name: str) -> Session:
+        session = self.sessions.open(client_name, time.monotonic(), current_role())
         metrics.SESSIONS.set(len(self.sessions.sessions))
-        return pb.OpenSessionResponse(
-            session_id=session.session_id,
-            keepalive_interval_ms=self.settings.keepalive_interval_ms,
-            session_timeout_ms=self.settings.session_timeout_ms,
-        )
+        return session
 
-    async def keepalive(self, req: pb.KeepAliveRequest) -> pb.KeepAliveResponse:
-        self.sessions.get(req.session_id, time.monotonic(), current_role())
-        return pb.KeepAliveResponse()
+    async def keepalive(self, session_id: str) -> None:
+        self.sessions.get(session_id, time.monotonic(), current_role())
 
-    async def close_session(self, req: pb.CloseSessionRequest) -> pb.CloseSessionResponse:
-        if session := self.sessions.close(req.session_id, current_role()):
+    async def close_session(self, session_id: str) -> None:
+        if session := self.sessions.close(session_id, current_role()):
             self._close_session_objects(session)
-        return pb.CloseSessionResponse()
 
     # ---------------------------------------------------------------- producers
 
-    async def create_producer(self, req: pb.CreateProducerRequest) -> pb.CreateProducerResponse:
-        return await self.producer_handlers.create(req)
+    async def create_producer(self, cmd: CreateProducer) -> ProducerCreated:
+        return await self.producer_handlers.create(cmd)
 
     def _producer(self, producer_id: int, *sessions: str) -> Producer:
         """The caller's producer.  Another role's id, or one named with another session
@@ -265,33 +284,22 @@ class BrokerService:
             raise ProducerNotFound(f"producer {producer_id} is not connected to this broker; create it again")
         return producer
 
-    async def send(self, req: pb.SendRequest) -> pb.SendResponse:
-        producer = self._producer(req.producer_id, req.session_id)
-        self.sessions.get(producer.session_id, time.monotonic())
-        return await producer.log.publish(producer, req)
-
-    async def send_batches(self, req: pb.SendBatchesRequest) -> pb.SendBatchesResponse:
-        if not req.batches:
+    async def publish(self, session_id: str,
+                      batches: Sequence[Batch]) -> list[Sent | MagnetarError]:
+        """Batches of one producer, in order: what became of each (Sent) or its error
+        (both front ends answer from these; nothing is encoded and decoded in between)."""
+        if not batches:
             raise BadRequest("send-batches: no batches")
-        producer_ids = {b.producer_id for b in req.batches}
-        if len(producer_ids) != 1:
+        if len({b.producer_id for b in batches}) != 1:
             raise BadRequest("send-batches: every batch must belong to one producer")
-        producer = self._producer(req.batches[0].producer_id, req.session_id,
-                                  *{b.session_id for b in req.batches})
+        producer = self._producer(batches[0].producer_id, session_id, *{b.session_id for b in batches})
         self.sessions.get(producer.session_id, time.monotonic())
-        reply = pb.SendBatchesResponse()
-        for result in await producer.log.publish_many(producer, req.batches):
-            if isinstance(result, MagnetarError):
-                reply.results.add(error=to_wire(result))
-            else:
-                reply.results.add(response=result)
-        return reply
+        return await producer.log.publish_many(producer, batches)
 
-    async def close_producer(self, req: pb.CloseProducerRequest) -> pb.CloseProducerResponse:
-        producer = self.producers.get(req.producer_id)
-        if producer is not None and _mine(producer, (req.session_id,)):
+    async def close_producer(self, producer_id: int, session_id: str) -> None:
+        producer = self.producers.get(producer_id)
+        if producer is not None and _mine(producer, (session_id,)):
             self._drop_producer(producer)
-        return pb.CloseProducerResponse()
 
     def _drop_producer(self, producer: Producer) -> None:
         producer.closed = True
@@ -305,56 +313,41 @@ class BrokerService:
 
     # ---------------------------------------------------------------- consumers
 
-    async def subscribe(self, req: pb.SubscribeRequest) -> pb.SubscribeResponse:
+    async def subscribe(self, cmd: Subscribe) -> Consumer:
+        """A consumer (both front ends translate their subscribe into ``cmd``)."""
         role = current_role()
-        session = self.sessions.get(req.session_id, time.monotonic(), role)
-        if req.sub_type not in (pb.SUB_EXCLUSIVE, pb.SUB_SHARED, pb.SUB_FAILOVER, pb.SUB_KEY_SHARED):
-            raise BadRequest(f"unknown subscription type {req.sub_type}")
-        sub_name = req.subscription or (f"reader-{uuid.uuid4().hex[:10]}" if not req.durable else "")
+        session = self.sessions.get(cmd.session_id, time.monotonic(), role)
+        sub_name = cmd.subscription or (f"reader-{uuid.uuid4().hex[:10]}" if not cmd.durable else "")
         validate_name_part("subscription", sub_name)
-        name = TopicName.parse(req.topic)
+        name = TopicName.parse(cmd.topic)
         await self.authz.require(name, CONSUME, sub_name)
         plog = await self.ownership.get_log(name)
-        async with plog.subscriptions_lock:
-            sub = plog.subscriptions.get(sub_name)
-            if sub is None:
-                sub = await self._open_subscription(plog, sub_name, req)
-            consumer = Consumer(new_object_id(), req.consumer_name or f"consumer-{uuid.uuid4().hex[:6]}",
-                                req.session_id, req.priority_level, sub, role=role)
-            sub.add_consumer(consumer, req.sub_type)
+        if cmd.durable:
+            # Earliest: the first entry still stored (older ones were trimmed).
+            sub = await durable(plog, sub_name, FROM_EARLIEST if cmd.earliest else FROM_LATEST)
+        else:
+            sub = await plog.subscriptions.get_or_open(sub_name, lambda: self._open_reader(plog, sub_name, cmd))
+        consumer = Consumer(new_object_id(), cmd.consumer_name or f"consumer-{uuid.uuid4().hex[:6]}",
+                            cmd.session_id, cmd.priority, sub, role=role)
+        sub.add_consumer(consumer, cmd.sub_type)
         self.consumers[consumer.consumer_id] = consumer
         session.consumers.add(consumer.consumer_id)
-        return pb.SubscribeResponse(consumer_id=consumer.consumer_id)
+        return consumer
 
-    async def _open_subscription(self, plog: PartitionLog, name: str, req: pb.SubscribeRequest) -> Subscription:
-        if req.durable:
-            # Earliest: the first entry still stored (older ones were trimmed).
-            initial = (plog.first_entry_id - 1 if req.initial_position == pb.INITIAL_EARLIEST
-                       else plog.next_entry_id - 1)
-            return await Subscription.open_durable(plog, name, initial)
+    async def _open_reader(self, plog: PartitionLog, name: str, cmd: Subscribe) -> Subscription:
+        """A reader's subscription (not durable), at its start position."""
         cursor = Cursor(plog.next_entry_id - 1)
-        if req.HasField("start_position") and req.start_position.entry_id != LATEST:
-            pos = req.start_position
+        if cmd.start is not None and cmd.start.entry_id != LATEST_ENTRY:
+            pos = pb.Position(entry_id=cmd.start.entry_id, batch_index=cmd.start.batch_index)
             await plog.check_batch_indexes("reader start", [pos])
             cursor = Cursor(pos.entry_id - 1)
-            upto = pos.batch_index if req.start_inclusive else pos.batch_index + 1
-            if pos.batch_index < 0 and not req.start_inclusive:
+            upto = pos.batch_index if cmd.start_inclusive else pos.batch_index + 1
+            if pos.batch_index < 0 and not cmd.start_inclusive:
                 cursor = Cursor(pos.entry_id)
             cursor.ack_first(pos.entry_id, upto)
         if cursor.mark_delete < plog.first_entry_id - 1:  # a start that was trimmed
             cursor = Cursor(plog.first_entry_id - 1)
-        sub = Subscription(plog, name, cursor, durable=False)
-        plog.subscriptions[name] = sub
-        return sub
-
-    async def durable_subscription(self, plog: PartitionLog, name: str) -> Subscription:
-        """Durable subscription ``name`` of ``plog``, loaded here if it was not (the
-        lifecycle's expiry and eviction act on every subscription, connected or not)."""
-        async with plog.subscriptions_lock:
-            sub = plog.subscriptions.get(name)
-            if sub is None:
-                sub = await Subscription.open_durable(plog, name, plog.next_entry_id - 1)
-        return sub
+        return Subscription(plog, name, cursor, durable=False)
 
     async def expire_messages(self, name: TopicName, subscription: str | None, seconds: int) -> int:
         """The admin's expire-messages on a partition this broker serves (loaded on demand)."""
@@ -374,18 +367,18 @@ class BrokerService:
             raise ConsumerNotFound(f"consumer {consumer_id} is not connected to this broker; subscribe again")
         return consumer
 
-    async def fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
-        consumer = self._consumer(req.consumer_id, req.session_id)
+    async def fetch(self, cmd: Fetch) -> Fetched:
+        consumer = self._consumer(cmd.consumer_id, cmd.session_id)
         session = self.sessions.get(consumer.session_id, time.monotonic())
         sub = consumer.subscription
-        wait_s = min(req.wait_ms, self.settings.max_fetch_wait_ms) / 1000
+        wait_s = min(cmd.wait_ms, self.settings.max_fetch_wait_ms) / 1000
 
-        consumer.seeks = max(consumer.seeks, req.seeks)  # a seek whose answer was lost
+        consumer.seeks = max(consumer.seeks, cmd.seeks)  # a seek whose answer was lost
 
-        async def attempt() -> list | None:
-            if req.seeks < consumer.seeks:
+        async def attempt() -> list[pb.DeliveredEntry] | None:
+            if cmd.seeks < consumer.seeks:
                 return []  # sent before a seek: its client drops whatever it brings
-            entries = await sub.fetch(consumer, req.max_messages)
+            entries = await sub.fetch(consumer, cmd.max_messages)
             return entries if entries or consumer.closed or sub.at_end_of_topic() else None
 
         session.inflight += 1
@@ -394,68 +387,53 @@ class BrokerService:
         finally:
             session.inflight -= 1
             session.last_seen = time.monotonic()
-        return pb.FetchResponse(entries=entries or [], partition=sub.log.partition_index,
-                                end_of_topic=not entries and sub.at_end_of_topic())
+        return Fetched(entries or [], sub.log.partition_index, not entries and sub.at_end_of_topic())
 
-    async def ack(self, req: pb.AckRequest) -> pb.AckResponse:
-        consumer = self._consumer(req.consumer_id, req.session_id)
+    async def ack(self, cmd: Ack) -> None:
+        consumer = self._consumer(cmd.consumer_id, cmd.session_id)
         consumer.subscription.log.check_open()
-        cumulative = req.ack_type == pb.ACK_CUMULATIVE
-        if req.HasField("txn"):
-            await consumer.subscription.txn.ack(
-                req.positions, cumulative, TxnID.from_wire(req.txn))
+        if cmd.txn is not None:
+            await consumer.subscription.txn.ack(cmd.positions, cmd.cumulative, cmd.txn)
         else:
-            await consumer.subscription.ack(consumer, req.positions, cumulative)
-        return pb.AckResponse()
+            await consumer.subscription.ack(consumer, cmd.positions, cmd.cumulative)
 
-    async def redeliver(self, req: pb.RedeliverRequest) -> pb.RedeliverResponse:
-        consumer = self._consumer(req.consumer_id, req.session_id)
-        await consumer.subscription.check_positions("redeliver", req.positions)
-        consumer.subscription.redeliver(consumer, req.positions)
-        return pb.RedeliverResponse()
+    async def redeliver(self, cmd: Redeliver) -> None:
+        consumer = self._consumer(cmd.consumer_id, cmd.session_id)
+        await consumer.subscription.check_positions("redeliver", cmd.positions)
+        consumer.subscription.redeliver(consumer, cmd.positions)
 
-    async def seek(self, req: pb.SeekRequest) -> pb.SeekResponse:
-        consumer = self._consumer(req.consumer_id, req.session_id)
+    async def seek(self, cmd: Seek) -> None:
+        consumer = self._consumer(cmd.consumer_id, cmd.session_id)
         sub = consumer.subscription
         # Before the seek wakes this consumer's waiting fetch, so that fetch answers empty.
-        consumer.seeks = max(consumer.seeks, req.seeks)
-        if req.HasField("position"):
-            await sub.seek(min(req.position.entry_id, sub.log.next_entry_id), req.position.batch_index)
-        elif req.HasField("publish_time"):
-            first = await self.store.first_entry_since(sub.log.topic_id, req.publish_time)
-            await sub.seek(sub.log.next_entry_id if first is None else first)
+        consumer.seeks = max(consumer.seeks, cmd.seeks)
+        if cmd.position is not None:
+            await sub.seek(min(cmd.position.entry_id, sub.log.next_entry_id), cmd.position.batch_index)
         else:
-            raise BadRequest("seek needs a position or a publish_time")
-        # Pulsar disconnects consumers on seek; we instead drop what they hold.
-        return pb.SeekResponse()
+            assert cmd.publish_time is not None  # the command holds one of the two
+            first = await self.store.first_entry_since(sub.log.topic_id, cmd.publish_time)
+            await sub.seek(sub.log.next_entry_id if first is None else first)
 
-    async def last_message_id(self, req: pb.LastMessageIdRequest) -> pb.LastMessageIdResponse:
-        consumer = self._consumer(req.consumer_id, req.session_id)
+    async def last_message_id(self, consumer_id: int, session_id: str) -> LastMessage:
+        consumer = self._consumer(consumer_id, session_id)
         plog = consumer.subscription.log
         last = await plog.last_entry()
-        reply = pb.LastMessageIdResponse(
-            mark_delete=pb.Position(entry_id=max(consumer.subscription.cursor.mark_delete, 0), batch_index=-1))
-        if last is not None:
-            reply.has_message = True
-            reply.last.CopyFrom(pb.MessageIdData(
-                partition=plog.partition_index, entry_id=last.entry_id,
-                batch_index=last.num_messages - 1, batch_size=last.num_messages))
-        return reply
+        return LastMessage(plog.partition_index, max(consumer.subscription.cursor.mark_delete, 0),
+                           None if last is None else last.entry_id, 0 if last is None else last.num_messages)
 
-    async def close_consumer(self, req: pb.CloseConsumerRequest) -> pb.CloseConsumerResponse:
-        consumer = self.consumers.get(req.consumer_id)
-        if consumer is None or not _mine(consumer, (req.session_id,)):
-            return pb.CloseConsumerResponse()
+    async def close_consumer(self, cmd: CloseConsumer) -> None:
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is None or not _mine(consumer, (cmd.session_id,)):
+            return
         sub = consumer.subscription
-        if req.unsubscribe:  # a revoke since it subscribed counts (after the cache delay)
+        if cmd.unsubscribe:  # a revoke since it subscribed counts (after the cache delay)
             await self.authz.require(sub.log.name, CONSUME, sub.name)
-        if req.unsubscribe and len(sub.consumers) > 1:
+        if cmd.unsubscribe and len(sub.consumers) > 1:
             raise NotAllowedError(f"subscription {sub.name!r} has other consumers; close them first")
         self._drop_consumer(consumer)
-        if req.unsubscribe and sub.durable:
+        if cmd.unsubscribe and sub.durable:
             await self.store.delete_subscription(sub.log.topic_id, sub.log.epoch, sub.name)
-            sub.log.subscriptions.pop(sub.name, None)
-        return pb.CloseConsumerResponse()
+            sub.log.subscriptions.remove(sub.name, sub)
 
     def _drop_consumer(self, consumer: Consumer) -> None:
         consumer.closed = True
@@ -463,7 +441,7 @@ class BrokerService:
         sub = consumer.subscription
         sub.remove_consumer(consumer)
         if not sub.durable and not sub.consumers:
-            sub.log.subscriptions.pop(sub.name, None)
+            sub.log.subscriptions.remove(sub.name, sub)
         if session := self.sessions.sessions.get(consumer.session_id):
             session.consumers.discard(consumer.consumer_id)
 
@@ -489,7 +467,7 @@ class BrokerService:
             "msgOutCounter": plog.msg_out,
             "lastEntryId": plog.next_entry_id - 1,
             "firstEntryId": plog.first_entry_id,
-            "backlogQuotaExceeded": plog.quota_blocked,
+            "backlogQuotaExceeded": plog.quota.blocked,
             "deduplicationEnabled": plog.dedup,
             "accessMode": plog.access.access_mode,
             "exclusiveProducer": (plog.access.producers[plog.access.exclusive][1]

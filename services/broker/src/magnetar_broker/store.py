@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import asyncpg
 
@@ -23,7 +25,69 @@ class Owner:
     alive: bool
 
 
-def columns(rows, width: int) -> list[list]:
+# What the statements answer, by name (the callers read fields, not positions).
+
+
+class Topic(NamedTuple):
+    topic_id: int
+    partition_index: int
+
+
+class Namespace(NamedTuple):
+    exists: bool
+    deduplication: bool | None  # the namespace's policy; None: the broker's setting
+
+
+class TxnState(NamedTuple):
+    """A transaction on a partition (or one of its subscriptions)."""
+    batches: int       # batches buffered here
+    messages: int      # their messages
+    committed: bool | None  # its outcome here; None: not ended here
+
+
+class Registration(NamedTuple):
+    """The answer to a first send's registration of a partition with its transaction."""
+    ok: bool
+    batches: int            # batches and messages an earlier owner buffered here
+    messages: int
+    status: int | None      # the coordinator's status of a refused one (None: unknown)
+    expired: bool
+    owner: str | None       # the transaction's owner (role)
+
+
+class GroupWritten(NamedTuple):
+    owned: bool             # the lease was still this broker's
+    allowed: bool           # the exclusive producer's topic epoch still held
+    registered: list[Registration]
+
+
+class AckRegistration(NamedTuple):
+    """The answer to a first transactional ack's registration of a subscription."""
+    ok: bool
+    outcome: bool | None    # the transaction already ended here (before a restart)
+    status: int | None
+    expired: bool
+    owner: str | None
+
+
+class AcksWritten(NamedTuple):
+    owned: bool
+    registered: list[AckRegistration]
+
+
+class StoredCursor(NamedTuple):
+    mark_delete: int
+    acked_state: bytes      # cursorstate-encoded individual acks past mark_delete
+
+
+class SubscriptionBacklog(NamedTuple):
+    mark_delete: int        # stored mark-delete position
+    messages: int           # messages after it
+    nbytes: int             # their bytes
+    acked_state: bytes      # the stored individual acks
+
+
+def columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
     """Rows as the per-column arrays a statement unnests (``width`` empty ones if none)."""
     return [list(c) for c in zip(*rows)] if rows else [[] for _ in range(width)]
 
@@ -81,9 +145,9 @@ class BrokerStore:
 
     # ---------------------------------------------------------------- topics
 
-    async def get_topic(self, topic: str) -> tuple[int, int] | None:
+    async def get_topic(self, topic: str) -> Topic | None:
         row = await self.pool.fetchrow(Q["get_topic"], topic)
-        return (row["topic_id"], row["partition_index"]) if row else None
+        return Topic(row["topic_id"], row["partition_index"]) if row else None
 
     async def partitions(self, topic: str) -> int | None:
         return await self.pool.fetchval(Q["get_partitioned_topic"], topic)
@@ -91,10 +155,10 @@ class BrokerStore:
     async def namespace_topics(self, tenant: str, namespace: str) -> list[str]:
         return [row["topic"] for row in await self.pool.fetch(Q["namespace_topics"], tenant, namespace)]
 
-    async def namespace(self, tenant: str, namespace: str) -> tuple[bool, bool | None]:
+    async def namespace(self, tenant: str, namespace: str) -> Namespace:
         """(exists, deduplication_enabled policy or None)."""
         row = await self.pool.fetchrow(Q["get_namespace"], tenant, namespace)
-        return (row is not None, row["deduplication_enabled"] if row else None)
+        return Namespace(row is not None, row["deduplication_enabled"] if row else None)
 
     async def create_topic(self, topic: str, tenant: str, namespace: str, partition: int) -> int:
         async with self.pool.acquire() as conn, conn.transaction():
@@ -176,7 +240,7 @@ class BrokerStore:
             if r[5] is None:
                 out.append(Entry(r[0], r[1], r[2], r[3], r[4]))
             else:
-                txn = (r[5], r[6])
+                txn = TxnID(r[5], r[6])
                 out.append(Entry(r[0], r[1], r[2], r[3], await self.txn_payload(topic_id, txn), txn))
         return out
 
@@ -186,10 +250,9 @@ class BrokerStore:
 
     # ---------------------------------------------------------------- transactions
 
-    async def txn_state(self, topic_id: int, txn: TxnID, subscription: str = ""):
-        """(batches, messages, committed-or-None) of a transaction on this partition."""
+    async def txn_state(self, topic_id: int, txn: TxnID, subscription: str = "") -> TxnState:
         row = await self.pool.fetchrow(Q["txn_state"], topic_id, *txn, subscription)
-        return row["batches"], row["messages"], row["committed"]
+        return TxnState(row["batches"], row["messages"], row["committed"])
 
     async def txn_expired(self, txn: TxnID) -> bool:
         return bool(await self.pool.fetchval(Q["txn_expired"], *txn))
@@ -198,13 +261,12 @@ class BrokerStore:
         return await (conn or self.pool).fetchval(Q["get_outcome"], topic_id, subscription, *txn)
 
     async def write_txn_group(self, topic_id: int, epoch: int, exclusive_epoch: int | None,
-                              rows, topic: str = "", conn=None) -> tuple[bool, bool, list[tuple]]:
+                              rows: Any, topic: str = "", conn: Any = None) -> GroupWritten:
         """One statement for a transactional group (queries.sql ``write_txn_group``)
         writing ``rows`` (the planner's GroupRows):
-        (this broker still owns the lease, the exclusive producer's epoch held, one row
-        per registration: (registered, batches and messages buffered here before,
-        coordinator status or None, expired, owner)); nothing is written unless both
-        hold, and nothing of a refused registration's transaction.  The registrations
+        whether this broker still owns the lease and the exclusive producer's epoch held,
+        and the answer to each registration; nothing is written unless both hold, and
+        nothing of a refused registration's transaction.  The registrations
         are for ``topic``.  ``conn``: run it in that connection's transaction (a one-phase
         commit's)."""
         row = await (conn or self.pool).fetchrow(
@@ -212,24 +274,23 @@ class BrokerStore:
             *columns(rows.entries, 9), *columns(rows.txn_entries, 8), *columns(rows.sequences, 4),
             *columns(rows.outcomes, 3), *columns(rows.discards, 2), *columns(rows.registrations, 4),
             topic)
-        registered = list(zip(row["reg_ok"], row["reg_batches"], row["reg_messages"],
-                              row["reg_status"], row["reg_expired"], row["reg_owner"]))
-        return bool(row["owned"]), bool(row["allowed"]), registered
+        registered = [Registration(*r) for r in zip(row["reg_ok"], row["reg_batches"], row["reg_messages"],
+                                                    row["reg_status"], row["reg_expired"], row["reg_owner"])]
+        return GroupWritten(bool(row["owned"]), bool(row["allowed"]), registered)
 
     async def record_pending_acks(self, topic_id: int, epoch: int, subscription: str,
-                                  rows: list[tuple], registrations: list[tuple] = (),
-                                  topic: str = "") -> tuple[bool, list[tuple]]:
+                                  rows: list[tuple], registrations: Sequence[tuple] = (),
+                                  topic: str = "") -> AcksWritten:
         """Transactional acks (entry, index, most, least, cumulative) in one statement,
         with the registrations (most, least, role, may act for any owner) of first acks
-        here on ``topic``: (the lease held, one row per registration: registered, outcome
-        here, coordinator status, expired, owner).  Nothing is written when the lease
-        moved, nor for a refused transaction."""
+        here on ``topic``: whether the lease held, and the answer to each registration.
+        Nothing is written when the lease moved, nor for a refused transaction."""
         row = await self.pool.fetchrow(
             Q["record_pending_acks"], topic_id, subscription, epoch, *columns(rows, 5),
             self.broker_id, *columns(registrations, 4), topic)
-        registered = list(zip(row["reg_ok"], row["reg_outcome"], row["reg_status"],
-                              row["reg_expired"], row["reg_owner"]))
-        return bool(row["owned"]), registered
+        registered = [AckRegistration(*r) for r in zip(row["reg_ok"], row["reg_outcome"], row["reg_status"],
+                                                       row["reg_expired"], row["reg_owner"])]
+        return AcksWritten(bool(row["owned"]), registered)
 
     async def end_subscription_txns(self, topic_id: int, epoch: int, subscription: str,
                                     cursor: tuple[int, bytes] | None,
@@ -270,28 +331,27 @@ class BrokerStore:
         row = await self.pool.fetchrow(Q["backlog_since"], topic_id, mark_delete)
         return row["messages"], row["bytes"]
 
-    async def subscription_backlogs(self, topic_id: int) -> dict[str, tuple[int, int, int, bytes]]:
-        """{subscription: (stored mark-delete, messages after it, bytes after it, the
-        stored individual acks)}."""
+    async def subscription_backlogs(self, topic_id: int) -> dict[str, SubscriptionBacklog]:
         rows = await self.pool.fetch(Q["subscription_backlogs"], topic_id)
-        return {r["subscription"]: (r["mark_delete_entry"], r["messages"], r["bytes"], bytes(r["acked_state"]))
+        return {r["subscription"]: SubscriptionBacklog(r["mark_delete_entry"], r["messages"], r["bytes"],
+                                                       bytes(r["acked_state"]))
                 for r in rows}
 
-    async def subscription_state(self, topic_id: int, name: str) -> tuple[int, bytes] | None:
+    async def subscription_state(self, topic_id: int, name: str) -> StoredCursor | None:
         row = await self.pool.fetchrow(Q["get_subscription"], topic_id, name)
-        return (row["mark_delete_entry"], bytes(row["acked_state"])) if row else None
+        return StoredCursor(row["mark_delete_entry"], bytes(row["acked_state"])) if row else None
 
     # ---------------------------------------------------------------- cursors
 
     async def open_subscription(
         self, topic_id: int, epoch: int, name: str, initial_mark_delete: int
-    ) -> tuple[int, bytes] | None:
+    ) -> StoredCursor | None:
         async with self.pool.acquire() as conn:
             await conn.execute(
                 Q["create_subscription"], topic_id, self.broker_id, epoch, name, initial_mark_delete
             )
             row = await conn.fetchrow(Q["get_subscription"], topic_id, name)
-        return (row["mark_delete_entry"], bytes(row["acked_state"])) if row else None
+        return StoredCursor(row["mark_delete_entry"], bytes(row["acked_state"])) if row else None
 
     async def save_cursor(self, topic_id: int, epoch: int, name: str, mark_delete: int,
                           state: bytes) -> bool:

@@ -11,10 +11,9 @@ from magnetar_broker.ownership import Ownership
 from magnetar_broker.service import check_listener
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
-from magnetar_broker.subscription.subscription import Subscription
+from magnetar_broker.txnend import end_on_participant
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import to_wire
-from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.auth import Authenticator
 from magnetar_runtime.error_answers import as_magnetar_error
@@ -85,17 +84,4 @@ class TxnHandlers:
         return pb.EndTxnOnSubscriptionResponse()
 
     async def _end(self, topic: str, subscription: str, txn: TxnID, commit: bool) -> None:
-        """End ``txn`` on one participant: a partition (``subscription`` empty) or one of
-        its subscriptions.  Idempotent; the opposite of a recorded outcome is refused."""
-        if subscription:
-            validate_name_part("subscription", subscription)
-        plog = await self.ownership.get_log(TopicName.parse(topic))
-        if not subscription:
-            await plog.end_txn(txn, commit)
-            return
-        async with plog.subscriptions_lock:
-            sub = plog.subscriptions.get(subscription)
-            if sub is None:
-                # No consumer since this broker took over: load the durable cursor.
-                sub = await Subscription.open_durable(plog, subscription, plog.next_entry_id - 1)
-        await sub.txn.end(txn, commit)
+        await end_on_participant(self.ownership, topic, subscription, txn, commit)

@@ -1,4 +1,4 @@
-"""Which live coordinator adopts a TCID whose process is gone (pure).
+"""Which live coordinator adopts a TCID whose process is gone.  Pure: no I/O.
 
 A gone TCID (heartbeat older than the lease TTL) must not strand its transactions: a
 live coordinator adopts it (docs/transactions.md, "A coordinator that disappears").  The

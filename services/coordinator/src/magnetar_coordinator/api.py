@@ -6,14 +6,14 @@ from fastapi import FastAPI
 
 from magnetar_coordinator.service import CoordinatorService
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_runtime.app import proto_route
+from magnetar_runtime.app import proto_routes
 
 
 def add_routes(app: FastAPI, service: CoordinatorService) -> None:
     async def coordinators(_: pb.LookupCoordinatorsRequest) -> pb.LookupCoordinatorsResponse:
         return await service.coordinators()
 
-    for path, request_type, handler in [
+    proto_routes(app, [
         ("/v1/txn/coordinators", pb.LookupCoordinatorsRequest, coordinators),
         ("/v1/txn/new", pb.NewTxnRequest, service.new_txn),
         ("/v1/txn/add-partitions", pb.AddPartitionToTxnRequest, service.add_partitions),
@@ -21,5 +21,4 @@ def add_routes(app: FastAPI, service: CoordinatorService) -> None:
         ("/v1/txn/add-participants", pb.AddParticipantsToTxnRequest, service.add_participants),
         ("/v1/txn/end", pb.EndTxnRequest, service.end),
         ("/v1/txn/status", pb.TxnStatusRequest, service.status),
-    ]:
-        proto_route(app, path, request_type, handler)
+    ])

@@ -7,6 +7,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from google.protobuf.message import Message
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
@@ -23,7 +27,7 @@ log = logging.getLogger("magnetar.coordinator.participants")
 
 
 class Participants:
-    def __init__(self, rpc: RpcClient, live_brokers, lease_ttl_s: float):
+    def __init__(self, rpc: RpcClient, live_brokers: Callable[[float], Awaitable[list[str]]], lease_ttl_s: float):
         self.rpc = rpc
         self._live_brokers = live_brokers  # async () -> list[url]
         self._ttl = lease_ttl_s
@@ -40,10 +44,12 @@ class Participants:
                                     pb.LookupRequest(topic=topic), pb.LookupResponse)
         if len(self._owners) > 100_000:
             self._owners.clear()
-        self._owners[topic] = reply.broker_url
-        return reply.broker_url
+        url: str = reply.broker_url
+        self._owners[topic] = url
+        return url
 
-    async def _until_done(self, what: str, topic: str, path: str, request, response_type) -> None:
+    async def _until_done(self, what: str, topic: str, path: str, request: Message,
+                          response_type: type[Message]) -> None:
         delay = 0.05
         while True:
             try:
@@ -74,7 +80,7 @@ class Participants:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    def _one(self, txn: pb.TxnId, action: int, topic: str, sub: str):
+    def _one(self, txn: pb.TxnId, action: pb.TxnAction, topic: str, sub: str) -> Coroutine[Any, Any, None]:
         """The one-participant call, retried until done (following ownership moves)."""
         if not sub:
             return self._until_done("EndTxnOnPartition", topic, "/v1/txn/end-on-partition",
@@ -85,7 +91,7 @@ class Participants:
                                                                action=action),
                                 pb.EndTxnOnSubscriptionResponse)
 
-    async def _batch(self, url: str, txn: pb.TxnId, action: int,
+    async def _batch(self, url: str, txn: pb.TxnId, action: pb.TxnAction,
                      members: list[tuple[str, str]]) -> None:
         """Every participant a broker owns (as far as we know) in one request; the ones
         that fail there go the one-by-one way."""
@@ -103,7 +109,7 @@ class Participants:
             self._owners.pop(topic, None)
         await asyncio.gather(*(self._one(txn, action, t, s) for t, s in retry))
 
-    async def end(self, txn: pb.TxnId, action: int, partitions: list[str],
+    async def end(self, txn: pb.TxnId, action: pb.TxnAction, partitions: list[str],
                   subscriptions: list[tuple[str, str]]) -> None:
         """Apply the outcome on every participant, concurrently; return when all have.
         Participants of a known owner go in one request per broker."""

@@ -66,7 +66,7 @@ WITH fence AS (
     SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
 )
 INSERT INTO transactions (coordinator_id, txn_id, status, timeout_ms, deadline_at, owner)
-SELECT $1, t.id, 0, t.timeout, now() + make_interval(secs => (t.timeout + t.hold) / 1000.0),
+SELECT $1, t.id, {TXN_OPEN}, t.timeout, now() + make_interval(secs => (t.timeout + t.hold) / 1000.0),
        t.owner
 FROM unnest($3::bigint[], $4::bigint[], $5::text[], $6::bigint[]) AS t (id, timeout, owner, hold)
 WHERE EXISTS (SELECT 1 FROM fence)
@@ -89,13 +89,13 @@ WITH fence AS (
 ), parts AS (
     INSERT INTO txn_partitions (coordinator_id, txn_id, topic)
     SELECT DISTINCT $1, r.id, r.topic FROM req r JOIN txns t ON t.txn_id = r.id
-    WHERE r.sub = '' AND t.status = 0 AND EXISTS (SELECT 1 FROM fence)
+    WHERE r.sub = '' AND t.status = {TXN_OPEN} AND EXISTS (SELECT 1 FROM fence)
     ON CONFLICT DO NOTHING
     RETURNING 1
 ), subs AS (
     INSERT INTO txn_subscriptions (coordinator_id, txn_id, topic, subscription)
     SELECT DISTINCT $1, r.id, r.topic, r.sub FROM req r JOIN txns t ON t.txn_id = r.id
-    WHERE r.sub <> '' AND t.status = 0 AND EXISTS (SELECT 1 FROM fence)
+    WHERE r.sub <> '' AND t.status = {TXN_OPEN} AND EXISTS (SELECT 1 FROM fence)
     ON CONFLICT DO NOTHING
     RETURNING 1
 )
@@ -134,28 +134,28 @@ ORDER BY 1, 2, 3;
 
 -- name: ending_txns
 SELECT txn_id, status FROM transactions
-WHERE coordinator_id = $1 AND status IN (1, 3)
+WHERE coordinator_id = $1 AND status IN ({TXN_COMMITTING}, {TXN_ABORTING})
 ORDER BY txn_id;
 
 -- name: expired_txns
 SELECT txn_id FROM transactions
-WHERE coordinator_id = $1 AND status = 0 AND deadline_at <= now()
+WHERE coordinator_id = $1 AND status = {TXN_OPEN} AND deadline_at <= now()
 ORDER BY deadline_at
 LIMIT 1000;
 
 -- name: active_count
-SELECT count(*) FROM transactions WHERE coordinator_id = $1 AND status IN (0, 1, 3);
+SELECT count(*) FROM transactions WHERE coordinator_id = $1 AND status IN ({TXN_OPEN}, {TXN_COMMITTING}, {TXN_ABORTING});
 
 -- name: open_by_owner
 SELECT owner, count(*) AS n FROM transactions
-WHERE coordinator_id = $1 AND status = 0 AND owner IS NOT NULL GROUP BY owner;
+WHERE coordinator_id = $1 AND status = {TXN_OPEN} AND owner IS NOT NULL GROUP BY owner;
 
 -- name: purge_ended
 WITH fence AS (
     SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $3 FOR SHARE
 )
 DELETE FROM transactions
-WHERE coordinator_id = $1 AND status IN (2, 4)
+WHERE coordinator_id = $1 AND status IN ({TXN_COMMITTED}, {TXN_ABORTED})
   AND ended_at < now() - make_interval(secs => $2::float8) AND EXISTS (SELECT 1 FROM fence);
 
 -- name: new_keyed_txn
@@ -173,7 +173,7 @@ WITH fence AS (
 ), created AS (
     INSERT INTO transactions (coordinator_id, txn_id, status, timeout_ms, deadline_at, owner,
                               key_owner, transaction_key, key_epoch)
-    SELECT $1, $3, 0, $4::bigint, now() + make_interval(secs => $4::bigint / 1000.0), $5,
+    SELECT $1, $3, {TXN_OPEN}, $4::bigint, now() + make_interval(secs => $4::bigint / 1000.0), $5,
            $5, $6, $7
     WHERE EXISTS (SELECT 1 FROM claimed)
     RETURNING 1
@@ -196,7 +196,7 @@ UPDATE transactions t
 SET status = u.target, timed_out = t.timed_out OR u.timed_out, expired = t.expired OR u.expired
 FROM unnest($3::bigint[], $4::smallint[], $5::bool[], $6::bool[])
      AS u (id, target, timed_out, expired)
-WHERE t.coordinator_id = $1 AND t.txn_id = u.id AND t.status = 0
+WHERE t.coordinator_id = $1 AND t.txn_id = u.id AND t.status = {TXN_OPEN}
   AND t.transaction_key IS NULL AND EXISTS (SELECT 1 FROM fence)
 RETURNING t.txn_id;
 
@@ -209,7 +209,7 @@ WITH fence AS (
     SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
 ), txn AS (
     SELECT key_owner, transaction_key, key_epoch FROM transactions
-    WHERE coordinator_id = $1 AND txn_id = $3 AND status = 0
+    WHERE coordinator_id = $1 AND txn_id = $3 AND status = {TXN_OPEN}
 ), key_row AS (
     SELECT epoch, deleted FROM transaction_keys
     WHERE (owner, transaction_key) = (SELECT key_owner, transaction_key FROM txn)
@@ -222,7 +222,7 @@ WITH fence AS (
 ), moved AS (
     UPDATE transactions
     SET status = $4::smallint, timed_out = timed_out OR $5, expired = expired OR $6
-    WHERE coordinator_id = $1 AND txn_id = $3 AND status = 0
+    WHERE coordinator_id = $1 AND txn_id = $3 AND status = {TXN_OPEN}
       AND EXISTS (SELECT 1 FROM fence) AND (SELECT ok FROM key_ok)
     RETURNING key_owner, transaction_key
 ), freed AS (

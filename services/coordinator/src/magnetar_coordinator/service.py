@@ -7,9 +7,12 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
 from magnetar_coordinator import adoption, metrics
 from magnetar_coordinator import statemachine as sm
+from magnetar_coordinator.local import LocalParticipants
 from magnetar_coordinator.participants import Participants
 from magnetar_coordinator.settings import CoordinatorSettings
 from magnetar_coordinator.store import CoordinatorStore, Fenced
@@ -34,6 +37,7 @@ from magnetar_runtime.loops import BackgroundLoop
 from magnetar_runtime.rpc import RpcClient
 
 log = logging.getLogger("magnetar.coordinator")
+T = TypeVar("T")
 # How long a stopping coordinator waits for the commits and aborts it is driving (after
 # uvicorn's own wait for open requests); the chart's terminationGracePeriodSeconds covers both.
 DRAIN_S = 10
@@ -46,7 +50,8 @@ class CoordinatorService:
 
     def __init__(self, store: CoordinatorStore, settings: CoordinatorSettings,
                  auth: Authenticator | None = None,
-                 adopter: CoordinatorService | None = None):
+                 adopter: CoordinatorService | None = None,
+                 local: LocalParticipants[Any] | None = None):
         self.store = store
         self.settings = settings
         self.auth = auth or Authenticator(settings)
@@ -58,16 +63,16 @@ class CoordinatorService:
             self.participants = Participants(self.rpc, store.live_brokers, self.ttl_s)
         else:
             self.rpc, self.participants = adopter.rpc, adopter.participants
-        # A hosting broker's participants (magnetar_broker.onephase.LocalEnds), set by
-        # hosted_coordinator: transactions it alone serves end in one SQL transaction.
-        self.local_ends = adopter.local_ends if adopter is not None else None
+        # A hosting broker's participants (magnetar_broker.txnend.LocalEnds, given by
+        # hosted_coordinator): transactions it alone serves end in one SQL transaction.
+        self.local: LocalParticipants[Any] | None = adopter.local if adopter is not None else local
         self._one_phase_ends = GroupCommit(self._one_phase_group, 256)
         # TCIDs this process adopted: TCID -> the service acting for it.
         self.adopted: dict[int, CoordinatorService] = {}
         self.ready = False
         self._ids: list[int] = []
         self._id_lock = asyncio.Lock()
-        self._driving: dict[int, asyncio.Task] = {}
+        self._driving: dict[int, asyncio.Task[Any]] = {}
         self._expiring: set[int] = set()
         self.claim_loop = BackgroundLoop("coordinator-claim", settings.heartbeat_interval_ms / 1000,
                                          self.claim_or_heartbeat)
@@ -198,7 +203,7 @@ class CoordinatorService:
 
     async def _next_ids(self, count: int) -> list[int]:
         async with self._id_lock:
-            taken = []
+            taken: list[int] = []
             while len(taken) < count:
                 if not self._ids:
                     first = await self.store.allocate_ids(self.settings.txn_id_block)
@@ -281,7 +286,8 @@ class CoordinatorService:
         await self._for(req.txn)._register(req.txn, req.topics, req.subscriptions, "add-participants")
         return pb.AddParticipantsToTxnResponse()
 
-    async def _register(self, txn: pb.TxnId, topics, subscriptions, what: str) -> None:
+    async def _register(self, txn: pb.TxnId, topics: Sequence[str], subscriptions: Sequence[pb.TxnSubscription],
+                        what: str) -> None:
         """The one registration path (partitions and/or subscriptions), durable and
         only while the transaction is OPEN."""
         self._check_ready()
@@ -337,7 +343,7 @@ class CoordinatorService:
         metrics.EXECUTION_LATENCY.observe(time.perf_counter() - started)
         return pb.EndTxnResponse(status=sm.final_status(req.action))
 
-    async def end_txn(self, txn_id: int, action: int, timed_out: bool = False,
+    async def end_txn(self, txn_id: int, action: pb.TxnAction, timed_out: bool = False,
                       expired: bool = False) -> None:
         """Drive the transaction to the end ``action`` asks for; idempotent."""
         if await self._one_phase(txn_id, action, timed_out, expired):
@@ -360,16 +366,16 @@ class CoordinatorService:
             await self._until_driven(txn_id, action)
             return
 
-    async def _one_phase(self, txn_id: int, action: int, timed_out: bool, expired: bool) -> bool:
+    async def _one_phase(self, txn_id: int, action: pb.TxnAction, timed_out: bool, expired: bool) -> bool:
         """End an OPEN transaction whose participants this process's broker all serves
         in ONE SQL transaction, shared with the other such ends queued meanwhile (group
         commit, ``_one_phase_group``).  False, with nothing changed, sends it the
         two-phase way: no hosting broker, the setting off, a participant served
         elsewhere or moving, not OPEN, a key fenced, a lease lost."""
-        if self.local_ends is None or not self.settings.one_phase_commit:
+        if self.local is None or not self.settings.one_phase_commit:
             return False
         partitions, subscriptions = await self._guard(self.store.participants(txn_id))
-        plan = self.local_ends.plan(partitions, subscriptions)
+        plan = self.local.plan(partitions, subscriptions)
         if plan is None:
             return False
         done = await self._guard(self._one_phase_ends.submit(
@@ -381,7 +387,7 @@ class CoordinatorService:
             (metrics.COMMITTED if action == pb.TXN_COMMIT else metrics.ABORTED).inc()
         return done
 
-    async def _one_phase_group(self, items: list[tuple]) -> list[bool]:
+    async def _one_phase_group(self, items: list[tuple[Any, ...]]) -> list[bool]:
         """The one SQL transaction of a group of one-phase ends: the status
         compare-and-sets (fence and key epoch checked in the statements; the rows stay
         locked to the end), the participants re-read under those locks, each
@@ -392,8 +398,9 @@ class CoordinatorService:
         for i, (txn_id, *_) in enumerate(items):
             first.setdefault(txn_id, i)  # a repeated id: the two-phase path answers it
         group = [items[i] for i in first.values()]
+        assert self.local is not None  # _one_phase queues only then
         try:
-            held = await self.local_ends.hold(
+            held = await self.local.hold(
                 [(TxnID(self.tcid, t), a == pb.TXN_COMMIT, plan) for t, a, _, _, plan in group])
         except MagnetarError as exc:  # a participant is moving (its lease, its loading)
             log.info("one-phase ends of %d transactions go the two-phase way: %s", len(group), exc)
@@ -412,9 +419,7 @@ class CoordinatorService:
                 # A registration that committed before the row locks is seen here; one
                 # after them finds the transaction no longer OPEN and is refused.
                 found = await self.store.participants_in(conn, ids)
-                if not held.same_participants({TxnID(self.tcid, t): p for t, p in found.items()}):
-                    raise _TwoPhase
-                if not await held.write(conn):
+                if not await held.write(conn, {TxnID(self.tcid, t): p for t, p in found.items()}):
                     raise _TwoPhase
                 await self.store.transitions_in(
                     conn, ids, endings, [sm.final_status(a) for _, a, *_ in group])
@@ -445,7 +450,7 @@ class CoordinatorService:
             await held.release()
         return [first[t] == i for i, (t, *_) in enumerate(items)]
 
-    async def _until_driven(self, txn_id: int, action: int) -> None:
+    async def _until_driven(self, txn_id: int, action: pb.TxnAction) -> None:
         task = self._drive(txn_id, action)
         try:
             await asyncio.shield(task)
@@ -454,7 +459,7 @@ class CoordinatorService:
                 raise  # this request itself was cancelled
             raise self.store.fenced() from None  # the TCID's new holder finishes it
 
-    async def _start_ending(self, txn_id: int, action: int, timed_out: bool, expired: bool) -> bool:
+    async def _start_ending(self, txn_id: int, action: pb.TxnAction, timed_out: bool, expired: bool) -> bool:
         """OPEN -> COMMITTING/ABORTING, durable; False when it was not OPEN (or not this
         process's to move).  A commit whose key moved to a newer epoch is aborted as
         expired instead and ExpiredTransactionError raised."""
@@ -470,7 +475,7 @@ class CoordinatorService:
             failpoint("coordinator.after_ending_durable")
         return moved
 
-    def _drive(self, txn_id: int, action: int) -> asyncio.Task:
+    def _drive(self, txn_id: int, action: pb.TxnAction) -> asyncio.Task[Any]:
         """One fan-out task per transaction; repeated requests wait on the same one."""
         task = self._driving.get(txn_id)
         if task is None:
@@ -479,7 +484,7 @@ class CoordinatorService:
             task.add_done_callback(lambda _: self._driving.pop(txn_id, None))
         return task
 
-    async def _finish(self, txn_id: int, action: int) -> None:
+    async def _finish(self, txn_id: int, action: pb.TxnAction) -> None:
         partitions, subscriptions = await self.store.participants(txn_id)
         await self.participants.end(
             TxnID(self.tcid, txn_id).to_wire(), action, partitions, subscriptions)
@@ -488,7 +493,7 @@ class CoordinatorService:
             metrics.ACTIVE.dec()
             (metrics.COMMITTED if action == pb.TXN_COMMIT else metrics.ABORTED).inc()
 
-    async def _guard(self, awaitable):
+    async def _guard(self, awaitable: Awaitable[T]) -> T:
         try:
             return await awaitable
         except Fenced:

@@ -45,7 +45,7 @@ class CoordinatorSettings(ServiceSettings):
 
     @field_validator("coordinator_id", mode="before")
     @classmethod
-    def _empty_is_unset(cls, value):
+    def _empty_is_unset(cls, value: object) -> object:
         # Kubernetes sets MAGNETAR_COORDINATOR_ID from the pod-index label; on clusters
         # without that label it is empty, and the hostname's ordinal is used instead.
         return None if value == "" else value

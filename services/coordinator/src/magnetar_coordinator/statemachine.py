@@ -20,15 +20,15 @@ COMMITTING = pb.TXN_COMMITTING
 COMMITTED = pb.TXN_COMMITTED
 ABORTING = pb.TXN_ABORTING
 ABORTED = pb.TXN_ABORTED
-NAMES = {OPEN: "OPEN", COMMITTING: "COMMITTING", COMMITTED: "COMMITTED",
+NAMES: dict[int, str] = {OPEN: "OPEN", COMMITTING: "COMMITTING", COMMITTED: "COMMITTED",
          ABORTING: "ABORTING", ABORTED: "ABORTED"}
 UNFINISHED = (OPEN, COMMITTING, ABORTING)
 
-_NEXT = {OPEN: {COMMITTING, ABORTING}, COMMITTING: {COMMITTED}, ABORTING: {ABORTED}}
+_NEXT: dict[int, set[int]] = {OPEN: {COMMITTING, ABORTING}, COMMITTING: {COMMITTED}, ABORTING: {ABORTED}}
 
 
 def can_transition(current: int, target: int) -> bool:
-    return target in _NEXT.get(current, ())
+    return target in _NEXT.get(current, set())
 
 
 class Step(enum.Enum):
@@ -37,11 +37,11 @@ class Step(enum.Enum):
     DONE = "done"        # already ended this way: answer success
 
 
-def ending_status(action: int) -> int:
+def ending_status(action: int) -> pb.TxnStatus:
     return COMMITTING if action == pb.TXN_COMMIT else ABORTING
 
 
-def final_status(action: int) -> int:
+def final_status(action: int) -> pb.TxnStatus:
     return COMMITTED if action == pb.TXN_COMMIT else ABORTED
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
+from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import NotAllowedError, NotOwner, TransactionNotFound
 from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.groupcommit import GroupCommit
@@ -23,7 +26,7 @@ class Fenced(NotOwner):
 @dataclass(frozen=True)
 class TxnRecord:
     txn_id: int
-    status: int
+    status: pb.TxnStatus  # an int from the table; the values are the proto's (statemachine)
     timeout_ms: int
     opened_at: datetime
     deadline_at: datetime
@@ -45,9 +48,12 @@ class CoordinatorStore:
         # Their items are independent (distinct inserts, reads, compare-and-sets), so two
         # groups may run at once (GroupCommit's max_in_flight).
         self._new_txns = GroupCommit(self._insert_new_txns, max_in_flight=2)
-        self._transitions = GroupCommit(self._apply_transitions, max_in_flight=2)
-        self._participants = GroupCommit(self._read_participants, max_in_flight=2)
-        self._registrations = GroupCommit(self._register, max_in_flight=2)
+        self._transitions: GroupCommit[tuple[int, int, int], bool] = GroupCommit(
+            self._apply_transitions, max_in_flight=2)
+        self._participants: GroupCommit[int, tuple[list[str], list[tuple[str, str]]]] = GroupCommit(
+            self._read_participants, max_in_flight=2)
+        self._registrations: GroupCommit[tuple[int, list[str], list[str], list[str]], int | None] = GroupCommit(
+            self._register, max_in_flight=2)
         self._endings = GroupCommit(self._start_endings, max_in_flight=2)
 
     async def claim(self, url: str, ttl_s: float) -> bool:
@@ -90,7 +96,7 @@ class CoordinatorStore:
         return Fenced(f"coordinator {self.tcid} was claimed by another process")
 
     async def allocate_ids(self, count: int) -> int:
-        first = await self.pool.fetchval(Q["allocate_ids"], self.tcid, self.fence_epoch, count)
+        first: int | None = await self.pool.fetchval(Q["allocate_ids"], self.tcid, self.fence_epoch, count)
         if first is None:
             raise self.fenced()
         return first
@@ -163,7 +169,7 @@ class CoordinatorStore:
             raise TransactionNotFound(f"transaction {TxnID(self.tcid, txn_id)} does not exist")
         return status
 
-    async def _register(self, items: list[tuple[int, list, list, list]]) -> list[int | None]:
+    async def _register(self, items: list[tuple[int, list[str], list[str], list[str]]]) -> list[int | None]:
         rows = [(txn_id, topic, "") for txn_id, partitions, _, _ in items for topic in partitions]
         rows += [(txn_id, topic, sub) for txn_id, _, sub_topics, subs in items
                  for topic, sub in zip(sub_topics, subs)]
@@ -194,14 +200,14 @@ class CoordinatorStore:
     # ---------------------------------------------------------------- one-phase commit
 
     @asynccontextmanager
-    async def transaction(self):
+    async def transaction(self) -> AsyncIterator[Any]:
         """One SQL transaction (a one-phase commit's): committed when the block ends,
         rolled back when it raises.  Yields the connection, for the ``*_in`` methods and
         the hosting broker's writes."""
         async with self.pool.acquire() as conn, conn.transaction():
             yield conn
 
-    async def start_endings_in(self, conn, items: list[tuple[int, int, bool, bool]]) -> bool:
+    async def start_endings_in(self, conn: Any, items: list[tuple[int, int, bool, bool]]) -> bool:
         """OPEN -> COMMITTING/ABORTING of every (txn, target, timed out, expired) of
         ``items`` (distinct ids) in ``conn``'s transaction, so their rows stay locked
         until it ends: a registration racing it waits, then finds it no longer OPEN.
@@ -222,10 +228,11 @@ class CoordinatorStore:
                 return False
         return True
 
-    async def participants_in(self, conn, txn_ids: list[int]) -> dict[int, tuple[list, list]]:
+    async def participants_in(self, conn: Any,
+                              txn_ids: list[int]) -> dict[int, tuple[list[str], list[tuple[str, str]]]]:
         """txn -> (partitions, [(topic, subscription)]) as ``conn``'s transaction sees them
         (after its row locks)."""
-        found: dict[int, tuple[list, list]] = {txn_id: ([], []) for txn_id in txn_ids}
+        found: dict[int, tuple[list[str], list[tuple[str, str]]]] = {txn_id: ([], []) for txn_id in txn_ids}
         for txn_id, topic, sub in await conn.fetch(Q["txns_participants"], self.tcid, txn_ids):
             partitions, subscriptions = found[txn_id]
             if sub:
@@ -234,8 +241,8 @@ class CoordinatorStore:
                 partitions.append(topic)
         return found
 
-    async def transitions_in(self, conn, txn_ids: list[int], current: list[int],
-                             target: list[int]) -> None:
+    async def transitions_in(self, conn: Any, txn_ids: list[int], current: Sequence[int],
+                             target: Sequence[int]) -> None:
         moved = await conn.fetch(Q["transitions"], self.tcid, self.fence_epoch, txn_ids,
                                  current, target)
         if len(moved) != len(txn_ids):  # rows locked by this transaction: only a lost fence
@@ -249,8 +256,8 @@ class CoordinatorStore:
         """(partitions, [(topic, subscription)]) registered for the transaction."""
         return await self._participants.submit(txn_id)
 
-    async def _read_participants(self, txn_ids: list[int]) -> list[tuple[list, list]]:
-        found: dict[int, tuple[list, list]] = {txn_id: ([], []) for txn_id in txn_ids}
+    async def _read_participants(self, txn_ids: list[int]) -> list[tuple[list[str], list[tuple[str, str]]]]:
+        found: dict[int, tuple[list[str], list[tuple[str, str]]]] = {txn_id: ([], []) for txn_id in txn_ids}
         for txn_id, topic, sub in await self.pool.fetch(Q["txns_participants"], self.tcid,
                                                         list(found)):
             partitions, subscriptions = found[txn_id]
@@ -267,7 +274,7 @@ class CoordinatorStore:
         return [r[0] for r in await self.pool.fetch(Q["expired_txns"], self.tcid)]
 
     async def active_count(self) -> int:
-        return await self.pool.fetchval(Q["active_count"], self.tcid)
+        return int(await self.pool.fetchval(Q["active_count"], self.tcid))
 
     async def open_by_owner(self) -> dict[str, int]:
         """This TCID's OPEN transactions counted by owner (role)."""

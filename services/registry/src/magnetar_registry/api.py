@@ -6,12 +6,11 @@ from fastapi import FastAPI
 
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_registry.service import RegistryService
-from magnetar_runtime.app import proto_route
+from magnetar_runtime.app import proto_routes
 
 
 def add_routes(app: FastAPI, service: RegistryService) -> None:
-    for path, request_type, handler in [
+    proto_routes(app, [
         ("/v1/keys/connect", pb.ConnectKeyRequest, service.connect),
         ("/v1/keys/delete", pb.DeleteKeyRequest, service.delete),
-    ]:
-        proto_route(app, path, request_type, handler)
+    ])

@@ -1,4 +1,4 @@
-"""Which coordinator a transaction key is bound to (pure).
+"""Which coordinator a transaction key is bound to.  Pure: no I/O.
 
 A new key is bound by a stable hash of its identity over the live coordinator ids; once
 bound it stays there ("sticky": the binding is stored with the key), so scaling the

@@ -51,7 +51,7 @@ RETURNING epoch;
 -- name: unfinished_older
 -- The key's transactions opened under an older epoch and not yet ended: to abort.
 SELECT coordinator_id, txn_id, status FROM transactions
-WHERE key_owner = $1 AND transaction_key = $2 AND key_epoch < $3 AND status IN (0, 1, 3)
+WHERE key_owner = $1 AND transaction_key = $2 AND key_epoch < $3 AND status IN ({TXN_OPEN}, {TXN_COMMITTING}, {TXN_ABORTING})
 ORDER BY coordinator_id, txn_id;
 
 -- name: key_count

@@ -1,4 +1,5 @@
-"""Pulsar's payload compression, both ways, through one library (cramjam).
+"""Pulsar's payload compression, both ways, through one library (cramjam).  Pure: bytes
+in, bytes out, no I/O.
 
 What Pulsar clients put on the wire (checked against the `pulsar-client` wheel in
 tests/unit/pulsar/test_real_client.py):

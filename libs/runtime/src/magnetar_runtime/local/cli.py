@@ -128,7 +128,7 @@ def _lock_data_dir(data_dir: Path):
         lock.seek(0)
         holder = lock.read().strip() or "?"
         raise SystemExit(f"magnetar-local: another magnetar-local (pid {holder}) is running "
-                         f"with {data_dir}; stop it first, or use another --data-dir")
+                         f"with {data_dir}; stop it first, or use another --data-dir") from None
     lock.seek(0)
     lock.truncate()
     lock.write(str(os.getpid()))

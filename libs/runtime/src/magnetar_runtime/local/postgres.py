@@ -150,7 +150,7 @@ def _chown_tree(path: Path, user: str) -> None:
     if os.geteuid() != 0:
         return
     pw = pwd.getpwnam(user)
-    for root, dirs, files in os.walk(path):
+    for root, _dirs, files in os.walk(path):
         os.chown(root, pw.pw_uid, pw.pw_gid)
         for name in files:
             os.chown(os.path.join(root, name), pw.pw_uid, pw.pw_gid)

@@ -26,7 +26,7 @@ SHARED = pb.ACCESS_SHARED
 EXCLUSIVE = pb.ACCESS_EXCLUSIVE
 WAIT_FOR_EXCLUSIVE = pb.ACCESS_WAIT_FOR_EXCLUSIVE
 EXCLUSIVE_WITH_FENCING = pb.ACCESS_EXCLUSIVE_WITH_FENCING
-MODE_NAMES = {SHARED: "Shared", EXCLUSIVE: "Exclusive", WAIT_FOR_EXCLUSIVE: "WaitForExclusive",
+MODE_NAMES: dict[int, str] = {SHARED: "Shared", EXCLUSIVE: "Exclusive", WAIT_FOR_EXCLUSIVE: "WaitForExclusive",
               EXCLUSIVE_WITH_FENCING: "ExclusiveWithFencing"}
 
 
@@ -102,6 +102,11 @@ class AccessState:
         self.producers.pop(producer_id, None)
         if self.exclusive == producer_id:
             self.exclusive = None
+
+    def exclusive_epoch(self) -> int | None:
+        """The epoch a write must find still current (compared in its SQL), while an
+        exclusive producer holds the topic; None: no check."""
+        return self.topic_epoch if self.exclusive is not None else None
 
     def enqueue(self, name: str) -> None:
         if name not in self.waiters:

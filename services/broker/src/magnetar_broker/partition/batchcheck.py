@@ -9,6 +9,8 @@ structure, count and sequence range; not the payloads.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from google.protobuf.message import DecodeError
 
 from magnetar_protocol import magnetar_pb2 as pb
@@ -34,6 +36,15 @@ def batch_problem(batch: bytes, num_messages: int, lowest: int, highest: int) ->
 
 
 WHOLE = -1  # batch_index meaning "the whole entry"
+
+
+class PositionLike(Protocol):
+    """A position in the log, whichever wire named it (a command's Position, protobuf's)."""
+
+    @property
+    def entry_id(self) -> int: ...
+    @property
+    def batch_index(self) -> int: ...  # WHOLE: the whole entry
 
 
 def batch_index_problem(entry_id: int, batch_index: int, num_messages: int | None,

@@ -1,48 +1,42 @@
-"""An owned partition: its log head, dedup state, entry cache, producers and
-subscriptions.  Writes go through one group-commit pipeline per partition; every
-statement compares the ownership epoch, so a fenced broker stores nothing."""
-
+"""An owned partition (docs/architecture.md, "The broker by role"): the partition
+itself (lease, notifications, termination) and the parts it is composed of, each the
+owner of its state.  Writes go through one group-commit pipeline per partition (the
+writer); every statement compares the ownership epoch, so a fenced broker stores
+nothing."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
-from collections import deque
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from magnetar_broker import metrics
 from magnetar_broker.entry import Entry
 from magnetar_broker.partition.access import AccessState
-from magnetar_broker.partition.batchcheck import WHOLE, batch_index_problem, batch_problem
-from magnetar_broker.partition.dedup import Verdict, drop_persisted, judge
-from magnetar_broker.partition.planner import Append, TxnAppend, TxnEnd, plan_plain
-from magnetar_broker.partition.quota import BacklogEstimate, check_before_send
+from magnetar_broker.partition.admission import Admission
+from magnetar_broker.partition.batchcheck import WHOLE, PositionLike, batch_index_problem
+from magnetar_broker.partition.cache import EntryCache
+from magnetar_broker.partition.dedupstate import DedupState
+from magnetar_broker.partition.planner import Append
+from magnetar_broker.partition.quotagate import QuotaGate
+from magnetar_broker.partition.registry import Registry
+from magnetar_broker.partition.sends import Batch, Sent
 from magnetar_broker.partition.txnbuffer import TxnBuffer
-from magnetar_broker.partition.txnrules import ended_error
+from magnetar_broker.partition.writer import Writer
 from magnetar_broker.rates import Rate
 from magnetar_broker.store import BrokerStore
-from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     BadRequest,
     Conflict,
     MagnetarError,
-    MessageTooBig,
     NotOwner,
-    ProducerBlockedQuotaExceeded,
     ProducerFenced,
     TopicTerminated,
 )
-from magnetar_protocol.policies import EXCEPTION, HOLD
 from magnetar_protocol.topics import TopicName
-from magnetar_protocol.txnid import TxnID
-from magnetar_runtime.error_answers import write_failure
-from magnetar_runtime.groupcommit import GroupCommit
 from magnetar_runtime.roles import Roles
-
-if TYPE_CHECKING:  # an annotation only: subscription/ builds on this package, not back
-    from magnetar_broker.subscription.subscription import Subscription
 
 log = logging.getLogger("magnetar.broker.topic")
 T = TypeVar("T")
@@ -50,17 +44,13 @@ T = TypeVar("T")
 # terminated_entry while a terminate waits for the writes before it: sends are refused.
 TERMINATING = -2
 
-# Room for batch framing and per-message metadata on top of the payload limit.
-BATCH_OVERHEAD = 64 * 1024
-
-
 @dataclass(eq=False)
 class Producer:
     producer_id: int
     name: str
     session_id: str
     access_mode: int
-    log: "PartitionLog"
+    log: PartitionLog
     role: str = ""  # the role that created it: only that role may use its id
     client_producer_id: int = 0  # the client's id for it: tells a retried create from another
     topic_epoch: int | None = None
@@ -86,75 +76,96 @@ class Producer:
 
 
 class PartitionLog:
+    """An owned partition, composed of parts that each own their state: admission (the
+    checks and the dedup verdict), the dedup state, the writer (the one place a written
+    group is applied), the entry cache and reads, the backlog-quota gate, the
+    transaction buffer, and the registries of producers and subscriptions.  What stays
+    here is the partition itself: its lease, notifications, termination."""
+
     def __init__(self, name: TopicName, topic_id: int, epoch: int, store: BrokerStore, *,
                  dedup: bool, max_message_size: int, max_batch_messages: int,
-                 cache_bytes: int, max_batches_per_commit: int, on_lost, roles: Roles):
+                 cache_bytes: int, max_batches_per_commit: int,
+                 on_lost: Callable[[PartitionLog], None], roles: Roles):
         self.name = name
         self.topic_id = topic_id
         self.epoch = epoch
         self.store = store
-        self.dedup = dedup
-        self.max_message_size = max_message_size
+        self.roles = roles
         self.max_batch_messages = max_batch_messages
         self.partition_index = name.partition_index
-        self.next_entry_id = 0
         # The oldest entry still stored (trimming moves it on); readers and subscriptions
         # from Earliest start here.
         self.first_entry_id = 0
-        # The backlog quota's verdict (the lifecycle loop sets it): None, or the policy
-        # (HOLD / EXCEPTION) that refuses sends while the backlog is over the limit.
-        self.quota_blocked: str | None = None
-        self.quota_reason = ""
-        self.quota_hold_s = 30.0
-        # The send path's view of the backlog quota (partition/quota.py): an estimate kept
-        # on append, and the exact check (the lifecycle loop installs it) run when the
-        # estimate passes the limit or an ack may have brought a blocked backlog back.
-        self.backlog = BacklogEstimate()
-        self.quota_check: Callable[[], Awaitable[None]] | None = None
-        self.quota_recheck_ms = 100
-        self.appended_bytes = 0  # every byte appended, so a check can add what came in meanwhile
-        self._quota_checking: asyncio.Task | None = None
-        self._quota_ack_pending = False
-        self._quota_tasks: set[asyncio.Task] = set()
-        self.persisted_seq: dict[str, int] = {}  # producer name -> last persisted sequence id
-        self.pushed_seq: dict[str, int] = {}     # ... including batches not yet committed
-        self.producers: dict[int, Producer] = {}
-        self.access = AccessState()
-        self.fenced_waiters: set[str] = set()
-        self.producer_lock = asyncio.Lock()
-        self.subscriptions: dict[str, Subscription] = {}  # by name; opened by subscription/
-        self.cache: deque[Entry] = deque()
-        self.cache_bytes = 0
-        self.max_cache_bytes = cache_bytes
         self.closed = False
-        self.msg_in = 0
-        self.bytes_in = 0
-        self.rate_in = Rate(time.monotonic())  # msgRateIn / msgThroughputIn
-        # Delivered to any consumer of any subscription (subscription/subscription.py
-        # counts them), closed consumers and readers' gone subscriptions included.
+        # Delivered to any consumer of any subscription (``delivered``), closed consumers
+        # and readers' gone subscriptions included.
         self.msg_out = 0
         self.bytes_out = 0
         self.rate_out = Rate(time.monotonic())  # msgRateOut / msgThroughputOut
         self.terminated_entry: int | None = None  # `topics terminate`: the last entry it keeps
-        self._terminating: asyncio.Future | None = None  # a terminate under way
+        self._terminating: asyncio.Future[int] | None = None  # a terminate under way
         self._on_lost = on_lost
+        self._wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Producers: by id, with their PIP-68 access state; created under producer_lock.
+        self.producers: dict[int, Producer] = {}
+        self.access = AccessState()
+        self.fenced_waiters: set[str] = set()
+        self.producer_lock = asyncio.Lock()
+        # Subscriptions by name, opened by subscription/ through the registry's one
+        # get-or-open (what they are is not this package's business).
+        self.subscriptions: Registry[Any] = Registry()
+        # The parts.
+        self.dedup_state = DedupState(dedup, self._load_sequence)
         self.txnbuf = TxnBuffer(store, topic_id, name.full, roles)
-        self._writer: GroupCommit = GroupCommit(self._commit, max_batches_per_commit)
-        self._wake: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.subscriptions_lock = asyncio.Lock()  # opening one: once per name
+        self.cache = EntryCache(store, topic_id, cache_bytes)
+        self.quota = QuotaGate(name.full, self.wake, self.long_poll, lambda: self.closed)
+        self.writer = Writer(self, store, self.access, self.dedup_state, self.txnbuf, self.cache,
+                             self.quota, max_batches_per_commit)
+        self.admission = Admission(self, self.dedup_state, self.txnbuf, self.quota, self.writer.idle,
+                                   max_message_size, max_batch_messages)
 
-    async def load(self) -> "PartitionLog":
-        self.next_entry_id = await self.store.next_entry_id(self.topic_id)
+    async def load(self) -> PartitionLog:
+        self.writer.next_entry_id = await self.store.next_entry_id(self.topic_id)
         first = await self.store.first_entry_id(self.topic_id)
         self.first_entry_id = self.next_entry_id if first is None else first
         self.access.topic_epoch = await self.store.topic_epoch(self.topic_id)
         self.terminated_entry = await self.store.termination(self.topic_id)
         return self
 
+    async def _load_sequence(self, producer_name: str) -> int:
+        return await self.store.last_sequence_id(self.topic_id, producer_name)
+
+    @property
+    def next_entry_id(self) -> int:
+        """The log's head (the writer's): the id the next entry gets."""
+        return self.writer.next_entry_id
+
+    @property
+    def dedup(self) -> bool:
+        return self.dedup_state.enabled
+
+    @property
+    def msg_in(self) -> int:
+        return self.writer.msg_in
+
+    @property
+    def bytes_in(self) -> int:
+        return self.writer.bytes_in
+
+    @property
+    def rate_in(self) -> Rate:
+        return self.writer.rate_in
+
     def check_not_terminated(self) -> None:
         if self.terminated_entry is not None:
             raise TopicTerminated(f"{self.name.full} was terminated at entry {self.terminated_entry}; "
                                   "it takes no more messages")
+
+    def at_end(self, read_position: int) -> bool:
+        """Whether a reader at ``read_position`` has read the last entry of a terminated
+        topic (a terminate still waiting for its writes has no end yet)."""
+        last = self.terminated_entry
+        return last is not None and last != TERMINATING and read_position > last
 
     async def terminate(self, txn_wait_s: float) -> int:
         """Take no more messages: refuse new sends, let the writes in flight finish and
@@ -171,7 +182,7 @@ class PartitionLog:
     async def _terminate(self, txn_wait_s: float) -> int:
         self.terminated_entry = TERMINATING  # refuses sends from now on; the real id follows
         try:
-            await self._writer.idle()
+            await self.writer.idle()
             await self._wait_for_open_txns(txn_wait_s)
             last = self.next_entry_id - 1
             stored = await self.lease_checked(
@@ -181,6 +192,7 @@ class PartitionLog:
             if self.terminated_entry == TERMINATING:
                 self.terminated_entry = None  # not terminated: sends are taken again
             raise
+        assert stored is not None
         self.terminated_entry = stored
         self.wake()  # consumers waiting at the end learn it is the end
         return stored
@@ -218,7 +230,7 @@ class PartitionLog:
         if not fut.done():
             fut.set_result(None)
 
-    def changed(self) -> asyncio.Future:
+    def changed(self) -> asyncio.Future[None]:
         return self._wake
 
     async def long_poll(self, wait_s: float, attempt: Callable[[], Awaitable[T | None]]) -> T | None:
@@ -259,40 +271,38 @@ class PartitionLog:
     # ---------------------------------------------------------------- producing
 
     async def last_sequence_id(self, producer_name: str) -> int:
-        if producer_name not in self.persisted_seq:
-            last = await self.store.last_sequence_id(self.topic_id, producer_name)
-            # Another load may have raced us; the larger value is the truth.
-            self.persisted_seq[producer_name] = max(last, self.persisted_seq.get(producer_name, -1))
-            self.pushed_seq.setdefault(producer_name, self.persisted_seq[producer_name])
-        return self.persisted_seq[producer_name]
+        return await self.dedup_state.last_persisted(producer_name)
 
-    async def publish(self, producer: Producer, req: pb.SendRequest) -> pb.SendResponse:
+    async def publish(self, producer: Producer, req: Batch) -> Sent:
         result = (await self.publish_many(producer, [req]))[0]
         if isinstance(result, Exception):
             raise result
         return result
 
-    async def publish_many(self, producer: Producer, reqs) -> list:
+    async def publish_many(self, producer: Producer,
+                           reqs: Sequence[Batch]) -> list[Sent | MagnetarError]:
         """Admit batches in order, then hand them to the writer together, so they share a
         group commit and a later one is never stored before an earlier one.  Returns a
-        SendResponse or an exception per batch; after a retryable failure every later
+        Sent or an exception per batch; after a retryable failure every later
         batch fails too (the client resends them in order)."""
-        admitted: list = []
+        admitted: list[Append | Sent | MagnetarError] = []
         for req in reqs:
             try:
-                admitted.append(await self._admit(producer, req))
+                admitted.append(await self.admission.admit(producer, req))
             except MagnetarError as exc:
                 admitted.append(exc)
                 if exc.retryable:
                     admitted += [exc] * (len(reqs) - len(admitted))
                     break
         started = time.perf_counter()
-        futures = [self._writer.submit(a) if isinstance(a, (Append, TxnAppend)) else None for a in admitted]
-        results = []
+        futures = [self.writer.submit(a) if isinstance(a, Append) else None for a in admitted]
+        results: list[Sent | MagnetarError] = []
         for a, fut in zip(admitted, futures):
             if fut is None:
+                assert not isinstance(a, Append)
                 results.append(a)
                 continue
+            assert isinstance(a, Append)
             try:
                 position = await fut
             except MagnetarError as exc:
@@ -302,286 +312,42 @@ class PartitionLog:
             producer.bytes_in += len(a.batch)
             # A transactional send's position is its place in the transaction; consumers
             # see the messages at the commit marker's entry id.
-            results.append(pb.SendResponse(entry_id=position, last_sequence_id=a.highest,
-                                           partition=self.partition_index))
+            results.append(Sent(entry_id=position, last_sequence_id=a.highest, partition=self.partition_index))
         metrics.PUBLISH_LATENCY.observe(time.perf_counter() - started)
         return results
-
-    async def _admit(self, producer: Producer, req: pb.SendRequest):
-        """Validate and deduplicate one batch: a queue item, or the duplicate's answer."""
-        self.check_open()
-        producer.check_not_fenced()
-        if self.quota_check is not None:
-            now = int(time.time() * 1000)
-            if check_before_send(self.backlog, self.quota_blocked, now, self.quota_recheck_ms):
-                self.backlog.checked_ms = now
-                await self._run_quota_check()
-        if self.quota_blocked is not None:
-            await self._quota_gate()
-        self.check_not_terminated()
-        batch, n = req.batch, req.num_messages
-        lowest, highest = req.sequence_id, req.highest_sequence_id
-        if not batch or n == 0:
-            raise BadRequest("send: empty batch (num_messages must be at least 1)")
-        if n > self.max_batch_messages:
-            raise BadRequest(f"send: batch of {n} messages exceeds the limit of {self.max_batch_messages}")
-        if len(batch) > self.max_message_size + BATCH_OVERHEAD:
-            raise MessageTooBig(
-                f"send: batch of {len(batch)} bytes exceeds the maximum message size of "
-                f"{self.max_message_size} bytes on {self.name.full}"
-            )
-        if highest < lowest:
-            raise BadRequest("send: highest_sequence_id is below sequence_id")
-        if problem := batch_problem(batch, n, lowest, highest):
-            raise BadRequest(f"send to {self.name.full}: {problem}; nothing was stored")
-        txn = TxnID.from_wire(req.txn) if req.HasField("txn") else None
-        actor = await self.txnbuf.check_send(txn) if txn is not None else None
-        name = producer.name
-        if self.dedup:
-            waited = False
-            while True:
-                self.check_open()
-                last = await self.last_sequence_id(name)
-                verdict = judge(last, lowest, highest)
-                if verdict is Verdict.DUPLICATE:
-                    metrics.DUPLICATES.inc(n)
-                    return pb.SendResponse(duplicate=True, last_sequence_id=last,
-                                           partition=self.partition_index)
-                pushed = self.pushed_seq.get(name, -1)
-                if not waited and pushed > last and lowest <= pushed:
-                    # Overlaps a batch still being committed: judge again once it is.
-                    # Once (a batch that failed stays above ``last``), and never when
-                    # nothing is in flight: ``idle()`` returns at once then, and looping
-                    # on it would hold the event loop forever.
-                    waited = True
-                    await self._writer.idle()
-                    continue
-                if verdict is Verdict.PARTIAL:
-                    batch, n, lowest, highest = drop_persisted(batch, last)
-                break
-            self.pushed_seq[name] = highest
-        if txn is None:
-            return Append(producer, name, lowest, highest, n, batch)
-        return TxnAppend(producer, name, lowest, highest, n, batch, txn, actor)
-
-    async def _quota_gate(self) -> None:
-        """Backlog quota: producer_exception refuses at once; producer_request_hold waits
-        (up to ``quota_hold_s``) for the lifecycle loop to see the backlog shrink."""
-        if self.quota_blocked == HOLD:
-            await self.long_poll(self.quota_hold_s, self._quota_clear)
-        if self.quota_blocked in (HOLD, EXCEPTION):
-            raise ProducerBlockedQuotaExceeded(
-                f"{self.name.full}: backlog quota exceeded ({self.quota_reason}); policy {self.quota_blocked}. "
-                "Consume or expire the backlog (magnetar-admin topics expire-messages / clear-backlog) "
-                "or raise the quota (magnetar-admin namespaces set-backlog-quota)")
-
-    async def _run_quota_check(self) -> None:
-        """The exact quota check, one at a time: sends arriving meanwhile share it."""
-        task = self._quota_checking
-        if task is None or task.done():
-            task = self._quota_checking = asyncio.get_running_loop().create_task(self.quota_check())
-        try:
-            await asyncio.shield(task)
-        except Exception as exc:  # the pass retries; a send is not failed for a check that failed
-            log.warning("%s: backlog quota check failed: %s", self.name.full, exc)
-
-    def quota_acked(self) -> None:
-        """A subscription acknowledged: a blocked partition checks again shortly (one check
-        for a burst of acks), so held sends go as soon as the backlog is under the limit."""
-        if self.quota_blocked is None or self.quota_check is None or self._quota_ack_pending:
-            return
-        self._quota_ack_pending = True
-        task = asyncio.get_running_loop().create_task(self._quota_after_ack())
-        self._quota_tasks.add(task)
-        task.add_done_callback(self._quota_tasks.discard)
-
-    async def _quota_after_ack(self) -> None:
-        await asyncio.sleep(self.quota_recheck_ms / 1000)
-        self._quota_ack_pending = False  # acks during the check ask for one more
-        if not self.closed:
-            await self._run_quota_check()
-
-    def _appended(self, nbytes: int) -> None:
-        self.appended_bytes += nbytes
-        self.backlog.appended(nbytes, int(time.time() * 1000))
-
-    async def _quota_clear(self) -> bool | None:
-        return True if self.quota_blocked != HOLD else None
-
-    def set_quota(self, blocked: str | None, reason: str = "") -> None:
-        was, self.quota_blocked, self.quota_reason = self.quota_blocked, blocked, reason
-        if was != blocked:
-            log.info("%s: backlog quota %s", self.name.full,
-                     f"exceeded ({reason}), policy {blocked}" if blocked else "back within limits")
-            self.wake()  # held sends look again
 
     def trimmed(self, first_entry_id: int) -> None:
         """Entries below ``first_entry_id`` are gone from the database: forget them here."""
         self.first_entry_id = max(self.first_entry_id, first_entry_id)
-        while self.cache and self.cache[0].entry_id < self.first_entry_id and len(self.cache) > 1:
-            self.cache_bytes -= self.cache.popleft().size()
-
-    async def end_txn(self, txn: TxnID, commit: bool) -> None:
-        """EndTxnOnPartition: idempotent; the opposite of a recorded outcome is refused."""
-        self.check_open()
-        buf = await self.txnbuf.state(txn)
-        if buf.committed is not None:
-            if buf.committed != commit:
-                raise ended_error(txn, buf.committed)
-            return
-        await self._writer.submit(TxnEnd(txn, commit))
-
-    def hold_writer(self):
-        """``async with``: no group of this partition is written until the block ends (a
-        one-phase commit writes this partition's marker in its own SQL transaction)."""
-        return self._writer.hold()
-
-    async def _commit(self, queued: list) -> list:
-        if self.terminated_entry is not None and any(isinstance(i, (Append, TxnAppend)) for i in queued):
-            # Sends admitted just before `terminate` are refused; transaction endings pass.
-            err = TopicTerminated(f"{self.name.full} was terminated; it takes no more messages")
-            rest = [i for i in queued if not isinstance(i, (Append, TxnAppend))]
-            by_item = dict(zip(map(id, rest), await self._commit_group(rest) if rest else []))
-            return [by_item.get(id(i), err) for i in queued]
-        return await self._commit_group(queued)
-
-    async def _commit_group(self, queued: list) -> list:
-        self.check_open()
-        # Batches of a producer fenced while they waited here are never stored.
-        items = [i for i in queued if not getattr(i.producer, "fenced", False)]
-        if not items:
-            return [_fenced(i.producer) for i in queued]
-        if any(type(i) is not Append for i in items):
-            results = await self._commit_mixed(items)
-            by_item = dict(zip(map(id, items), results))
-            return [by_item[id(i)] if id(i) in by_item else _fenced(i.producer) for i in queued]
-        plan = plan_plain(items, self.next_entry_id, self.dedup, int(time.time() * 1000))
-        try:
-            exclusive_epoch = self.access.topic_epoch if self.access.exclusive is not None else None
-            owned, allowed = await self.store.append_entries(
-                self.topic_id, self.epoch, plan.columns,
-                (list(plan.sequences), list(plan.sequences.values())), exclusive_epoch,
-            )
-        except MagnetarError:
-            raise
-        except Exception as exc:
-            # The commit's outcome is unknown: drop every in-memory assumption and let
-            # the next request reload the partition from the database.
-            self.lose(f"write failed: {exc}")
-            raise write_failure(exc, f"could not store batch on {self.name.full}") from exc
-        if not owned:
-            self.lose("fenced: another broker took the topic over")
-            raise NotOwner(f"{self.name.full} moved to another broker; look it up again")
-        if not allowed:
-            self.lose("topic epoch changed under this broker")
-            raise ProducerFenced(f"the topic epoch of {self.name.full} moved on; batch refused")
-        self.next_entry_id = plan.next_entry_id
-        for name, seq in plan.sequences.items():
-            self.persisted_seq[name] = max(seq, self.persisted_seq.get(name, -1))
-        total = nbytes = 0
-        for entry in plan.entries():
-            self._cache(entry)
-            total += entry.num_messages
-            nbytes += len(entry.payload)
-        self.bytes_in += nbytes
-        self._appended(nbytes)
-        self.msg_in += total
-        self.rate_in.add(time.monotonic(), total, nbytes)
-        metrics.MESSAGES_IN.inc(total)
-        metrics.COMMIT_BATCHES.observe(len(items))
-        self.wake()
-        by_item = dict(zip(map(id, items), plan.columns[0]))
-        return [by_item[id(i)] if id(i) in by_item else _fenced(i.producer) for i in queued]
-
-    async def _commit_mixed(self, items: list) -> list:
-        exclusive_epoch = self.access.topic_epoch if self.access.exclusive is not None else None
-        try:
-            settled = await self.txnbuf.commit_group(items, self.next_entry_id, self.dedup, self.epoch,
-                                                     exclusive_epoch)
-        except ProducerFenced:
-            self.lose("topic epoch changed under this broker")
-            raise
-        except Exception as exc:
-            self.lose(f"write failed: {exc}")
-            raise write_failure(exc, f"could not write to {self.name.full}") from exc
-        if settled is None:
-            self.lose("fenced: another broker took the topic over")
-            raise NotOwner(f"{self.name.full} moved to another broker; look it up again")
-        self.apply_settled(settled, len(items))
-        return settled.results
-
-    def apply_settled(self, settled, group_size: int = 1) -> None:
-        """The in-memory effects of a written transactional group (or of a one-phase
-        commit's marker, written in the coordinator's SQL transaction)."""
-        self.next_entry_id = settled.next_entry_id
-        for name, seq in settled.sequences.items():
-            self.persisted_seq[name] = max(seq, self.persisted_seq.get(name, -1))
-        cached = settled.cached
-        total = nbytes = 0
-        for entry in cached:
-            self._cache(entry)
-            total += entry.num_messages
-            nbytes += entry.size()
-        self._appended(nbytes)
-        self.msg_in += total
-        self.rate_in.add(time.monotonic(), total, nbytes)
-        metrics.MESSAGES_IN.inc(total)
-        metrics.COMMIT_BATCHES.observe(group_size)
-        if cached or settled.ended:  # an abort too: a terminate may wait for it
-            self.wake()
+        self.cache.trimmed(self.first_entry_id)
 
     # ---------------------------------------------------------------- reading
 
-    def _cache(self, entry: Entry) -> None:
-        self.cache.append(entry)
-        self.cache_bytes += entry.size()
-        # Keep at least the newest entry so tailing reads stay in memory.
-        while self.cache_bytes > self.max_cache_bytes and len(self.cache) > 1:
-            self.cache_bytes -= self.cache.popleft().size()
+    def delivered(self, messages: int, nbytes: int) -> None:
+        """Count messages a subscription delivered (the topic's counters outlive it)."""
+        self.msg_out += messages
+        self.bytes_out += nbytes
+        if messages:
+            self.rate_out.add(time.monotonic(), messages, nbytes)
+
+    def quota_acked(self) -> None:
+        """A subscription acknowledged: the backlog quota may let held sends go."""
+        self.quota.acked()
 
     async def read(self, start: int, max_entries: int) -> list[Entry]:
         """Entries from ``start`` on (at most ``max_entries``), from cache or database."""
-        end = self.next_entry_id
-        if start >= end or max_entries <= 0:
-            return []
-        if self.cache and start >= self.cache[0].entry_id:
-            offset = start - self.cache[0].entry_id
-            got = list(itertools.islice(self.cache, offset, offset + max_entries))
-            for i, entry in enumerate(got):
-                if entry.parts is not None:  # a marker this broker committed: join once
-                    got[i] = replace(entry, payload=b"".join(entry.parts), parts=None)
-                    self._replace_cached(entry, got[i])
-                elif entry.payload is None:  # a marker of a transaction too big to keep in memory
-                    got[i] = replace(entry, payload=await self.store.txn_payload(self.topic_id, entry.txn))
-            return got
-        return await self.store.read_entries(self.topic_id, start, end, max_entries)
-
-    def _replace_cached(self, old: Entry, new: Entry) -> None:
-        if self.cache:
-            at = old.entry_id - self.cache[0].entry_id
-            if 0 <= at < len(self.cache) and self.cache[at] is old:  # not evicted meanwhile
-                self.cache[at] = new
+        return await self.cache.read(start, self.next_entry_id, max_entries)
 
     async def read_one(self, entry_id: int) -> Entry | None:
         got = await self.read(entry_id, 1)
         return got[0] if got and got[0].entry_id == entry_id else None
 
-    async def message_counts(self, entry_ids) -> dict[int, int]:
+    async def message_counts(self, entry_ids: Iterable[int]) -> dict[int, int]:
         """{entry id: its number of messages} of those of ``entry_ids`` that exist
         (from the cache when there, else one query)."""
-        out: dict[int, int] = {}
-        missing = []
-        first = self.cache[0].entry_id if self.cache else 0
-        for entry_id in set(entry_ids):
-            if self.cache and first <= entry_id < first + len(self.cache):
-                out[entry_id] = self.cache[entry_id - first].num_messages
-            elif 0 <= entry_id < self.next_entry_id:
-                missing.append(entry_id)
-        if missing:
-            out.update(await self.store.message_counts(self.topic_id, missing))
-        return out
+        return await self.cache.message_counts(entry_ids, self.next_entry_id)
 
-    async def check_batch_indexes(self, what: str, positions,
+    async def check_batch_indexes(self, what: str, positions: Iterable[PositionLike],
                                   size_of: Callable[[int], int | None] = lambda _: None) -> None:
         """Refuse (400) a position whose batch index names no message of its entry: an
         index becomes a bit of a mask (acks, seeks, deliveries) whose every later
@@ -612,10 +378,8 @@ class PartitionLog:
         self.closed = True
         metrics.TB_ACTIVE.dec(sum(1 for b in self.txnbuf.txns.values() if b.committed is None))
         log.warning("stopped serving %s: %s", self.name.full, reason)
-        self._writer.fail_pending(NotOwner(f"{self.name.full} is no longer served here"))
+        self.writer.fail_pending(NotOwner(f"{self.name.full} is no longer served here"))
         self.wake()
         self._on_lost(self)
 
 
-def _fenced(producer: Producer) -> ProducerFenced:
-    return ProducerFenced(f"producer {producer.name!r} was fenced before its batch was stored")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from magnetar_broker.entry import Entry
 from magnetar_broker.partition.txnrules import (
@@ -76,7 +77,8 @@ class TxnEnd:
 class PlainPlan:
     """A group of plain appends: one entry each, in order."""
     first_id: int
-    columns: tuple  # append_entries' per-column arrays: ids, producers, lowest, highest, counts, times, payloads
+    # append_entries' per-column arrays: ids, producers, lowest, highest, counts, times, payloads
+    columns: tuple[Any, ...]
     sequences: dict[str, int]  # producer -> its highest sequence id in the group (dedup on)
 
     @property
@@ -115,45 +117,45 @@ class FirstSends:
     actor: Actor
     buf: TxnBuf = field(default_factory=TxnBuf)
     items: list[int] = field(default_factory=list)  # their places in the group
-    rows: list[tuple] = field(default_factory=list)
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 @dataclass
 class GroupRows:
     """What the group's statement writes (store.write_txn_group), by table."""
     # (entry id, producer, lowest, highest, messages, publish time, payload, txn most, txn least)
-    entries: list[tuple] = field(default_factory=list)
+    entries: list[tuple[Any, ...]] = field(default_factory=list)
     # (txn most, txn least, batch no, producer, lowest, highest, messages, payload)
-    txn_entries: list[tuple] = field(default_factory=list)
+    txn_entries: list[tuple[Any, ...]] = field(default_factory=list)
     # (producer, highest, txn most, txn least): the txn None unless it registers here
-    sequences: list[tuple] = field(default_factory=list)
-    outcomes: list[tuple] = field(default_factory=list)       # (txn most, txn least, commit)
+    sequences: list[tuple[Any, ...]] = field(default_factory=list)
+    outcomes: list[tuple[Any, ...]] = field(default_factory=list)       # (txn most, txn least, commit)
     discards: list[TxnID] = field(default_factory=list)       # aborted: drop their sidecar rows
-    registrations: list[tuple] = field(default_factory=list)  # (txn most, txn least, role, superuser)
+    registrations: list[tuple[Any, ...]] = field(default_factory=list)  # (txn most, txn least, role, superuser)
 
 
 @dataclass
 class GroupPlan:
-    results: list            # per item: position, None (an end) or the error to answer
+    results: list[Any]            # per item: position, None (an end) or the error to answer
     rows: GroupRows
     staged: dict[TxnID, TxnBuf]          # registered transactions' buffers after the group
     fresh: dict[TxnID, FirstSends]       # first sends here: this write registers them
-    sequences: dict[tuple, int]          # (producer, txn if it registers here) -> highest
+    sequences: dict[tuple[Any, ...], int]          # (producer, txn if it registers here) -> highest
     markers: dict[int, TxnID]            # marker entry id -> its transaction
     next_entry_id: int
     now_ms: int
 
 
-def plan_group(items: list, txns: Mapping[TxnID, TxnBuf], next_entry_id: int, dedup: bool,
+def plan_group(items: list[Any], txns: Mapping[TxnID, TxnBuf], next_entry_id: int, dedup: bool,
                now_ms: int, topic: str) -> GroupPlan:
     """Plan a group holding transactional work.  ``txns``: the partition's buffers (read
     only; every transaction of a queued end or a non-first send has one)."""
-    results: list = [None] * len(items)
+    results: list[Any] = [None] * len(items)
     staged: dict[TxnID, TxnBuf] = {}
     fresh: dict[TxnID, FirstSends] = {}
     rows = GroupRows()
-    txn_rows: list[tuple] = []
-    sequences: dict[tuple, int] = {}
+    txn_rows: list[tuple[Any, ...]] = []
+    sequences: dict[tuple[Any, ...], int] = {}
     markers: dict[int, TxnID] = {}
     next_id = next_entry_id
 
@@ -263,7 +265,7 @@ def _not_owner(item: TxnAppend, registering: bool, txns: Mapping[TxnID, TxnBuf],
 @dataclass
 class Settled:
     """The in-memory changes of a written group."""
-    results: list
+    results: list[Any]
     cached: list[Entry]                 # new entries, in order (markers keep their batches)
     txns: dict[TxnID, TxnBuf]           # new buffer states
     opened: int                         # transactions newly buffered here
@@ -272,7 +274,7 @@ class Settled:
     next_entry_id: int
 
 
-def settle_group(plan: GroupPlan, txns: Mapping[TxnID, TxnBuf], registered: list,
+def settle_group(plan: GroupPlan, txns: Mapping[TxnID, TxnBuf], registered: list[Any],
                  topic: str) -> Settled:
     """The changes to apply once the group's statement succeeded; ``registered``: its
     answer per registration (ok, batches and messages buffered before, coordinator

@@ -1,7 +1,7 @@
 """What trimming, TTL and backlog-quota eviction may do to a partition's log.  Pure: no
 I/O, no clock (``now_ms`` comes in); the broker's lifecycle loop feeds it rows.
 
-The safety rules (DESIGN.md §7) are all here, so a reviewer checks them in one place:
+The safety rules (docs/design.md §7) are all here, so a reviewer checks them in one place:
 - nothing a durable subscription has not acknowledged goes: the bound is the slowest
   durable cursor's mark-delete position (entries acknowledged individually beyond a
   hole stay until the hole is acknowledged: the cursor folds contiguous acks into

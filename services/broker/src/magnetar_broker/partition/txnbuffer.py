@@ -13,11 +13,12 @@ write of a group the planner (partition/planner.py) planned.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from magnetar_broker import metrics
 from magnetar_broker.partition.planner import GroupPlan, Settled, plan_group, settle_group
 from magnetar_broker.partition.txnrules import Actor, TxnBuf, ended_error, expired_error
-from magnetar_broker.store import BrokerStore
+from magnetar_broker.store import BrokerStore, GroupWritten, Registration
 from magnetar_protocol.errors import MagnetarError, ProducerFenced
 from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.auth import current_role
@@ -51,7 +52,7 @@ class TxnBuffer:
     async def state(self, txn: TxnID) -> TxnBuf:
         buf = self.txns.get(txn)
         if buf is None:
-            batches, messages, committed = await self.store.txn_state(self.topic_id, txn)
+            batches, messages, committed = await self.store.txn_state(self.topic_id, txn)  # a TxnState
             if txn not in self.txns and committed is None:
                 metrics.TB_ACTIVE.inc()
             buf = self.txns.setdefault(txn, TxnBuf(batches, messages, [] if batches == 0 else None,
@@ -69,7 +70,7 @@ class TxnBuffer:
             raise await ended_txn_error(self.store, txn, buf.committed)
         return txn_actor(self.roles)  # checked against the owner by the planner
 
-    async def commit_group(self, items: list, next_entry_id: int, dedup: bool, epoch: int,
+    async def commit_group(self, items: list[Any], next_entry_id: int, dedup: bool, epoch: int,
                            exclusive_epoch: int | None) -> Settled | None:
         """Write a group holding transactional work in one SQL transaction: the
         planner's rows, then its changes to this buffer.  ``items`` are the writer's
@@ -77,18 +78,25 @@ class TxnBuffer:
         and ``dedup`` the log's head and setting, ``epoch`` its lease epoch.  Returns what
         the log applies (``Settled``: one result per item, the new entries, its new head
         and persisted sequences), or None when fenced."""
-        plan = plan_group(items, self.txns, next_entry_id, dedup, int(time.time() * 1000), self.topic)
-        if plan.rows.outcomes:
-            failpoint("broker.end_txn_on_partition")
-        owned, allowed, registered = await self.store.write_txn_group(
-            self.topic_id, epoch, exclusive_epoch, plan.rows, topic=self.topic)
-        if not owned:
+        plan, written = await self.write_group(items, next_entry_id, dedup, epoch, exclusive_epoch)
+        if not written.owned:
             return None  # the caller treats None as "fenced"
-        if not allowed:
+        if not written.allowed:
             raise ProducerFenced(f"the topic epoch of {self.topic} moved on; batch refused")
-        return self.settle(plan, registered)
+        return self.settle(plan, written.registered)
 
-    def settle(self, plan: GroupPlan, registered: list) -> Settled:
+    async def write_group(self, items: list[Any], next_entry_id: int, dedup: bool, epoch: int,
+                          exclusive_epoch: int | None, conn: Any = None) -> tuple[GroupPlan, GroupWritten]:
+        """Plan and write a group (in ``conn``'s SQL transaction when given), changing
+        nothing in memory: the plan, and what the statement answered."""
+        plan = plan_group(items, self.txns, next_entry_id, dedup, int(time.time() * 1000), self.topic)
+        if plan.rows.outcomes and conn is None:
+            failpoint("broker.end_txn_on_partition")
+        written = await self.store.write_txn_group(
+            self.topic_id, epoch, exclusive_epoch, plan.rows, topic=self.topic, conn=conn)
+        return plan, written
+
+    def settle(self, plan: GroupPlan, registered: list[Registration]) -> Settled:
         """Apply a written group's plan to this buffer; what the log applies."""
         settled = settle_group(plan, self.txns, registered, self.topic)
         metrics.TB_ACTIVE.inc(settled.opened)
@@ -103,7 +111,7 @@ class TxnBuffer:
         self.txns.update(settled.txns)
         return settled
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[Any, Any]:
         open_txns = [t for t, b in self.txns.items() if b.committed is None]
         return {
             "ongoingTxnSize": len(open_txns),

@@ -5,7 +5,7 @@ producers and consumers belong to it and go when it closes, as over HTTP.
 
 Every command becomes the same call the HTTP route makes (``BrokerService`` methods
 with the same protobuf requests), under the connection's role, so dedup, fencing,
-dispatch and acks have one implementation (DESIGN.md §8)."""
+dispatch and acks have one implementation (docs/design.md §8)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,10 @@ import asyncio
 import logging
 import time
 
-from magnetar_broker.pulsar.errors import error_frame
-from magnetar_protocol import magnetar_pb2 as mpb
+from magnetar_broker.pulsar.errors import error_frame, failure
 from magnetar_protocol import pulsar_api_pb2 as pb
-from magnetar_protocol.errors import AuthenticationError, MagnetarError, UnknownError
+from magnetar_protocol.errors import AuthenticationError, MagnetarError
 from magnetar_protocol.pulsar import frames
-from magnetar_protocol.pulsar.errors import server_error
 from magnetar_runtime.auth import set_role
 from magnetar_runtime.roles import ANONYMOUS
 
@@ -182,8 +180,8 @@ class Connection:
             return
         # The role holds for everything this connection's task (and its tasks) do.
         set_role(self.role)
-        reply = await self.service.open_session(mpb.OpenSessionRequest(client_name=cmd.client_version[:200]))
-        self.session_id = reply.session_id
+        session = await self.service.open_session(cmd.client_version[:200])
+        self.session_id = session.session_id
         self.protocol_version = min(cmd.protocol_version, SERVER_PROTOCOL_VERSION)
         self.client_version = cmd.client_version
         self.connected = True
@@ -216,26 +214,27 @@ class Connection:
     def _answer_refused(self, frame: frames.Frame) -> None:
         """A request on a connection whose CONNECT was refused: its refusal, then close."""
         exc, kind, body = self.refused, frame.type, frame.body
+        assert exc is not None  # answered only once a CONNECT was refused
         if kind == Type.PING:
             self.send(pb.CommandPong())
             return
         if kind == Type.PONG:
             return
-        message = f"CONNECT refused: {exc.message}"
+        error, reason = failure(exc)  # the one mapping of this wire (pulsar/errors.py)
+        message = f"CONNECT refused: {reason}"
         request_id = getattr(body, "request_id", 0) or 0
         if kind == Type.PARTITIONED_METADATA:
             Metadata = pb.CommandPartitionedTopicMetadataResponse
-            self.send(Metadata(request_id=request_id, response=Metadata.Failed,
-                               error=server_error(exc), message=message))
+            self.send(Metadata(request_id=request_id, response=Metadata.Failed, error=error, message=message))
         elif kind == Type.LOOKUP:
             Lookup = pb.CommandLookupTopicResponse
-            self.send(Lookup(request_id=request_id, response=Lookup.Failed,
-                             error=server_error(exc), message=message))
+            self.send(Lookup(request_id=request_id, response=Lookup.Failed, error=error, message=message))
         elif kind == Type.SEND:
-            self.send(pb.CommandSendError(producer_id=body.producer_id, sequence_id=body.sequence_id,
-                                          error=server_error(exc), message=message))
+            send = frame.command.send
+            self.send(pb.CommandSendError(producer_id=send.producer_id, sequence_id=send.sequence_id,
+                                          error=error, message=message))
         else:
-            self.send(pb.CommandError(request_id=request_id, error=server_error(exc), message=message))
+            self.send(pb.CommandError(request_id=request_id, error=error, message=message))
         raise Closed(message)
 
     def _authenticate(self, cmd: pb.CommandConnect) -> str:
@@ -269,7 +268,7 @@ class Connection:
             await asyncio.sleep(interval)
             now = time.monotonic()
             try:
-                await self.service.keepalive(mpb.KeepAliveRequest(session_id=self.session_id))
+                await self.service.keepalive(self.session_id)
             except MagnetarError as exc:
                 log.warning("pulsar connection %s: session lost (%s); closing", self.peer, exc)
                 self.writer.close()
@@ -294,7 +293,7 @@ class Connection:
                 log.exception("pulsar connection %s: cleanup failed", self.peer)
         if self.session_id:
             try:
-                await self.service.close_session(mpb.CloseSessionRequest(session_id=self.session_id))
+                await self.service.close_session(self.session_id)
             except MagnetarError as exc:
                 log.info("pulsar connection %s: closing its session: %s", self.peer, exc)
         self.writer.close()
@@ -309,7 +308,7 @@ async def answer(conn: Connection, request_id: int, call, on_success) -> None:
         return
     except Exception as exc:  # a bug must not end the connection silently
         log.exception("pulsar connection %s: request %d failed", conn.peer, request_id)
-        conn.error(request_id, UnknownError(f"internal error: {exc!r}"))
+        conn.error(request_id, exc)  # UnknownError with what it was (errors.failure)
         return
     reply = on_success(result)
     if reply is not None:   # None: on_success answered itself

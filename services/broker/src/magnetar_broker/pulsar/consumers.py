@@ -15,14 +15,17 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from magnetar_broker.commands import Ack, CloseConsumer, Fetch, Position, Redeliver, Seek, Subscribe
 from magnetar_broker.pulsar.connection import Connection, answer
+from magnetar_broker.pulsar.errors import failure
 from magnetar_broker.pulsar.producers import BROKER_REQUEST
+from magnetar_broker.subscription.subscription import Consumer
 from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
-from magnetar_protocol.errors import BadRequest, ConsumerNotFound, MagnetarError
+from magnetar_protocol.errors import ConsumerNotFound, MagnetarError
 from magnetar_protocol.pulsar import batches, ids
 from magnetar_protocol.pulsar.clients import understands_end_of_topic
-from magnetar_protocol.pulsar.errors import server_error
+from magnetar_protocol.txnid import TxnID
 
 log = logging.getLogger("magnetar.broker.pulsar")
 
@@ -47,6 +50,7 @@ class PulsarConsumer:
     sizes: OrderedDict = field(default_factory=OrderedDict)   # entry id -> messages
     task: asyncio.Task | None = None
     told_end: bool = False   # REACHED_END_OF_TOPIC sent (once: termination is final)
+    served: Consumer | None = None  # the broker's consumer (set once subscribed)
 
 
 class Consumers:
@@ -75,29 +79,24 @@ class Consumers:
             self.conn.send(pb.CommandSuccess(request_id=cmd.request_id))
             return
 
-        async def call():
-            if cmd.sub_type not in SUB_TYPES:
-                raise BadRequest(f"unknown subscription type {cmd.sub_type}")
-            req = mpb.SubscribeRequest(
-                session_id=self.conn.session_id, topic=cmd.topic, subscription=cmd.subscription,
-                sub_type=SUB_TYPES[cmd.sub_type], consumer_name=cmd.consumer_name,
-                priority_level=cmd.priority_level, durable=cmd.durable,
-                initial_position=mpb.INITIAL_EARLIEST if cmd.initial_position == Sub.Earliest
-                else mpb.INITIAL_LATEST)
+        async def call() -> Consumer:
+            start = None
             if not cmd.durable and cmd.HasField("start_message_id") and not ids.is_latest(cmd.start_message_id):
-                start = cmd.start_message_id
-                if ids.is_earliest(start):
-                    req.start_position.CopyFrom(mpb.Position(entry_id=0, batch_index=ids.WHOLE))
-                else:
-                    # The whole entry holding the start id: the client drops what comes
-                    # before its start id in a batch, as with a Pulsar broker.
-                    req.start_position.CopyFrom(mpb.Position(entry_id=start.entry_id, batch_index=ids.WHOLE))
-                req.start_inclusive = True
-            return await self.service.subscribe(req)
+                # Earliest, or the whole entry holding the start id: the client drops what
+                # comes before its start id in a batch, as with a Pulsar broker.
+                first = cmd.start_message_id
+                start = Position(0 if ids.is_earliest(first) else first.entry_id, ids.WHOLE)
+            # The subscription type's rule is the command's (an unknown value stays
+            # unknown: Pulsar's types and Magnetar's share their numbers).
+            return await self.service.subscribe(Subscribe(
+                session_id=self.conn.session_id, topic=cmd.topic, subscription=cmd.subscription,
+                sub_type=SUB_TYPES.get(cmd.sub_type, cmd.sub_type), durable=cmd.durable,
+                earliest=cmd.initial_position == Sub.Earliest, consumer_name=cmd.consumer_name,
+                priority=cmd.priority_level, start=start, start_inclusive=start is not None))
 
-        def subscribed(reply: mpb.SubscribeResponse) -> pb.CommandSuccess:
-            served = self.service.consumers[reply.consumer_id]
-            consumer = PulsarConsumer(cmd.consumer_id, reply.consumer_id, served.subscription.log.partition_index)
+        def subscribed(served: Consumer) -> pb.CommandSuccess:
+            consumer = PulsarConsumer(cmd.consumer_id, served.consumer_id, served.subscription.log.partition_index,
+                                      served=served)
             self.consumers[cmd.consumer_id] = consumer
             consumer.task = self.conn.spawn(self._dispatch(consumer))
             self.conn.send(pb.CommandSuccess(request_id=cmd.request_id))
@@ -126,7 +125,7 @@ class Consumers:
         wait_ms = self.conn.settings.max_fetch_wait_ms
         at_end = False
         while self.consumers.get(consumer.pulsar_id) is consumer:
-            served = self.service.consumers.get(consumer.magnetar_id)
+            served = consumer.served
             if served is None or served.closed:
                 self._closed_by_broker(consumer, "the topic moved or the consumer was closed")
                 return
@@ -142,9 +141,9 @@ class Consumers:
                     pass
                 continue
             try:
-                reply = await self.service.fetch(mpb.FetchRequest(
-                    consumer_id=consumer.magnetar_id, max_messages=consumer.permits, wait_ms=wait_ms,
-                    session_id=self.conn.session_id))
+                reply = await self.service.fetch(Fetch(
+                    consumer_id=consumer.magnetar_id, session_id=self.conn.session_id,
+                    max_messages=consumer.permits, wait_ms=wait_ms))
             except MagnetarError as exc:
                 self._closed_by_broker(consumer, str(exc))
                 return
@@ -182,7 +181,7 @@ class Consumers:
             return
         log.info("pulsar connection %s: consumer %d closed by the broker: %s", self.conn.peer,
                  consumer.pulsar_id, reason)
-        self.conn.spawn(self.service.close_consumer(mpb.CloseConsumerRequest(
+        self.conn.spawn(self.service.close_consumer(CloseConsumer(
             consumer_id=consumer.magnetar_id, session_id=self.conn.session_id)))
         self.conn.send(pb.CommandCloseConsumer(consumer_id=consumer.pulsar_id, request_id=BROKER_REQUEST))
 
@@ -195,17 +194,16 @@ class Consumers:
         async def call():
             consumer = self._get(cmd.consumer_id)
             cumulative = cmd.ack_type == pb.CommandAck.Cumulative
-            positions = []
+            positions: list[Position] = []
             for mid in cmd.message_id:
-                positions += ids.ack_positions(mid, cumulative, consumer.sizes.get(mid.entry_id))
+                positions += [Position(p.entry_id, p.batch_index)
+                              for p in ids.ack_positions(mid, cumulative, consumer.sizes.get(mid.entry_id))]
             if positions:
-                req = mpb.AckRequest(
-                    consumer_id=consumer.magnetar_id, positions=positions, session_id=self.conn.session_id,
-                    ack_type=mpb.ACK_CUMULATIVE if cumulative else mpb.ACK_INDIVIDUAL)
-                if cmd.HasField("txnid_most_bits") or cmd.HasField("txnid_least_bits"):
-                    # Pending in the transaction until it ends (pulsar/transactions.py).
-                    req.txn.CopyFrom(mpb.TxnId(most_bits=cmd.txnid_most_bits, least_bits=cmd.txnid_least_bits))
-                await self.service.ack(req)
+                # Pending in the transaction until it ends (pulsar/transactions.py).
+                txn = (TxnID(cmd.txnid_most_bits, cmd.txnid_least_bits)
+                       if cmd.HasField("txnid_most_bits") or cmd.HasField("txnid_least_bits") else None)
+                await self.service.ack(Ack(consumer_id=consumer.magnetar_id, session_id=self.conn.session_id,
+                                           positions=tuple(positions), cumulative=cumulative, txn=txn))
 
         try:
             await call()
@@ -213,8 +211,9 @@ class Consumers:
             if request_id is None:
                 log.info("pulsar connection %s: ack refused: %s", self.conn.peer, exc)
                 return
+            error, message = failure(exc)
             self.conn.send(pb.CommandAckResponse(consumer_id=cmd.consumer_id, request_id=request_id,
-                                                 error=server_error(exc), message=exc.message))
+                                                 error=error, message=message))
             return
         if request_id is not None:
             self.conn.send(pb.CommandAckResponse(consumer_id=cmd.consumer_id, request_id=request_id))
@@ -226,12 +225,11 @@ class Consumers:
             return
         # Just the listed messages (a negative ack); a batch index names one message of a
         # batch, else the whole entry goes again.
-        positions = [mpb.Position(entry_id=mid.entry_id,
-                                  batch_index=mid.batch_index if mid.HasField("batch_index") and mid.batch_index >= 0
-                                  else ids.WHOLE) for mid in cmd.message_ids]
+        positions = tuple(Position(mid.entry_id, mid.batch_index if mid.HasField("batch_index") and mid.batch_index >= 0
+                                   else ids.WHOLE) for mid in cmd.message_ids)
         try:
-            await self.service.redeliver(mpb.RedeliverRequest(
-                consumer_id=consumer.magnetar_id, positions=positions, session_id=self.conn.session_id))
+            await self.service.redeliver(Redeliver(consumer_id=consumer.magnetar_id, session_id=self.conn.session_id,
+                                                   positions=positions))
         except MagnetarError as exc:   # no answer exists for this command
             log.info("pulsar connection %s: redelivery refused: %s", self.conn.peer, exc)
 
@@ -240,23 +238,22 @@ class Consumers:
     async def seek(self, frame) -> None:
         cmd = frame.body
 
-        async def call():
+        async def call() -> PulsarConsumer:
             consumer = self._get(cmd.consumer_id)
-            req = mpb.SeekRequest(consumer_id=consumer.magnetar_id, session_id=self.conn.session_id)
+            position = None
             if cmd.HasField("message_id"):
                 mid = cmd.message_id
                 if ids.is_earliest(mid):
-                    req.position.CopyFrom(mpb.Position(entry_id=0, batch_index=ids.WHOLE))
+                    position = Position(0, ids.WHOLE)
                 elif ids.is_latest(mid):
-                    req.position.CopyFrom(mpb.Position(entry_id=ids.LATEST_ENTRY, batch_index=ids.WHOLE))
+                    position = Position(ids.LATEST_ENTRY, ids.WHOLE)
                 else:
                     index = mid.batch_index if mid.HasField("batch_index") and mid.batch_index >= 0 else ids.WHOLE
-                    req.position.CopyFrom(mpb.Position(entry_id=mid.entry_id, batch_index=index))
-            elif cmd.HasField("message_publish_time"):
-                req.publish_time = cmd.message_publish_time
-            else:
-                raise BadRequest("SEEK needs a message_id or a message_publish_time")
-            await self.service.seek(req)
+                    position = Position(mid.entry_id, index)
+            # Which forms a seek may take is the command's rule.
+            await self.service.seek(Seek(
+                consumer_id=consumer.magnetar_id, session_id=self.conn.session_id, position=position,
+                publish_time=cmd.message_publish_time if cmd.HasField("message_publish_time") else None))
             return consumer
 
         def sought(consumer: PulsarConsumer) -> pb.CommandSuccess:
@@ -275,17 +272,15 @@ class Consumers:
 
         async def call():
             consumer = self._get(cmd.consumer_id)
-            reply = await self.service.last_message_id(mpb.LastMessageIdRequest(
-                consumer_id=consumer.magnetar_id, session_id=self.conn.session_id))
-            if reply.has_message:
-                last = reply.last
-                index = last.batch_index if last.batch_size > 1 else ids.WHOLE
-                last_id = ids.message_id(last.entry_id, consumer.partition, index)
+            last = await self.service.last_message_id(consumer.magnetar_id, self.conn.session_id)
+            if last.last_entry_id is not None:
+                index = last.last_batch_size - 1 if last.last_batch_size > 1 else ids.WHOLE
+                last_id = ids.message_id(last.last_entry_id, consumer.partition, index)
             else:   # nothing yet: (-1, -1), which equals the client's "earliest"
                 last_id = pb.MessageIdData(ledger_id=ids.U64, entry_id=ids.U64, partition=consumer.partition)
             return pb.CommandGetLastMessageIdResponse(
                 request_id=cmd.request_id, last_message_id=last_id,
-                consumer_mark_delete_position=ids.message_id(reply.mark_delete.entry_id, consumer.partition))
+                consumer_mark_delete_position=ids.message_id(last.mark_delete, consumer.partition))
 
         await answer(self.conn, cmd.request_id, call, lambda reply: reply)
 
@@ -304,7 +299,7 @@ class Consumers:
                 if unsubscribe:
                     raise ConsumerNotFound(f"consumer {cmd.consumer_id} is not subscribed on this connection")
                 return
-            await self.service.close_consumer(mpb.CloseConsumerRequest(
+            await self.service.close_consumer(CloseConsumer(
                 consumer_id=consumer.magnetar_id, session_id=self.conn.session_id, unsubscribe=unsubscribe))
             self.consumers.pop(cmd.consumer_id, None)
             if consumer.task is not None:

@@ -5,15 +5,11 @@ GET_TOPICS_OF_NAMESPACE, on the service's metadata and lookup (the routes'
 from __future__ import annotations
 
 from magnetar_broker.pulsar.connection import Connection, answer
-from magnetar_broker.pulsar.errors import message_of
+from magnetar_broker.pulsar.errors import failure
 from magnetar_broker.pulsar.transactions import TC_ASSIGN_TOPIC, is_tc_assign, tc_assign_partitions
 from magnetar_broker.settings import PULSAR_LISTENER
-from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
-from magnetar_protocol.errors import AuthorizationError, BadRequest, MagnetarError, ServiceNotReady
-from magnetar_protocol.pulsar.errors import server_error
-from magnetar_protocol.topics import TopicName
-from magnetar_runtime.permissions import LOOKUP
+from magnetar_protocol.errors import BadRequest, MagnetarError, ServiceNotReady
 
 Type = pb.BaseCommand.Type
 Lookup = pb.CommandLookupTopicResponse
@@ -34,23 +30,23 @@ class Discovery:
         try:
             if is_tc_assign(cmd.topic):   # one partition per coordinator (transactions.py)
                 partitions = 0 if cmd.topic != TC_ASSIGN_TOPIC else await tc_assign_partitions(self.service)
-                reply = mpb.PartitionMetadataResponse(partitions=partitions)
             else:
-                reply = await self.service.metadata(mpb.PartitionMetadataRequest(topic=cmd.topic))
+                _, partitions = await self.service.metadata(cmd.topic)
         except MagnetarError as exc:
+            error, message = failure(exc)
             self.conn.send(Metadata(request_id=cmd.request_id, response=Metadata.Failed,
-                                    error=server_error(exc), message=message_of(exc)))
+                                    error=error, message=message))
             return
-        self.conn.send(Metadata(request_id=cmd.request_id, partitions=reply.partitions,
-                                response=Metadata.Success))
+        self.conn.send(Metadata(request_id=cmd.request_id, partitions=partitions, response=Metadata.Success))
 
     async def lookup(self, frame) -> None:
         cmd = frame.body
         try:
             url = await self.owner_url(cmd.topic)
         except MagnetarError as exc:
+            error, message = failure(exc)
             self.conn.send(Lookup(request_id=cmd.request_id, response=Lookup.Failed,
-                                  error=server_error(exc), message=message_of(exc)))
+                                  error=error, message=message))
             return
         # The owner's URL with Connect (not Redirect): the answer is authoritative, as a
         # Pulsar broker's is once it found the owner; any broker answers any topic.
@@ -64,14 +60,14 @@ class Discovery:
     async def owner_url(self, topic: str) -> str:
         if is_tc_assign(topic):   # any listener serves every coordinator
             return self.conn.settings.pulsar_url
-        reply = await self.service.lookup(mpb.LookupRequest(topic=topic))
-        if reply.broker_id == self.service.broker_id:
+        owner = await self.service.lookup(topic)
+        if owner.broker_id == self.service.broker_id:
             return self.conn.settings.pulsar_url
         try:
-            [url] = await self.service.advertised(PULSAR_LISTENER, [(reply.broker_url, f"broker {reply.broker_id}")],
+            [url] = await self.service.advertised(PULSAR_LISTENER, [(owner.url, f"broker {owner.broker_id}")],
                                                   protocol="pulsar")
         except BadRequest:
-            raise ServiceNotReady(f"{topic} is served by broker {reply.broker_id}, which has no Pulsar "
+            raise ServiceNotReady(f"{topic} is served by broker {owner.broker_id}, which has no Pulsar "
                                   "listener (MAGNETAR_PULSAR_PORT unset there)") from None
         return url
 
@@ -84,14 +80,7 @@ class Discovery:
                 raise BadRequest(f"namespace {cmd.namespace!r} must be TENANT/NAMESPACE")
             if cmd.mode == pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
                 return []   # Magnetar has persistent topics only
-            visible = []
-            for topic in await self.service.store.namespace_topics(tenant, namespace):
-                try:   # only what the caller may look up
-                    await self.service.authz.require(TopicName.parse(topic), LOOKUP)
-                except AuthorizationError:
-                    continue
-                visible.append(topic)
-            return visible
+            return await self.service.topics_of_namespace(tenant, namespace)  # what the caller may look up
 
         await answer(self.conn, cmd.request_id, listing,
                      lambda topics: pb.CommandGetTopicsOfNamespaceResponse(

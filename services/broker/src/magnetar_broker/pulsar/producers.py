@@ -1,5 +1,5 @@
-"""PRODUCER, SEND and CLOSE_PRODUCER on the service's create_producer, send_batches and
-close_producer (the routes /v1/producers/*): access modes, topic epochs, fencing and
+"""PRODUCER, SEND and CLOSE_PRODUCER on the service's create_producer, publish and
+close_producer (what the routes /v1/producers/* call): access modes, topic epochs, fencing and
 dedup are the service's.  A producer's SENDs are handed over in arrival order, as many
 as have queued while the previous group was being written, so they share a group
 commit and their receipts go out in order (a Pulsar client requires that)."""
@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from magnetar_broker.commands import CreateProducer
+from magnetar_broker.partition.sends import Batch
+from magnetar_broker.producers import ProducerCreated
 from magnetar_broker.pulsar.connection import Connection
-from magnetar_broker.pulsar.errors import message_of
-from magnetar_protocol import magnetar_pb2 as mpb
+from magnetar_broker.pulsar.errors import failure
 from magnetar_protocol import pulsar_api_pb2 as pb
-from magnetar_protocol.errors import MagnetarError, MessageTooBig, NotAllowedError, UnknownError, error_for_code
+from magnetar_protocol.errors import MagnetarError, MessageTooBig, NotAllowedError
 from magnetar_protocol.pulsar import batches, ids
-from magnetar_protocol.pulsar.errors import server_error
+from magnetar_protocol.txnid import TxnID
 
 log = logging.getLogger("magnetar.broker.pulsar")
 
 Type = pb.BaseCommand.Type
-# Sends handed to the service in one send_batches call at most (its group commit takes
+# Sends handed to the service in one publish call at most (its group commit takes
 # up to max_batches_per_commit batches per partition anyway).
 MAX_SENDS_PER_CALL = 256
 BROKER_REQUEST = ids.U64   # request id of a close the broker starts (Pulsar's -1)
@@ -36,7 +38,7 @@ class PulsarProducer:
     ready: bool = False
     topic_epoch: int | None = None
     last_sequence_id: int = -1
-    queue: deque = field(default_factory=deque)   # (CommandSend, SendRequest | error)
+    queue: deque = field(default_factory=deque)   # (CommandSend, Batch | error)
     pumping: bool = False
 
 
@@ -70,56 +72,52 @@ class Producers:
             return
         producer = PulsarProducer(cmd.producer_id, cmd.request_id)
         self.producers[cmd.producer_id] = producer
-        req = mpb.CreateProducerRequest(
+        create = CreateProducer(
             session_id=self.conn.session_id, topic=cmd.topic,
-            producer_name=cmd.producer_name if cmd.HasField("producer_name") else "",
-            access_mode=cmd.producer_access_mode, user_provided_name=cmd.user_provided_producer_name,
-            client_producer_id=cmd.producer_id)
-        if cmd.HasField("topic_epoch"):
-            req.topic_epoch = cmd.topic_epoch
+            name=cmd.producer_name if cmd.HasField("producer_name") else "",
+            access_mode=cmd.producer_access_mode, client_producer_id=cmd.producer_id,
+            topic_epoch=cmd.topic_epoch if cmd.HasField("topic_epoch") else None)
         try:
-            reply = await self.service.create_producer(req)
+            created = await self.service.create_producer(create)
         except Exception as exc:
             self.producers.pop(cmd.producer_id, None)
-            self.conn.error(cmd.request_id, exc if isinstance(exc, MagnetarError) else UnknownError(repr(exc)))
+            self.conn.error(cmd.request_id, exc)
             return
-        if reply.waiting:
+        if created.waiting:
             # WaitForExclusive, queued: say so now (producer_ready false), then answer
             # again with the same request id once the slot is ours.
-            producer.name = reply.producer_name
-            self.conn.send(pb.CommandProducerSuccess(request_id=cmd.request_id, producer_name=reply.producer_name,
+            producer.name = created.name
+            self.conn.send(pb.CommandProducerSuccess(request_id=cmd.request_id, producer_name=created.name,
                                                      producer_ready=False))
-            req.producer_name = reply.producer_name
-            self.conn.spawn(self._wait_for_exclusive(producer, req))
+            self.conn.spawn(self._wait_for_exclusive(producer, replace(
+                create, name=created.name, wait_ms=self.conn.settings.max_fetch_wait_ms)))
             return
-        self._created(producer, reply)
+        self._created(producer, created)
 
-    async def _wait_for_exclusive(self, producer: PulsarProducer, req: mpb.CreateProducerRequest) -> None:
-        req.wait_ms = self.conn.settings.max_fetch_wait_ms
+    async def _wait_for_exclusive(self, producer: PulsarProducer, create: CreateProducer) -> None:
         while self.producers.get(producer.pulsar_id) is producer:
             try:
-                reply = await self.service.create_producer(req)
+                created = await self.service.create_producer(create)
             except MagnetarError as exc:
                 self.producers.pop(producer.pulsar_id, None)
                 self.conn.error(producer.request_id, exc)
                 return
-            if not reply.waiting:
-                self._created(producer, reply)
+            if not created.waiting:
+                self._created(producer, created)
                 return
 
-    def _created(self, producer: PulsarProducer, reply: mpb.CreateProducerResponse) -> None:
+    def _created(self, producer: PulsarProducer, created: ProducerCreated) -> None:
+        served = created.producer
+        assert served is not None  # not waiting
         if self.producers.get(producer.pulsar_id) is not producer:   # closed meanwhile
-            self.conn.spawn(self.service.close_producer(mpb.CloseProducerRequest(
-                producer_id=reply.producer_id, session_id=self.conn.session_id)))
+            self.conn.spawn(self.service.close_producer(served.producer_id, self.conn.session_id))
             return
-        producer.name = reply.producer_name
-        producer.magnetar_id = reply.producer_id
-        producer.last_sequence_id = reply.last_sequence_id
-        producer.topic_epoch = reply.topic_epoch if reply.HasField("topic_epoch") else None
+        producer.name = served.name
+        producer.magnetar_id = served.producer_id
+        producer.last_sequence_id = created.last_sequence_id
+        producer.topic_epoch = served.topic_epoch
         producer.ready = True
-        served = self.service.producers.get(reply.producer_id)
-        if served is not None:
-            served.on_detached = lambda reason, p=producer: self._detached(p, reason)
+        served.on_detached = lambda reason, p=producer: self._detached(p, reason)
         self.conn.send(self._success(producer.request_id, producer))
 
     def _success(self, request_id: int, producer: PulsarProducer) -> pb.CommandProducerSuccess:
@@ -160,7 +158,7 @@ class Producers:
             producer.pumping = True
             self.conn.spawn(self._pump(producer))
 
-    def _request(self, producer: PulsarProducer, cmd: pb.CommandSend, frame) -> mpb.SendRequest | Exception:
+    def _request(self, producer: PulsarProducer, cmd: pb.CommandSend, frame) -> Batch | Exception:
         """The Magnetar send of one Pulsar entry (translated on write: see the docs), or
         why it cannot be stored."""
         if cmd.is_chunk:
@@ -178,14 +176,13 @@ class Producers:
         # The wheel leaves highest_sequence_id unset when the ids are consecutive.
         highest = cmd.highest_sequence_id if cmd.highest_sequence_id > cmd.sequence_id \
             else cmd.sequence_id + count - 1
-        req = mpb.SendRequest(producer_id=producer.magnetar_id, batch=batch.SerializeToString(),
-                              num_messages=count, sequence_id=cmd.sequence_id, highest_sequence_id=highest,
-                              session_id=self.conn.session_id)
-        if cmd.HasField("txnid_most_bits") or cmd.HasField("txnid_least_bits"):
-            # In a transaction (pulsar/transactions.py): the partition's transaction
-            # buffer holds it until the coordinator ends the transaction.
-            req.txn.CopyFrom(mpb.TxnId(most_bits=cmd.txnid_most_bits, least_bits=cmd.txnid_least_bits))
-        return req
+        # In a transaction (pulsar/transactions.py): the partition's transaction buffer
+        # holds it until the coordinator ends the transaction.
+        txn = (TxnID(cmd.txnid_most_bits, cmd.txnid_least_bits)
+               if cmd.HasField("txnid_most_bits") or cmd.HasField("txnid_least_bits") else None)
+        return Batch(producer_id=producer.magnetar_id, payload=batch.SerializeToString(), num_messages=count,
+                     sequence_id=cmd.sequence_id, highest_sequence_id=highest, txn=txn,
+                     session_id=self.conn.session_id)
 
     async def _pump(self, producer: PulsarProducer) -> None:
         try:
@@ -194,9 +191,9 @@ class Producers:
                 results = await self._write(producer, [req for _, req in group])
                 for (cmd, req), result in zip(group, results):
                     if isinstance(result, BaseException):
+                        error, message = failure(result)
                         self.conn.send(pb.CommandSendError(
-                            producer_id=cmd.producer_id, sequence_id=cmd.sequence_id,
-                            error=server_error(result), message=message_of(result)))
+                            producer_id=cmd.producer_id, sequence_id=cmd.sequence_id, error=error, message=message))
                         continue
                     entry = ids.DUPLICATE_ID if result.duplicate else (ids.LEDGER, result.entry_id)
                     self.conn.send(pb.CommandSendReceipt(
@@ -209,18 +206,16 @@ class Producers:
             producer.pumping = False
 
     async def _write(self, producer: PulsarProducer, reqs: list) -> list:
-        """One result (a SendResponse or an exception) per request, in order."""
-        valid = [r for r in reqs if isinstance(r, mpb.SendRequest)]
+        """One result (Sent or an exception) per request, in order."""
+        valid = [r for r in reqs if isinstance(r, Batch)]
         answers: list = []
         if valid:
             try:
-                reply = await self.service.send_batches(
-                    mpb.SendBatchesRequest(batches=valid, session_id=self.conn.session_id))
-                answers = [_result(r) for r in reply.results]
+                answers = list(await self.service.publish(self.conn.session_id, valid))
             except MagnetarError as exc:
                 answers = [exc] * len(valid)
         it = iter(answers)
-        return [next(it) if isinstance(r, mpb.SendRequest) else r for r in reqs]
+        return [next(it) if isinstance(r, Batch) else r for r in reqs]
 
     # ---------------------------------------------------------------- CLOSE_PRODUCER
 
@@ -228,12 +223,5 @@ class Producers:
         cmd = frame.body
         producer = self.producers.pop(cmd.producer_id, None)
         if producer is not None and producer.magnetar_id:
-            await self.service.close_producer(mpb.CloseProducerRequest(
-                producer_id=producer.magnetar_id, session_id=self.conn.session_id))
+            await self.service.close_producer(producer.magnetar_id, self.conn.session_id)
         self.conn.send(pb.CommandSuccess(request_id=cmd.request_id))
-
-
-def _result(result: mpb.SendResult):
-    if result.HasField("error"):
-        return error_for_code(result.error.code, result.error.message)
-    return result.response

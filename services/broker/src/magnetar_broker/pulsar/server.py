@@ -57,6 +57,7 @@ class PulsarServer:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None  # a connection's handler runs as a task
         self._connections.add(task)
         try:
             await Connection(self.service, self.settings, reader, writer,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from magnetar_broker.pulsar.connection import Connection
-from magnetar_broker.pulsar.errors import message_of
+from magnetar_broker.pulsar.errors import failure
 from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
 from magnetar_protocol.errors import (
@@ -23,9 +23,7 @@ from magnetar_protocol.errors import (
     ConnectError,
     MagnetarError,
     TransactionCoordinatorNotFoundError,
-    UnknownError,
 )
-from magnetar_protocol.pulsar.errors import server_error
 from magnetar_runtime.rpc import RpcClient
 
 log = logging.getLogger("magnetar.broker.pulsar")
@@ -45,8 +43,7 @@ def is_tc_assign(topic: str) -> bool:
 
 async def live_coordinators(service) -> dict[int, str]:
     """TCID -> internal URL of each coordinator holding its TCID right now."""
-    rows = await service.store.live_coordinators(service.settings.lease_ttl_ms / 1000)
-    return dict(rows)
+    return await service.live_coordinators()
 
 
 async def tc_assign_partitions(service) -> int:
@@ -91,12 +88,10 @@ class Transactions:
             extra = await call()
             for name, value in (extra or {}).items():
                 setattr(reply, name, value)
-        except MagnetarError as exc:
-            reply.error, reply.message = server_error(exc), message_of(exc)
-        except Exception as exc:  # a bug must not end the connection silently
-            log.exception("pulsar connection %s: %s failed", self.conn.peer, reply_type.DESCRIPTOR.name)
-            err = UnknownError(f"internal error: {exc!r}")
-            reply.error, reply.message = server_error(err), err.message
+        except Exception as exc:
+            if not isinstance(exc, MagnetarError):  # a bug must not end the connection silently
+                log.exception("pulsar connection %s: %s failed", self.conn.peer, reply_type.DESCRIPTOR.name)
+            reply.error, reply.message = failure(exc)
         self.conn.send(reply)
 
     @staticmethod

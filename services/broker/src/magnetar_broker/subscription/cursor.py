@@ -9,7 +9,7 @@ acknowledge roughly in order.
 
 from __future__ import annotations
 
-from magnetar_broker.partition.batchcheck import WHOLE
+from magnetar_broker.partition.batchcheck import WHOLE as WHOLE  # re-exported: a cursor's "whole entry"
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.cursorstate import decode_acks
 
@@ -137,7 +137,8 @@ class Cursor:
             mask = self.acked[entry_id]
             bits = b"" if mask == -1 else mask.to_bytes((mask.bit_length() + 7) // 8 or 1, "little")
             state.entries.add(entry_id=entry_id, acked_bitset=bits)
-        return state.SerializeToString()
+        encoded: bytes = state.SerializeToString()
+        return encoded
 
     @classmethod
     def decode(cls, mark_delete: int, data: bytes) -> "Cursor":

@@ -14,14 +14,15 @@ from collections.abc import Iterable
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.bitsets import set_bits
 
-SUB_NAMES = {pb.SUB_EXCLUSIVE: "Exclusive", pb.SUB_SHARED: "Shared",
+SUB_NAMES: dict[int | None, str] = {pb.SUB_EXCLUSIVE: "Exclusive", pb.SUB_SHARED: "Shared",
              pb.SUB_FAILOVER: "Failover", pb.SUB_KEY_SHARED: "Key_Shared"}
 
 WHOLE = -1
 
 
 def mask_indices(mask: int) -> list[int]:
-    return set_bits(mask)
+    indices: list[int] = set_bits(mask)
+    return indices
 
 
 def upto_mask(index: int) -> int:

@@ -8,6 +8,9 @@ Pending messages are neither delivered nor redelivered until their transaction e
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
 from magnetar_protocol.errors import TransactionConflict
 from magnetar_protocol.txnid import TxnID
@@ -29,7 +32,7 @@ class PendingAcks:
         # txn -> its individual positions, so ending one transaction costs its own size.
         self.by_txn: dict[TxnID, set[tuple[int, int]]] = {}
 
-    def load(self, rows) -> None:
+    def load(self, rows: Iterable[tuple[int, int, int, int, bool]]) -> None:
         for entry_id, index, most, least, cumulative in rows:
             if cumulative:
                 if self.cumulative is None or _order(entry_id, index) > _order(*self.cumulative[1:]):
@@ -51,7 +54,7 @@ class PendingAcks:
             return held.get(index) or held.get(WHOLE)
         return None
 
-    def check_individual(self, txn: TxnID, positions: list[tuple[int, int]], cursor: Cursor) -> list:
+    def check_individual(self, txn: TxnID, positions: list[tuple[int, int]], cursor: Cursor) -> list[Any]:
         """Positions this transaction newly acknowledges; TransactionConflict on any clash."""
         fresh = []
         for entry_id, index in positions:

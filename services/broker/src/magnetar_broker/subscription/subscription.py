@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
 from magnetar_broker import metrics
 from magnetar_broker.entry import Entry
-from magnetar_broker.partition.log import TERMINATING, PartitionLog
+from magnetar_broker.partition.batchcheck import PositionLike
 from magnetar_broker.rates import Rate
 from magnetar_broker.subscription.backlog import lowest_bits
 from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
@@ -31,12 +32,15 @@ from magnetar_broker.subscription.dispatch import (
     mask_indices,
 )
 from magnetar_broker.subscription.txnacks import TxnAcks
+from magnetar_broker.subscription.view import PartitionView
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import (
     BadRequest,
+    Conflict,
     ConsumerBusy,
     NotAllowedError,
     NotOwner,
+    SubscriptionNotFound,
 )
 from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.groupcommit import GroupCommit
@@ -68,7 +72,7 @@ class Consumer:
 
 
 class Subscription:
-    def __init__(self, log: PartitionLog, name: str, cursor: Cursor, durable: bool):
+    def __init__(self, log: PartitionView, name: str, cursor: Cursor, durable: bool):
         self.log = log
         self.name = name
         self.cursor = cursor
@@ -92,22 +96,22 @@ class Subscription:
         self.msg_out = 0  # every consumer's, those since closed included (as Pulsar counts)
 
     @classmethod
-    async def open_durable(cls, log: PartitionLog, name: str, initial: int) -> "Subscription":
-        """Load (or create at ``initial``) a durable subscription and its pending acks
-        and serve it on ``log``; the caller holds ``log.subscriptions_lock``."""
+    async def _load_durable(cls, log: PartitionView, name: str, initial: int) -> Subscription:
+        """Load (or create at ``initial``) a durable subscription and its pending acks;
+        only ``durable`` calls it, under the registry's lock."""
         row = await log.store.open_subscription(log.topic_id, log.epoch, name, initial)
         log.check_open()
         if row is None:
             log.lose("fenced while opening a subscription")
             log.check_open()
-        cursor = Cursor.decode(*row)
+        assert row is not None  # check_open raised otherwise
+        cursor = Cursor.decode(row.mark_delete, row.acked_state)
         if cursor.mark_delete < log.first_entry_id - 1:
             # Entries below the first stored one are gone (trimmed); an acknowledgement
             # never fills that hole, so the cursor starts past it.
             cursor.ack_cumulative(log.first_entry_id - 1, WHOLE)
         sub = cls(log, name, cursor, durable=True)
         sub.txn.pending.load(await log.store.load_pending_acks(log.topic_id, name))
-        log.subscriptions[name] = sub
         return sub
 
     # ---------------------------------------------------------------- consumers
@@ -177,16 +181,13 @@ class Subscription:
             self.msg_out += delivered
             self.bytes_out += nbytes
             # The topic's counters outlive the subscription (a reader's goes with it).
-            self.log.msg_out += delivered
-            self.log.bytes_out += nbytes
+            self.log.delivered(delivered, nbytes)
             if delivered:
-                now = time.monotonic()
-                self.rate_out.add(now, delivered, nbytes)
-                self.log.rate_out.add(now, delivered, nbytes)
+                self.rate_out.add(time.monotonic(), delivered, nbytes)
             metrics.MESSAGES_OUT.inc(delivered)
             return out
 
-    async def _take_redeliveries(self, consumer: Consumer, budget: int, out: list) -> int:
+    async def _take_redeliveries(self, consumer: Consumer, budget: int, out: list[Any]) -> int:
         for entry_id in self.deliveries.redelivery_entries():
             if budget <= 0:
                 break
@@ -205,7 +206,7 @@ class Subscription:
                 self.deliveries.acked(entry_id, WHOLE)
         return budget
 
-    async def _take_new(self, consumer: Consumer, budget: int, out: list) -> None:
+    async def _take_new(self, consumer: Consumer, budget: int, out: list[Any]) -> None:
         while budget > 0:
             entries = await self.log.read(self.read_position, min(READ_AHEAD_ENTRIES, budget))
             if not entries:
@@ -240,7 +241,7 @@ class Subscription:
         hashes = self._keys.get(entry.entry_id)
         if hashes is None:
             try:
-                batch = pb.MessageBatch.FromString(entry.payload)
+                batch = pb.MessageBatch.FromString(entry.payload or b"")
                 hashes = [key_hash(dispatch_key(m.ordering_key if m.HasField("ordering_key") else None,
                                                 m.partition_key if m.HasField("partition_key") else None))
                           for m in batch.messages]
@@ -258,7 +259,7 @@ class Subscription:
                 mask |= 1 << i
         return mask
 
-    def _deliver(self, consumer: Consumer, entry: Entry, mask: int, out: list, redelivered: bool) -> int:
+    def _deliver(self, consumer: Consumer, entry: Entry, mask: int, out: list[Any], redelivered: bool) -> int:
         whole = mask == full_mask(entry.num_messages)
         indices = [] if whole and not redelivered else mask_indices(mask)
         counts = self.deliveries.counts_for(entry.entry_id, indices) if indices else []
@@ -274,11 +275,11 @@ class Subscription:
 
     # ---------------------------------------------------------------- acks
 
-    async def check_positions(self, what: str, positions) -> None:
+    async def check_positions(self, what: str, positions: Sequence[PositionLike]) -> None:
         """Refuse (400) a batch index that names no message of its entry."""
         await self.log.check_batch_indexes(what, positions, self.cursor.size_of)
 
-    async def ack(self, consumer: Consumer, positions, cumulative: bool) -> None:
+    async def ack(self, consumer: Consumer, positions: Sequence[PositionLike], cumulative: bool) -> None:
         if cumulative and self.sub_type in (pb.SUB_SHARED, pb.SUB_KEY_SHARED):
             raise NotAllowedError(
                 f"cumulative ack is not allowed on {SUB_NAMES[self.sub_type]} subscription {self.name!r}"
@@ -307,7 +308,7 @@ class Subscription:
             await self._saver.submit(None)
             self.log.quota_acked()  # once the cursor is stored: the check reads it
 
-    def redeliver(self, consumer: Consumer, positions) -> int:
+    def redeliver(self, consumer: Consumer, positions: Sequence[PositionLike]) -> int:
         chosen = None if not positions else [(p.entry_id, p.batch_index) for p in positions]
         moved = self.deliveries.release(consumer.consumer_id, chosen, count=True)
         self.redelivered(moved)
@@ -375,14 +376,12 @@ class Subscription:
     def at_end_of_topic(self) -> bool:
         """The topic is terminated and every message up to its last entry was read and
         none waits for redelivery (Pulsar's ReachedEndOfTopic)."""
-        last = self.log.terminated_entry
-        return (last is not None and last != TERMINATING and self.read_position > last
-                and not self.deliveries.redeliver)
+        return self.log.at_end(self.read_position) and not self.deliveries.redeliver
 
     def backlog(self) -> int:
         return max(self.log.next_entry_id - 1 - self.cursor.mark_delete, 0)
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[Any, Any]:
         now = time.monotonic()
         rate, throughput = self.rate_out.rates(now)
         return {
@@ -408,3 +407,37 @@ class Subscription:
                 for c in self.consumers.values()
             ],
         }
+
+
+FROM_LATEST = "latest"      # a new subscription starts after the last entry
+FROM_EARLIEST = "earliest"  # ... at the first entry still stored
+
+
+async def durable(log: PartitionView, name: str, start: int | str = FROM_LATEST,
+                  existing: bool | None = None) -> Subscription:
+    """The durable subscription ``name`` of ``log``, loaded and served here if it was not:
+    the one get-or-open (under the partition's registry lock, so a name is opened once).
+    A new one starts at ``start`` (FROM_LATEST, FROM_EARLIEST, or the entry id its mark-delete
+    position is, taken under that lock).  ``existing``: True, only one that exists
+    (SubscriptionNotFound otherwise); False, only a new one (Conflict otherwise)."""
+    created = False
+
+    async def open_() -> Subscription:
+        nonlocal created
+        if existing is not None:
+            stored = await log.store.subscription_state(log.topic_id, name) is not None
+            if existing and not stored:
+                raise SubscriptionNotFound(f"subscription {name!r} does not exist on {log.name.full}")
+            if not existing and stored:
+                raise Conflict(f"subscription {name!r} already exists on {log.name.full}")
+        created = True
+        initial = (log.next_entry_id - 1 if start == FROM_LATEST else log.first_entry_id - 1 if start == FROM_EARLIEST
+                   else int(start))
+        return await Subscription._load_durable(log, name, initial)
+
+    sub: Subscription = await log.subscriptions.get_or_open(name, open_)
+    if existing and not sub.durable:
+        raise SubscriptionNotFound(f"subscription {name!r} does not exist on {log.name.full}")
+    if existing is False and not created:
+        raise Conflict(f"subscription {name!r} already exists on {log.name.full}")
+    return sub

@@ -5,9 +5,13 @@ subscription share one database transaction (group commit)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from magnetar_broker import metrics
+from magnetar_broker.partition.batchcheck import PositionLike
 from magnetar_broker.partition.txnbuffer import ended_txn_error, txn_actor
 from magnetar_broker.partition.txnrules import (
     ended_error,
@@ -15,13 +19,31 @@ from magnetar_broker.partition.txnrules import (
     not_owner_error,
     registration_refused,
 )
-from magnetar_broker.subscription.cursor import WHOLE, full_mask
-from magnetar_broker.subscription.dispatch import SUB_NAMES
+from magnetar_broker.store import AckRegistration
+from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
+from magnetar_broker.subscription.dispatch import SUB_NAMES, Deliveries
 from magnetar_broker.subscription.pendingack import PendingAcks
+from magnetar_broker.subscription.view import PartitionView
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import BadRequest, MagnetarError, NotAllowedError, TransactionConflict
 from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.groupcommit import GroupCommit
+
+
+class Holder(Protocol):
+    """What TxnAcks reads and updates of the subscription holding it."""
+
+    log: PartitionView
+    name: str
+    durable: bool
+    sub_type: int | None
+    cursor: Cursor
+    deliveries: Deliveries
+    lock: asyncio.Lock
+    persist_lock: asyncio.Lock
+
+    async def check_positions(self, what: str, positions: Sequence[PositionLike]) -> None: ...
+    def redelivered(self, messages: int) -> None: ...
 
 
 class TxnAcks:
@@ -29,15 +51,15 @@ class TxnAcks:
     subscription (``Subscription.txn``), which it reads and updates (cursor, deliveries,
     locks) as the subscription's own code does."""
 
-    def __init__(self, sub) -> None:
-        self.sub = sub  # the subscription.Subscription holding this
+    def __init__(self, sub: Holder) -> None:
+        self.sub = sub  # the subscription holding this
         self.pending = PendingAcks()
         self.outcomes: dict[TxnID, bool] = {}
         # Transactions this subscription is registered with -> their owner's role, so every
         # later transactional ack checks the owner with a dict lookup.
         self._registered: dict[TxnID, str | None] = {}
-        self._acker: GroupCommit = GroupCommit(self._ack_txns, 256)
-        self._ender: GroupCommit = GroupCommit(self._end_txns, 256)
+        self._acker: GroupCommit[tuple[Any, ...], MagnetarError | None] = GroupCommit(self._ack_txns, 256)
+        self._ender: GroupCommit[tuple[TxnID, bool], MagnetarError | None] = GroupCommit(self._end_txns, 256)
 
     async def _check_txn(self, txn: TxnID) -> tuple[str, bool]:
         """Refuse an ack for a transaction ended here; answer the sender (role, may act
@@ -46,13 +68,13 @@ class TxnAcks:
         outcome = self.outcomes.get(txn)
         if outcome is not None:
             raise await ended_txn_error(self.sub.log.store, txn, outcome)
-        return txn_actor(self.sub.log.txnbuf.roles)  # checked against the owner in _ack_round
+        return txn_actor(self.sub.log.roles)  # checked against the owner in _ack_round
 
     def _ack_what(self) -> str:
         return f"acknowledging on {self.sub.log.name.full} subscription {self.sub.name!r}"
 
     def _ack_not_owner(self, txn: TxnID, actor: tuple[str, bool],
-                       first_acks: dict) -> MagnetarError | None:
+                       first_acks: dict[Any, Any]) -> MagnetarError | None:
         """Every transactional ack is checked against the owner (see TxnBuffer._not_owner)."""
         if actor[1]:
             return None
@@ -62,7 +84,7 @@ class TxnAcks:
             ok = txn not in first_acks or first_acks[txn][0] == actor[0]
         return None if ok else not_owner_error(txn, self._ack_what(), actor)
 
-    async def ack(self, positions, cumulative: bool, txn: TxnID) -> None:
+    async def ack(self, positions: Sequence[PositionLike], cumulative: bool, txn: TxnID) -> None:
         """Acknowledge in a transaction: pending until it ends; durable before the reply.
         Concurrent transactional acks on a subscription share one database write."""
         if not self.sub.durable:
@@ -78,21 +100,21 @@ class TxnAcks:
         actor = await self._check_txn(txn)
         await self._acker.submit((wanted, cumulative, txn, actor))
 
-    async def _ack_txns(self, items: list) -> list:
-        results: list = [None] * len(items)
+    async def _ack_txns(self, items: list[Any]) -> list[Any]:
+        results: list[Any] = [None] * len(items)
         async with self.sub.lock:
             round_ = list(range(len(items)))
             while round_:
                 round_ = await self._ack_round(items, round_, results)
         return results
 
-    async def _ack_round(self, items: list, places: list[int], results: list) -> list[int]:
+    async def _ack_round(self, items: list[Any], places: list[int], results: list[Any]) -> list[int]:
         """Check, hold and write the acks of ``items[places]``; answer into ``results``.
         Returns the places to check again: items that clashed with a transaction's first
         ack in this round, when some first ack was refused (its positions are free again,
         so the clash may have been with nothing)."""
-        rows: list[tuple] = []
-        accepted: list = []
+        rows: list[tuple[Any, ...]] = []
+        accepted: list[Any] = []
         first_acks: dict[TxnID, tuple[str, bool]] = {}  # register in this write
         clashed: list[int] = []
         for place in places:
@@ -103,7 +125,7 @@ class TxnAcks:
             try:
                 if cumulative:
                     wanted = [max(wanted)]
-                    self.pending.check_cumulative(txn, *wanted[0], self.sub.cursor)
+                    self.pending.check_cumulative(txn, wanted[0][0], wanted[0][1], self.sub.cursor)
                 else:
                     wanted = self.pending.check_individual(txn, wanted, self.sub.cursor)
             except MagnetarError as exc:
@@ -121,17 +143,17 @@ class TxnAcks:
             accepted.append((place, wanted, cumulative, txn))
         refused: dict[TxnID, MagnetarError] = {}
         if rows:
-            _, registered = await self.sub.log.lease_checked(
+            written = await self.sub.log.lease_checked(
                 "recording transactional acks", self.sub.log.store.record_pending_acks(
                     self.sub.log.topic_id, self.sub.log.epoch, self.sub.name, rows,
                     [(*txn, *actor) for txn, actor in first_acks.items()], self.sub.log.name.full),
-                owned=lambda result: result[0])
-            for (txn, actor), answer in zip(first_acks.items(), registered):
-                if answer[0]:
-                    self._registered[txn] = answer[-1]  # its owner
+                owned=lambda result: result.owned)
+            for (txn, actor), answer in zip(first_acks.items(), written.registered):
+                if answer.ok:
+                    self._registered[txn] = answer.owner
                 else:
                     self.pending.take(txn)  # its first acks here: nothing else is held
-                    refused[txn] = await self._refusal(txn, actor, *answer[1:])
+                    refused[txn] = await self._refusal(txn, actor, answer)
         for place, wanted, cumulative, txn in accepted:
             if txn in refused:
                 results[place] = refused[txn]
@@ -144,72 +166,63 @@ class TxnAcks:
                     self.sub.deliveries.acked(entry_id, index)
         return clashed if refused else []
 
-    async def _refusal(self, txn: TxnID, actor: tuple[str, bool], outcome: bool | None,
-                       status: int | None, expired: bool, owner: str | None) -> MagnetarError:
+    async def _refusal(self, txn: TxnID, actor: tuple[str, bool], answer: AckRegistration) -> MagnetarError:
         """Why a first ack here could not register the subscription with ``txn``."""
-        if outcome is not None:  # it ended here already (before a restart of this broker)
-            self.outcomes[txn] = outcome
-            return await ended_txn_error(self.sub.log.store, txn, outcome)
+        if answer.outcome is not None:  # it ended here already (before a restart of this broker)
+            self.outcomes[txn] = answer.outcome
+            return await ended_txn_error(self.sub.log.store, txn, answer.outcome)
         return registration_refused(
             txn, f"acknowledging on subscription {self.sub.name!r} of {self.sub.log.name.full}",
-            status, expired, owner, actor)
+            answer.status, answer.expired, answer.owner, actor)
 
     async def end(self, txn: TxnID, commit: bool) -> None:
-        """EndTxnOnSubscription: commit makes the acks final, abort redelivers.  Ends
-        arriving together share one database transaction."""
+        """EndTxnOnSubscription (the two-phase path): commit makes the acks final, abort
+        redelivers.  Ends arriving together share one database transaction."""
         await self._ender.submit((txn, commit))
         self.sub.log.wake()
 
-    async def _end_txns(self, items: list) -> list:
+    async def _end_txns(self, items: list[Any]) -> list[Any]:
         started = time.perf_counter()
-        store = self.sub.log.store
-        results: list = []
-        decided: list[tuple] = []
         async with self.sub.lock, self.sub.persist_lock:
-            for txn, commit in items:
-                outcome = self.outcomes.get(txn)
-                if outcome is None and not self.pending.holds(txn):
-                    # Acks pending here mean it has not ended here; otherwise ask the
-                    # database (a repeat after a restart must get the same answer).
-                    outcome = await store.outcome(self.sub.log.topic_id, self.sub.name, txn)
-                if outcome is not None:
-                    self.outcomes[txn] = outcome
-                    results.append(None if outcome == commit else ended_error(txn, outcome))
-                    continue
-                individual, cumulative = self.pending.take(txn)
-                if commit:
-                    self._settle_live(individual, cumulative)
-                self.outcomes[txn] = commit  # a duplicate later in this group sees it
-                decided.append((txn, commit, individual, cumulative))
-                results.append(None)
-            if decided:
-                any_commit = any(d[1] for d in decided)
-                cursor = (self.sub.cursor.mark_delete, self.sub.cursor.encode()) if any_commit else None
-                await self.sub.log.lease_checked("ending transactions", store.end_subscription_txns(
-                    self.sub.log.topic_id, self.sub.log.epoch, self.sub.name, cursor,
-                    [(*d[0], d[1]) for d in decided]))
-                for txn, commit, individual, cumulative in decided:
-                    (metrics.TP_COMMITTED if commit else metrics.TP_ABORTED).inc()
-                    if not commit:
-                        await self._requeue(individual, cumulative)
+            results, ends = await self._decide(items)
+            if ends:
+                decided = await self.sub.log.lease_checked(
+                    "ending transactions", self._write_ends(None, ends), owned=lambda d: d is not None)
+                assert decided is not None  # lease_checked raised otherwise
+                await self.ended(decided)
                 metrics.TP_COMMIT_LATENCY.observe(time.perf_counter() - started)
         return results
 
-    # ------------------------------------------------ a one-phase commit's part (onephase.py)
+    async def _decide(self, items: list[tuple[TxnID, bool]]) -> tuple[list[Any], list[tuple[TxnID, bool]]]:
+        """The answer to each (transaction, commit?) whose outcome here is known already
+        (the same end again: None; the opposite: the error), and the ends left to write
+        (each transaction once: a duplicate later in the group is answered from it)."""
+        results: list[Any] = []
+        ends: dict[TxnID, bool] = {}
+        for txn, commit in items:
+            outcome = self.outcomes.get(txn, ends.get(txn))
+            if outcome is None and not self.pending.holds(txn):
+                # Acks pending here mean it has not ended here; otherwise ask the
+                # database (a repeat after a restart must get the same answer).
+                outcome = await self.sub.log.store.outcome(self.sub.log.topic_id, self.sub.name, txn)
+                if outcome is not None:
+                    self.outcomes[txn] = outcome
+            if outcome is not None:
+                results.append(None if outcome == commit else ended_error(txn, outcome))
+                continue
+            ends[txn] = commit
+            results.append(None)
+        return results, list(ends.items())
 
-    def _settle_live(self, individual, cumulative) -> None:
-        """A committed transaction's acks on the live cursor and the deliveries."""
-        apply_acks(self.sub.cursor, individual, cumulative)
-        if cumulative:
-            self.sub.deliveries.acked_cumulative(*cumulative)
+    # ------------------------------------------------ both paths' write (txnend.py)
 
-    async def end_in(self, conn, ends: list[tuple[TxnID, bool]]) -> list[tuple] | None:
-        """Write this subscription's end of every (transaction, commit?) of ``ends`` in
-        ``conn``'s SQL transaction (a one-phase commit's), in one statement, changing
-        nothing in memory; the caller holds ``sub.lock`` and ``sub.persist_lock`` until
-        ``ended`` ran (or the SQL transaction rolled back).  Returns what ``ended``
-        applies, or None when one end is not this path's to write (an outcome recorded
-        already, or the lease moved: nothing written)."""
+    async def end_in(self, conn: Any, ends: list[tuple[TxnID, bool]]) -> list[tuple[Any, ...]] | None:
+        """A one-phase end: write this subscription's end of every (transaction, commit?)
+        of ``ends`` in ``conn``'s SQL transaction, changing nothing in memory; the caller
+        holds ``sub.lock`` and ``sub.persist_lock`` until ``ended`` ran (or the SQL
+        transaction rolled back).  Returns what ``ended`` applies, or None when one end
+        is not this path's to write (an outcome recorded already, or the lease moved:
+        nothing written)."""
         store = self.sub.log.store
         for txn, _ in ends:
             if self.outcomes.get(txn) is not None:
@@ -217,34 +230,42 @@ class TxnAcks:
             if not self.pending.holds(txn) and await store.outcome(
                     self.sub.log.topic_id, self.sub.name, txn, conn=conn) is not None:
                 return None
+        return await self._write_ends(conn, ends)
+
+    async def _write_ends(self, conn: Any, ends: list[tuple[TxnID, bool]]) -> list[tuple[Any, ...]] | None:
+        """Write the ends (in ``conn``'s SQL transaction, or one of its own): the cursor
+        the commits' acks make (on a copy: the live one moves in ``ended``) and the
+        outcomes, in one statement.  None, nothing written, when the lease moved."""
         cursor = None
         decided = []
         for txn, commit in ends:
             individual, cumulative = self.pending.peek(txn)
             if commit:
-                cursor = cursor or self.sub.cursor.copy()  # the live one moves after the commit
+                cursor = cursor or self.sub.cursor.copy()
                 apply_acks(cursor, individual, cumulative)
             decided.append((txn, commit, individual, cumulative))
         state = (cursor.mark_delete, cursor.encode()) if cursor is not None else None
-        if not await store.end_subscription_txns(
+        if not await self.sub.log.store.end_subscription_txns(
                 self.sub.log.topic_id, self.sub.log.epoch, self.sub.name, state,
                 [(*txn, commit) for txn, commit in ends], conn=conn):
             return None
         return decided
 
-    async def ended(self, decided: list[tuple]) -> None:
-        """The in-memory effects of ``end_in`` once its SQL transaction committed: the
-        same cursor moves it persisted (or the redelivery of an abort's messages)."""
+    async def ended(self, decided: list[tuple[Any, ...]]) -> None:
+        """The in-memory effects of written ends (either path's): the same cursor moves
+        they persisted, or the redelivery of an abort's messages."""
         for txn, commit, _, _ in decided:
             individual, cumulative = self.pending.take(txn)
             if commit:
-                self._settle_live(individual, cumulative)
+                apply_acks(self.sub.cursor, individual, cumulative)
+                if cumulative:
+                    self.sub.deliveries.acked_cumulative(*cumulative)
             self.outcomes[txn] = commit
             (metrics.TP_COMMITTED if commit else metrics.TP_ABORTED).inc()
             if not commit:
                 await self._requeue(individual, cumulative)
 
-    async def _requeue(self, individual, cumulative) -> None:
+    async def _requeue(self, individual: list[tuple[int, int]], cumulative: tuple[int, int] | None) -> None:
         """An aborted transaction's acknowledged messages go back out, count + 1."""
         masks: dict[int, int] = {}
         for entry_id, index in individual:
@@ -270,7 +291,7 @@ class TxnAcks:
         self.sub.redelivered(sum(m.bit_count() for m in masks.values()))
 
 
-def apply_acks(cursor, individual, cumulative) -> None:
+def apply_acks(cursor: Cursor, individual: list[tuple[int, int]], cumulative: tuple[int, int] | None) -> None:
     """Apply a transaction's individual acks and its cumulative one (if any) to ``cursor``."""
     for entry_id, index in individual:
         cursor.ack(entry_id, index)

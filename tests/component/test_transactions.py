@@ -1,0 +1,104 @@
+"""A transaction's end on this broker's participants, in process against real
+PostgreSQL: the two-phase path (txnend.end_on_participant: the partition's writer, the
+subscription's TxnAcks) and the one-phase path of a coordinator hosted by the broker
+(CoordinatorService with the broker's LocalEnds behind its LocalParticipants protocol),
+which write and apply through the same parts."""
+
+from __future__ import annotations
+
+import pytest
+
+from magnetar_broker.txnend import LocalEnds, end_on_participant
+from magnetar_coordinator import metrics as coordinator_metrics
+from magnetar_coordinator.service import CoordinatorService
+from magnetar_coordinator.settings import CoordinatorSettings
+from magnetar_coordinator.store import CoordinatorStore
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.errors import InvalidTxnStatusError, TransactionConflict
+from magnetar_protocol.txnid import TxnID
+
+TOPIC = "persistent://public/default/component-txn"
+
+
+@pytest.fixture
+async def coordinator(broker, pool, database_url):
+    settings = CoordinatorSettings(database_url=database_url, coordinator_id=0)
+    store = CoordinatorStore(pool, 0, "component")
+    service = CoordinatorService(store, settings, local=LocalEnds(broker.service.ownership))
+    await service.claim_or_heartbeat()
+    assert service.ready
+    yield service
+    await service.stop()
+
+
+async def _new_txn(coordinator) -> pb.TxnId:
+    return (await coordinator.new_txn(pb.NewTxnRequest(timeout_ms=60000))).txn
+
+
+async def test_two_phase_end_commits_the_partition_and_the_subscription_through_their_parts(
+        broker, coordinator, pool):
+    consumer = await broker.subscribe(TOPIC, "s")
+    producer = await broker.producer(TOPIC, "p")
+    await broker.send(producer, b"before", first_seq=0)
+    txn = await _new_txn(coordinator)
+    await broker.send(producer, b"in txn", first_seq=1, txn=txn)
+    [entry] = await broker.fetch(consumer)
+    await broker.ack(consumer, entry.entry_id, txn=txn)
+    assert await broker.fetch(consumer) == []  # the transaction's message is not visible yet
+
+    # The coordinator's status first, then each participant (what its fan-out would call).
+    await coordinator.store.transition(txn.least_bits, pb.TXN_OPEN, pb.TXN_COMMITTING)
+    txn_id = TxnID.from_wire(txn)
+    await end_on_participant(broker.service.ownership, TOPIC, "", txn_id, True)
+    await end_on_participant(broker.service.ownership, TOPIC, "s", txn_id, True)
+    await end_on_participant(broker.service.ownership, TOPIC, "s", txn_id, True)  # a retry: no-op
+    with pytest.raises(InvalidTxnStatusError):
+        await end_on_participant(broker.service.ownership, TOPIC, "", txn_id, False)  # the opposite
+
+    [marker] = await broker.fetch(consumer)
+    assert pb.MessageBatch.FromString(marker.batch).messages[0].payload == b"in txn"
+    assert await pool.fetchval("SELECT mark_delete_entry FROM subscriptions WHERE subscription = 's'") == entry.entry_id
+    outcomes = await pool.fetch("SELECT subscription, committed FROM txn_outcomes ORDER BY subscription")
+    assert [tuple(r) for r in outcomes] == [("", True), ("s", True)]
+
+
+async def test_a_hosted_coordinator_ends_a_local_transaction_in_one_phase(broker, coordinator, pool):
+    consumer = await broker.subscribe(TOPIC, "s")
+    producer = await broker.producer(TOPIC, "p")
+    await broker.send(producer, b"first", first_seq=0)
+    [first] = await broker.fetch(consumer)
+    txn = await _new_txn(coordinator)
+    await broker.send(producer, b"second", first_seq=1, txn=txn)
+    await broker.ack(consumer, first.entry_id, txn=txn)
+    one_phase = coordinator_metrics.ONE_PHASE._value.get()
+
+    reply = await coordinator.end(pb.EndTxnRequest(txn=txn, action=pb.TXN_COMMIT))
+
+    assert reply.status == pb.TXN_COMMITTED
+    assert coordinator_metrics.ONE_PHASE._value.get() == one_phase + 1  # no fan-out
+    assert await pool.fetchval("SELECT status FROM transactions") == pb.TXN_COMMITTED
+    [marker] = await broker.fetch(consumer)
+    assert pb.MessageBatch.FromString(marker.batch).messages[0].payload == b"second"
+    # The writer applied it: the log head, and the subscription's cursor in memory and stored.
+    plog = await broker.partition(TOPIC)
+    assert plog.next_entry_id == marker.entry_id + 1
+    assert plog.subscriptions.get("s").cursor.mark_delete == first.entry_id
+    assert await pool.fetchval("SELECT mark_delete_entry FROM subscriptions WHERE subscription = 's'") == first.entry_id
+
+
+async def test_an_aborted_transactions_acks_are_redelivered_and_a_conflicting_ack_refused(
+        broker, coordinator):
+    consumer = await broker.subscribe(TOPIC, "s", sub_type=pb.SUB_SHARED)
+    producer = await broker.producer(TOPIC, "p")
+    await broker.send(producer, b"m", first_seq=0)
+    [entry] = await broker.fetch(consumer)
+    txn, other = await _new_txn(coordinator), await _new_txn(coordinator)
+    await broker.ack(consumer, entry.entry_id, txn=txn)
+    with pytest.raises(TransactionConflict):
+        await broker.ack(consumer, entry.entry_id, txn=other)
+
+    await coordinator.end(pb.EndTxnRequest(txn=txn, action=pb.TXN_ABORT))
+
+    [again] = await broker.fetch(consumer)
+    assert again.entry_id == entry.entry_id
+    assert list(again.redelivery_counts) == [1]
