@@ -8,6 +8,8 @@ ones fail their epoch check), then the rows go.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import asyncpg
 
 from magnetar_protocol.errors import (
@@ -28,6 +30,16 @@ Q = load_queries("magnetar_admin")
 _TOPIC_ROWS = ("delete_entries", "delete_txn_entries", "delete_txn_outcomes", "delete_pending_acks",
                "delete_producer_sequences", "delete_subscriptions", "delete_topic_owners",
                "delete_topics")
+
+
+class DeletedSubscription(NamedTuple):
+    deleted_from: list[int]  # the topic ids the subscription was deleted from
+    fenced: list[int]        # the topic ids whose lease moved on (a broker held them)
+
+
+class TxnSubscription(NamedTuple):
+    topic: str
+    subscription: str
 
 
 class AdminStore:
@@ -275,18 +287,17 @@ class AdminStore:
         rows = await self.pool.fetch(Q["entry_sizes"], topic_id, entry_ids)
         return {r["entry_id"]: r["num_messages"] for r in rows}
 
-    async def delete_subscription(self, topic_ids: list[int], subscription: str) -> tuple[list[int], list[int]]:
+    async def delete_subscription(self, topic_ids: list[int], subscription: str) -> DeletedSubscription:
         """Delete the subscription from every topic of ``topic_ids`` that has it, in one
         transaction.  Those topics' leases move on in it when a broker holds them (the
-        broker keeps the cursor in memory and must reload).  Returns the topic ids the
-        subscription was deleted from, and the ids of the topics fenced."""
+        broker keeps the cursor in memory and must reload)."""
         async with self.pool.acquire() as conn, conn.transaction():
             having = [r["topic_id"] for r in await conn.fetch(Q["subscription_topics"], topic_ids, subscription)]
             if not having:
-                return [], []
+                return DeletedSubscription([], [])
             fenced = [r["topic_id"] for r in await conn.fetch(Q["fence_owned_topics"], having)]
             deleted = [r["topic_id"] for r in await conn.fetch(Q["delete_subscription"], having, subscription)]
-            return deleted, fenced
+            return DeletedSubscription(deleted, fenced)
 
     # ---------------------------------------------------------------- brokers
 
@@ -312,8 +323,8 @@ class AdminStore:
     async def transaction_partitions(self, txn: TxnID) -> list[str]:
         return [r["topic"] for r in await self.pool.fetch(Q["transaction_partitions"], *txn)]
 
-    async def transaction_subscriptions(self, txn: TxnID) -> list[tuple[str, str]]:
-        return [(r["topic"], r["subscription"])
+    async def transaction_subscriptions(self, txn: TxnID) -> list[TxnSubscription]:
+        return [TxnSubscription(r["topic"], r["subscription"])
                 for r in await self.pool.fetch(Q["transaction_subscriptions"], *txn)]
 
     async def slow_transactions(self, open_for_s: float, coordinator_id: int | None) -> list[TxnID]:

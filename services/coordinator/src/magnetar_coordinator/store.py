@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 
@@ -37,6 +37,48 @@ class TxnRecord:
     transaction_key: str | None
 
 
+class TxnParticipants(NamedTuple):
+    partitions: list[str]
+    subscriptions: list[tuple[str, str]]  # (topic, subscription)
+
+
+class GoneCoordinator(NamedTuple):
+    tcid: int
+    stale_s: float  # seconds since its last heartbeat
+
+
+class Orphans(NamedTuple):
+    gone: list[GoneCoordinator]  # TCIDs nobody heartbeats
+    live_owners: list[int]       # live TCIDs served by their own process
+
+
+class LiveCoordinator(NamedTuple):
+    tcid: int
+    url: str
+
+
+class EndingTxn(NamedTuple):
+    txn_id: int
+    status: int  # COMMITTING or ABORTING
+
+
+class EndingStarted(NamedTuple):
+    moved: bool   # the compare-and-set took: this call moved it out of OPEN
+    key_ok: bool  # its transaction key's epoch was still current
+
+
+def _by_txn(txn_ids: list[int], rows: list[Any]) -> dict[int, TxnParticipants]:
+    """``txns_participants`` rows (txn id, topic, subscription or NULL for a partition),
+    grouped by transaction; every id of ``txn_ids`` present."""
+    found = {txn_id: TxnParticipants([], []) for txn_id in txn_ids}
+    for txn_id, topic, sub in rows:
+        if sub:
+            found[txn_id].subscriptions.append((topic, sub))
+        else:
+            found[txn_id].partitions.append(topic)
+    return found
+
+
 class CoordinatorStore:
     def __init__(self, pool: asyncpg.Pool, coordinator_id: int, instance: str):
         self.pool = pool
@@ -50,7 +92,7 @@ class CoordinatorStore:
         self._new_txns = GroupCommit(self._insert_new_txns, max_in_flight=2)
         self._transitions: GroupCommit[tuple[int, int, int], bool] = GroupCommit(
             self._apply_transitions, max_in_flight=2)
-        self._participants: GroupCommit[int, tuple[list[str], list[tuple[str, str]]]] = GroupCommit(
+        self._participants: GroupCommit[int, TxnParticipants] = GroupCommit(
             self._read_participants, max_in_flight=2)
         self._registrations: GroupCommit[tuple[int, list[str], list[str], list[str]], int | None] = GroupCommit(
             self._register, max_in_flight=2)
@@ -73,12 +115,10 @@ class CoordinatorStore:
         self.fence_epoch = epoch
         return True
 
-    async def orphans(self, ttl_s: float) -> tuple[list[tuple[int, float]], list[int]]:
-        """([(TCID nobody heartbeats, seconds since its last heartbeat)], [live TCIDs
-        served by their own process])."""
+    async def orphans(self, ttl_s: float) -> Orphans:
         rows = await self.pool.fetch(Q["orphans"], ttl_s)
-        gone = [(r["coordinator_id"], r["stale_s"]) for r in rows if r["stale_s"] > ttl_s]
-        return gone, [r["coordinator_id"] for r in rows if r["owner_live"]]
+        return Orphans([GoneCoordinator(r["coordinator_id"], r["stale_s"]) for r in rows if r["stale_s"] > ttl_s],
+                       [r["coordinator_id"] for r in rows if r["owner_live"]])
 
     async def heartbeat(self) -> bool:
         return await self.pool.fetchval(Q["heartbeat"], self.tcid, self.fence_epoch) is not None
@@ -86,8 +126,8 @@ class CoordinatorStore:
     async def release(self) -> None:
         await self.pool.execute(Q["release"], self.tcid, self.fence_epoch)
 
-    async def live_coordinators(self, ttl_s: float) -> list[tuple[int, str]]:
-        return [(r[0], r[1]) for r in await self.pool.fetch(Q["live_coordinators"], ttl_s)]
+    async def live_coordinators(self, ttl_s: float) -> list[LiveCoordinator]:
+        return [LiveCoordinator(r[0], r[1]) for r in await self.pool.fetch(Q["live_coordinators"], ttl_s)]
 
     async def live_brokers(self, ttl_s: float) -> list[str]:
         return [r[0] for r in await self.pool.fetch(Q["live_brokers"], ttl_s)]
@@ -136,17 +176,17 @@ class CoordinatorStore:
             f"{TxnID(row['active_txn_most'], row['active_txn_least'])}: commit or abort it first")
 
     async def start_ending(self, txn_id: int, target: int, timed_out: bool,
-                           expired: bool) -> tuple[bool, bool]:
-        """OPEN -> COMMITTING/ABORTING by compare-and-set: (moved, the key epoch was ok).
+                           expired: bool) -> EndingStarted:
+        """OPEN -> COMMITTING/ABORTING by compare-and-set.
         Transactions without a key that arrive together share one statement; the rest
         (keyed, or not OPEN) take the one-at-a-time statement that checks the key."""
         if await self._endings.submit((txn_id, target, timed_out, expired)):
-            return True, True
+            return EndingStarted(True, True)
         row = await self.pool.fetchrow(Q["start_ending"], self.tcid, self.fence_epoch, txn_id,
                                        target, timed_out, expired)
         if not row["fenced_ok"]:
             raise self.fenced()
-        return bool(row["moved"]), bool(row["key_ok"])
+        return EndingStarted(bool(row["moved"]), bool(row["key_ok"]))
 
     async def _start_endings(self, items: list[tuple[int, int, bool, bool]]) -> list[bool]:
         # One move per transaction: of a commit and an abort of one id queued together,
@@ -228,18 +268,10 @@ class CoordinatorStore:
                 return False
         return True
 
-    async def participants_in(self, conn: Any,
-                              txn_ids: list[int]) -> dict[int, tuple[list[str], list[tuple[str, str]]]]:
-        """txn -> (partitions, [(topic, subscription)]) as ``conn``'s transaction sees them
-        (after its row locks)."""
-        found: dict[int, tuple[list[str], list[tuple[str, str]]]] = {txn_id: ([], []) for txn_id in txn_ids}
-        for txn_id, topic, sub in await conn.fetch(Q["txns_participants"], self.tcid, txn_ids):
-            partitions, subscriptions = found[txn_id]
-            if sub:
-                subscriptions.append((topic, sub))
-            else:
-                partitions.append(topic)
-        return found
+    async def participants_in(self, conn: Any, txn_ids: list[int]) -> dict[int, TxnParticipants]:
+        """Each transaction's participants as ``conn``'s transaction sees them (after its
+        row locks)."""
+        return _by_txn(txn_ids, await conn.fetch(Q["txns_participants"], self.tcid, txn_ids))
 
     async def transitions_in(self, conn: Any, txn_ids: list[int], current: Sequence[int],
                              target: Sequence[int]) -> None:
@@ -252,23 +284,17 @@ class CoordinatorStore:
         row = await self.pool.fetchrow(Q["get_txn"], self.tcid, txn_id)
         return TxnRecord(txn_id, *row) if row else None
 
-    async def participants(self, txn_id: int) -> tuple[list[str], list[tuple[str, str]]]:
-        """(partitions, [(topic, subscription)]) registered for the transaction."""
+    async def participants(self, txn_id: int) -> TxnParticipants:
+        """The partitions and subscriptions registered for the transaction."""
         return await self._participants.submit(txn_id)
 
-    async def _read_participants(self, txn_ids: list[int]) -> list[tuple[list[str], list[tuple[str, str]]]]:
-        found: dict[int, tuple[list[str], list[tuple[str, str]]]] = {txn_id: ([], []) for txn_id in txn_ids}
-        for txn_id, topic, sub in await self.pool.fetch(Q["txns_participants"], self.tcid,
-                                                        list(found)):
-            partitions, subscriptions = found[txn_id]
-            if sub:
-                subscriptions.append((topic, sub))
-            else:
-                partitions.append(topic)
+    async def _read_participants(self, txn_ids: list[int]) -> list[TxnParticipants]:
+        found = _by_txn(txn_ids, await self.pool.fetch(Q["txns_participants"], self.tcid, txn_ids))
         return [found[txn_id] for txn_id in txn_ids]
 
-    async def ending(self) -> list[tuple[int, int]]:
-        return [(r[0], r[1]) for r in await self.pool.fetch(Q["ending_txns"], self.tcid)]
+    async def ending(self) -> list[EndingTxn]:
+        """This TCID's COMMITTING/ABORTING transactions (to drive on after a restart)."""
+        return [EndingTxn(r[0], r[1]) for r in await self.pool.fetch(Q["ending_txns"], self.tcid)]
 
     async def expired(self) -> list[int]:
         return [r[0] for r in await self.pool.fetch(Q["expired_txns"], self.tcid)]

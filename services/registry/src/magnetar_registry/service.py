@@ -26,7 +26,7 @@ from magnetar_protocol.txnid import TxnID
 from magnetar_registry import metrics
 from magnetar_registry.binding import choose_coordinator, connect_outcome
 from magnetar_registry.settings import RegistrySettings
-from magnetar_registry.store import RegistryStore
+from magnetar_registry.store import LiveCoordinators, RegistryStore
 from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.loops import BackgroundLoop
 from magnetar_runtime.rpc import RpcClient
@@ -48,7 +48,7 @@ class RegistryService:
         self.metrics_loop = BackgroundLoop("key-metrics", settings.metrics_interval_ms / 1000,
                                            self.refresh_metrics)
         self._labelled: set[str] = set()
-        self._coordinators: tuple[dict[int, str], list[int]] = ({}, [])
+        self._coordinators = LiveCoordinators({}, [])
         self._coordinators_at = float("-inf")
 
     async def start(self) -> None:
@@ -79,15 +79,15 @@ class RegistryService:
         owner, key = current_role(), req.transaction_key
         started = time.perf_counter()
         existing = None if req.epoch == -1 else await self.store.get_key(owner, key)
-        outcome = connect_outcome(existing[0] if existing else None,
-                                  bool(existing and existing[1]), req.epoch)
+        outcome = connect_outcome(existing.epoch if existing else None,
+                                  bool(existing and existing.deleted), req.epoch)
         coordinators, bindable = await self._live_coordinators()
         # A key bound to a TCID whose process is gone moves to a live one (binding.py).
         rebind_to = choose_coordinator(identity(owner, key), bindable) if bindable else None
         if outcome == "refuse":
             metrics.CONNECTS.labels("refused").inc()
             now = "never connected" if existing is None else (
-                "deleted" if existing[1] else f"at epoch {existing[0]}")
+                "deleted" if existing.deleted else f"at epoch {existing.epoch}")
             raise NotAllowedError(
                 f"transaction key {identity(owner, key)!r} is {now}; epoch {req.epoch} is not "
                 "current: a newer connection fenced this client (connect with -1 to take over)")
@@ -114,7 +114,7 @@ class RegistryService:
         return pb.ConnectKeyResponse(epoch=binding.epoch, coordinator_id=binding.coordinator_id,
                                      coordinator_url=coordinators.get(binding.coordinator_id, ""))
 
-    async def _live_coordinators(self, fresh: bool = False) -> tuple[dict[int, str], list[int]]:
+    async def _live_coordinators(self, fresh: bool = False) -> LiveCoordinators:
         """(live TCID -> the URL answering for it, the TCIDs keys may be bound to), cached
         for a heartbeat interval (connects are frequent)."""
         now = time.monotonic()
@@ -127,7 +127,7 @@ class RegistryService:
         """Abort (as expired) every unfinished transaction of the key opened under an
         older epoch, through its coordinator's normal abort path; return them."""
         stale = await self.store.unfinished_older(owner, key, epoch)
-        txns = [TxnID(m, least).to_wire() for m, least, _ in stale]
+        txns = [TxnID(t.coordinator_id, t.txn_id).to_wire() for t in stale]
         await asyncio.gather(*(self._abort_expired(t) for t in txns))
         return txns
 
@@ -136,7 +136,7 @@ class RegistryService:
         delay = 0.02
         request = pb.EndTxnRequest(txn=txn, action=pb.TXN_ABORT, expired=True)
         while True:
-            url = (await self._live_coordinators(fresh=delay > 0.02))[0].get(txn.most_bits)
+            url = (await self._live_coordinators(fresh=delay > 0.02)).urls.get(txn.most_bits)
             try:
                 if url:
                     await self.rpc.call(url, "/v1/txn/end", request, pb.EndTxnResponse)
