@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 import socket
 
 from pydantic import Field, model_validator
 
-from magnetar_protocol.listeners import INTERNAL, PULSAR, expand_pod_index, parse_listeners, pulsar_key
+from magnetar_protocol.listeners import INTERNAL, PULSAR, parse_listeners, pulsar_key
 from magnetar_runtime.settings import ServiceSettings
 
 # The advertised listener holding a broker's pulsar:// URL.
@@ -116,11 +115,7 @@ class BrokerSettings(ServiceSettings):
         return self
 
     def _pulsar_listeners(self) -> dict[str, str]:
-        index = self.pod_index
-        if index is None and "{" in self.advertised_pulsar_listeners:
-            found = re.search(r"-(\d+)$", socket.gethostname())
-            index = int(found.group(1)) if found else None
-        named = parse_listeners(expand_pod_index(self.advertised_pulsar_listeners, index), pulsar=True)
+        named = parse_listeners(self._with_pod_index(self.advertised_pulsar_listeners), pulsar=True)
         internal = named.get(INTERNAL, "")
         if internal and self.advertised_pulsar_url and internal != self.advertised_pulsar_url.rstrip("/"):
             raise ValueError(f"MAGNETAR_ADVERTISED_PULSAR_URL is {self.advertised_pulsar_url!r} but "
