@@ -70,6 +70,12 @@ class Wire:
     def send(self, cmd, metadata=None, payload: bytes = b"") -> None:
         self.sock.sendall(frames.encode(cmd, metadata, payload))
 
+    def send_raw(self, command: pb.BaseCommand) -> None:
+        """A simple command as given, required fields missing or not (what a faulty
+        client sends)."""
+        data = command.SerializePartialToString()
+        self.sock.sendall(struct.pack(">II", len(data) + 4, len(data)) + data)
+
     def wait_for(self, match) -> frames.Frame:
         """Read until a frame ``match(frame)`` accepts; keep MESSAGEs and others."""
         while True:

@@ -7,10 +7,12 @@ import magnetar
 from magnetar._core import discovery_order
 from magnetar_protocol.errors import BadRequest
 from magnetar_protocol.listeners import (
+    choose_pulsar_url,
     choose_url,
     expand_pod_index,
     listener_name_problem,
     parse_listeners,
+    pulsar_key,
     resolve_internal,
 )
 from magnetar_runtime.settings import ServiceSettings
@@ -149,3 +151,29 @@ def test_an_empty_pod_index_falls_back_to_the_hostnames_ordinal(monkeypatch):
     monkeypatch.setattr("socket.gethostname", lambda: "laptop")
     with pytest.raises(ValueError, match="MAGNETAR_POD_INDEX"):
         ServiceSettings()
+
+
+# ---------------------------------------------------------------- Pulsar listeners (issue 29)
+
+
+def test_pulsar_listeners_parse_pulsar_urls_only():
+    assert parse_listeners("external:pulsar://1.2.3.4:30650, tls:pulsar+ssl://h:6651", pulsar=True) == {
+        "external": "pulsar://1.2.3.4:30650", "tls": "pulsar+ssl://h:6651"}
+    with pytest.raises(ValueError, match="pulsar\\(\\+ssl\\)://HOST"):
+        parse_listeners("external:http://1.2.3.4:30080", pulsar=True)
+    with pytest.raises(ValueError, match="http\\(s\\)://HOST"):
+        parse_listeners("external:pulsar://1.2.3.4:30650")
+
+
+def test_a_lookup_names_the_pulsar_listener_it_can_reach():
+    table = {"pulsar": "pulsar://broker-0:6650", "pulsar:external": "pulsar://1.2.3.4:30650",
+             "external": "http://1.2.3.4:30080"}
+    assert choose_pulsar_url(table, "", "broker b") == "pulsar://broker-0:6650"
+    assert choose_pulsar_url(table, "internal", "broker b") == "pulsar://broker-0:6650"
+    assert choose_pulsar_url(table, "external", "broker b") == "pulsar://1.2.3.4:30650"
+    # An unknown name is refused, naming what the broker has (Pulsar refuses it too).
+    with pytest.raises(BadRequest, match="'test'.*it has: external, internal"):
+        choose_pulsar_url(table, "test", "broker b")
+    with pytest.raises(BadRequest, match="no Pulsar listener"):
+        choose_pulsar_url({"external": "http://1.2.3.4:30080"}, "", "broker b")
+    assert pulsar_key("external") == "pulsar:external" and pulsar_key("") == "pulsar"

@@ -74,8 +74,23 @@ def test_create_refusals_change_nothing(admin):
     assert "nope/default" in admin.refused("PUT", f"{P}/nope/default/t/partitions", 2, status=404)
     assert "public/nope" in admin.refused("GET", f"{P}/public/nope", status=404)
     assert "public/nope" in admin.refused("GET", f"{P}/public/nope/partitioned", status=404)
-    assert "missing" in admin.refused("GET", f"{P}/public/default/missing/partitions", status=404,
-                                      code="TopicNotFound")
+    # A topic not created yet is "not partitioned", as Pulsar answers a client that asks
+    # before it produces (issue 29); 404 only when it would not be created on use.
+    assert admin.ok("GET", f"{P}/public/default/missing/partitions") == {"partitions": 0}
+    assert admin.ok("GET", f"{P}/public/default/missing/partitions?checkAllowAutoCreation=true") == {
+        "partitions": 0}
+
+
+def test_partitions_of_a_missing_topic_is_404_when_topics_are_not_auto_created(database_url):
+    server, settings = start_admin(database_url, allow_auto_topic_creation=False)
+    try:
+        admin = Admin(server, database_url, settings)
+        path = f"{P}/public/default/missing/partitions"
+        assert admin.ok("GET", path) == {"partitions": 0}
+        assert "missing" in admin.refused("GET", path + "?checkAllowAutoCreation=true", status=404,
+                                          code="TopicNotFound")
+    finally:
+        server.stop()
 
 
 def test_a_partition_row_in_the_way_rolls_the_whole_creation_back(admin):
@@ -164,7 +179,9 @@ def test_delete_fences_the_lease_before_the_owner_is_asked_to_unload(live, trace
                          + ("topic = 'persistent://public/default/tp-orders'" if table == "partitioned_topics"
                             else "topic_id = ANY($1)"),
                          *([] if table == "partitioned_topics" else [list(ids.values())])) == [{"n": 0}], table
-    assert "tp-orders" in admin.refused("GET", f"{P}/public/default/tp-orders/partitions", status=404)
+    # Gone: a deleted topic reads as one never made (not partitioned, created on use).
+    assert admin.ok("GET", f"{P}/public/default/tp-orders/partitions") == {"partitions": 0}
+    assert "tp-orders" in admin.refused("GET", f"{P}/public/default/tp-orders/stats", status=404)
 
 
 def test_delete_refuses_while_clients_are_connected_unless_forced(live, live_admin):

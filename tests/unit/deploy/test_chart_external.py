@@ -77,11 +77,19 @@ def test_node_ports_one_service_per_pod_and_each_pod_advertises_its_own(tmp_path
             assert svc["spec"]["selector"]["statefulset.kubernetes.io/pod-name"] == \
                 f"rel-magnetar-{component}-{i}"
             assert svc["spec"]["selector"]["app.kubernetes.io/component"] == component
-            [port] = svc["spec"]["ports"]
+            port, *pulsar_port = svc["spec"]["ports"]
             assert port["nodePort"] == base + i and port["targetPort"] == "http"
             # The pod this Service selects advertises the address the Service opens.
             assert advertised(sets[f"rel-magnetar-{component}"], i) == {
                 "external": f"http://203.0.113.10:{base + i}"}
+            if component == "broker":   # and its Pulsar port, as a named Pulsar listener
+                assert pulsar_port == [{"name": "pulsar", "targetPort": "pulsar", "port": 6650,
+                                        "nodePort": 30650 + i}]
+                env = env_of(sets["rel-magnetar-broker"])
+                assert parse_listeners(expand_pod_index(env["MAGNETAR_ADVERTISED_PULSAR_LISTENERS"]["value"], i),
+                                       pulsar=True) == {"external": f"pulsar://203.0.113.10:{30650 + i}"}
+            else:
+                assert pulsar_port == []
     registry = services.pop("rel-magnetar-registry-external")
     assert "statefulset.kubernetes.io/pod-name" not in registry["spec"]["selector"]
     assert registry["spec"]["ports"][0]["nodePort"] == 30070

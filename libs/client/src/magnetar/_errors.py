@@ -43,6 +43,7 @@ from magnetar_protocol.errors import (
     TransactionKeyNotFound,
     TransactionNotFound,
     UnknownError,
+    UnsupportedTopicDomain,
 )
 
 __all__ = [
@@ -54,7 +55,7 @@ __all__ = [
     "SessionNotFound", "SubscriptionNotFound", "TenantNotFound", "Timeout", "TlsError",
     "TooManyRequests", "TopicNotFound", "TopicTerminated", "TransactionConflict",
     "TransactionCoordinatorNotFoundError", "TransactionHasOperationFailed",
-    "TransactionKeyNotFound", "TransactionNotFound", "UnknownError", "AlreadyClosed",
+    "TransactionKeyNotFound", "TransactionNotFound", "UnknownError", "UnsupportedTopicDomain", "AlreadyClosed",
     "ProducerQueueIsFull",
 ]
 

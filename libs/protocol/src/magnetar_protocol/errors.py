@@ -94,6 +94,11 @@ class InvalidTopicName(BadRequest):
     code = Code.INVALID_TOPIC_NAME
 
 
+class UnsupportedTopicDomain(InvalidTopicName):
+    """A non-persistent:// topic: Magnetar stores every message (refused at once; a
+    Pulsar client is answered NotAllowedError, which it does not retry)."""
+
+
 class MessageTooBig(BadRequest):
     code = Code.MESSAGE_TOO_BIG
 

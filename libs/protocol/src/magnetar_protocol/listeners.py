@@ -28,6 +28,7 @@ INTERNAL = "internal"
 # As a DNS label or a Kubernetes port name: safe in an environment variable and a URL.
 _NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,62})$")
 _URL = re.compile(r"^https?://[^/\s:,]+(:\d{1,5})?/?$")
+_PULSAR_URL = re.compile(r"^pulsar(\+ssl)?://[^/\s:,]+(:\d{1,5})?/?$")
 
 
 def listener_name_problem(name: object) -> str | None:
@@ -61,9 +62,12 @@ def expand_pod_index(text: str, pod_index: int | None) -> str:
     return _PLACEHOLDER.sub(one, text or "")
 
 
-def parse_listeners(text: str) -> dict[str, str]:
-    """``"internal:http://a:8080, external:http://1.2.3.4:30080"`` -> {name: url}.
+def parse_listeners(text: str, pulsar: bool = False) -> dict[str, str]:
+    """``"internal:http://a:8080, external:http://1.2.3.4:30080"`` -> {name: url}
+    (``pulsar``: a broker's Pulsar listeners, ``external:pulsar://1.2.3.4:30650``).
     ValueError naming the bad entry and the expected form."""
+    url_form, example = ((_PULSAR_URL, "pulsar://1.2.3.4:30650") if pulsar
+                         else (_URL, "http://1.2.3.4:30080"))
     listeners: dict[str, str] = {}
     for entry in (e.strip() for e in (text or "").split(",")):
         if not entry:
@@ -72,12 +76,13 @@ def parse_listeners(text: str) -> dict[str, str]:
         name, url = name.strip(), url.strip()
         if not sep or not url:
             raise ValueError(f"advertised listener {entry!r} must be NAME:URL, "
-                             "e.g. external:http://1.2.3.4:30080")
+                             f"e.g. external:{example}")
         if problem := listener_name_problem(name):
             raise ValueError(f"advertised listener {entry!r}: {problem}")
-        if not _URL.match(url):
+        if not url_form.match(url):
+            scheme = "pulsar(+ssl)" if pulsar else "http(s)"
             raise ValueError(f"advertised listener {name!r}: URL {url!r} must be "
-                             "http(s)://HOST[:PORT] with no path, e.g. http://1.2.3.4:30080")
+                             f"{scheme}://HOST[:PORT] with no path, e.g. {example}")
         if name in listeners:
             raise ValueError(f"advertised listener {name!r} is named twice")
         listeners[name] = url.rstrip("/")
@@ -119,4 +124,34 @@ def choose_url(internal_url: str, listeners: dict[str, str], name: str, what: st
         raise BadRequest(f"{what} advertises no listener {name!r} (it has: {known}); set "
                          f"MAGNETAR_ADVERTISED_LISTENERS on it, or use one of those names "
                          "as the client's listener_name")
+    return url
+
+
+# The advertised-listeners table holds a broker's Pulsar URLs beside its HTTP ones: its
+# default pulsar:// URL as "pulsar", each named Pulsar listener as "pulsar:NAME" (a ':'
+# is in no listener name, so the two kinds never collide).
+PULSAR = "pulsar"
+
+
+def pulsar_key(name: str) -> str:
+    """The table's key of Pulsar listener ``name`` ("" or internal: the default URL)."""
+    return PULSAR if not name or name == INTERNAL else f"{PULSAR}:{name}"
+
+
+def choose_pulsar_url(listeners: dict[str, str], name: str, what: str) -> str:
+    """The pulsar:// URL of ``what`` for a client naming listener ``name`` (a LOOKUP's
+    advertised_listener_name).  BadRequest when it advertises none by that name: Pulsar
+    refuses such a lookup too (ServiceNotReady there, which the wheel retries until its
+    operation timeout; a name no broker advertises is a configuration error, so this one
+    is answered NotAllowedError, which it does not retry)."""
+    if name and (problem := listener_name_problem(name)):
+        raise BadRequest(problem)
+    url = listeners.get(pulsar_key(name))
+    if url is None:
+        if PULSAR not in listeners:
+            raise BadRequest(f"{what} has no Pulsar listener (MAGNETAR_PULSAR_PORT unset there)")
+        known = sorted({INTERNAL} | {key.split(":", 1)[1] for key in listeners if key.startswith(PULSAR + ":")})
+        raise BadRequest(f"{what} does not have the Pulsar listener {name!r} (it has: {', '.join(known)}); "
+                         "set MAGNETAR_ADVERTISED_PULSAR_LISTENERS on the brokers, or use one of "
+                         "those names as the client's listener_name")
     return url

@@ -1026,8 +1026,222 @@ class CommandEndTxnResponse(_message.Message):
     message: str
     def __init__(self, request_id: _Optional[int] = ..., txnid_least_bits: _Optional[int] = ..., txnid_most_bits: _Optional[int] = ..., error: _Optional[_Union[ServerError, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
+class CommandGetSchema(_message.Message):
+    __slots__ = ("request_id", "topic", "schema_version")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    topic: str
+    schema_version: bytes
+    def __init__(self, request_id: _Optional[int] = ..., topic: _Optional[str] = ..., schema_version: _Optional[bytes] = ...) -> None: ...
+
+class CommandGetSchemaResponse(_message.Message):
+    __slots__ = ("request_id", "error_code", "error_message", "schema", "schema_version")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    error_code: ServerError
+    error_message: str
+    schema: Schema
+    schema_version: bytes
+    def __init__(self, request_id: _Optional[int] = ..., error_code: _Optional[_Union[ServerError, str]] = ..., error_message: _Optional[str] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ..., schema_version: _Optional[bytes] = ...) -> None: ...
+
+class CommandGetOrCreateSchema(_message.Message):
+    __slots__ = ("request_id", "topic", "schema")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    topic: str
+    schema: Schema
+    def __init__(self, request_id: _Optional[int] = ..., topic: _Optional[str] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ...) -> None: ...
+
+class CommandGetOrCreateSchemaResponse(_message.Message):
+    __slots__ = ("request_id", "error_code", "error_message", "schema_version")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    error_code: ServerError
+    error_message: str
+    schema_version: bytes
+    def __init__(self, request_id: _Optional[int] = ..., error_code: _Optional[_Union[ServerError, str]] = ..., error_message: _Optional[str] = ..., schema_version: _Optional[bytes] = ...) -> None: ...
+
+class CommandConsumerStats(_message.Message):
+    __slots__ = ("request_id", "consumer_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    consumer_id: int
+    def __init__(self, request_id: _Optional[int] = ..., consumer_id: _Optional[int] = ...) -> None: ...
+
+class CommandConsumerStatsResponse(_message.Message):
+    __slots__ = ("request_id", "error_code", "error_message", "msg_rate_out", "msg_throughput_out", "msg_rate_redeliver", "consumer_name", "available_permits", "unacked_messages", "blocked_consumer_on_unacked_msgs", "address", "connected_since", "type", "msg_rate_expired", "msg_backlog", "message_ack_rate")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MSG_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
+    MSG_THROUGHPUT_OUT_FIELD_NUMBER: _ClassVar[int]
+    MSG_RATE_REDELIVER_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_PERMITS_FIELD_NUMBER: _ClassVar[int]
+    UNACKED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_CONSUMER_ON_UNACKED_MSGS_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_SINCE_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    MSG_RATE_EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    MSG_BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ACK_RATE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    error_code: ServerError
+    error_message: str
+    msg_rate_out: float
+    msg_throughput_out: float
+    msg_rate_redeliver: float
+    consumer_name: str
+    available_permits: int
+    unacked_messages: int
+    blocked_consumer_on_unacked_msgs: bool
+    address: str
+    connected_since: str
+    type: str
+    msg_rate_expired: float
+    msg_backlog: int
+    message_ack_rate: float
+    def __init__(self, request_id: _Optional[int] = ..., error_code: _Optional[_Union[ServerError, str]] = ..., error_message: _Optional[str] = ..., msg_rate_out: _Optional[float] = ..., msg_throughput_out: _Optional[float] = ..., msg_rate_redeliver: _Optional[float] = ..., consumer_name: _Optional[str] = ..., available_permits: _Optional[int] = ..., unacked_messages: _Optional[int] = ..., blocked_consumer_on_unacked_msgs: _Optional[bool] = ..., address: _Optional[str] = ..., connected_since: _Optional[str] = ..., type: _Optional[str] = ..., msg_rate_expired: _Optional[float] = ..., msg_backlog: _Optional[int] = ..., message_ack_rate: _Optional[float] = ...) -> None: ...
+
+class CommandEndTxnOnPartition(_message.Message):
+    __slots__ = ("request_id", "txnid_least_bits", "txnid_most_bits", "topic", "txn_action", "txnid_least_bits_of_low_watermark")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TXNID_LEAST_BITS_FIELD_NUMBER: _ClassVar[int]
+    TXNID_MOST_BITS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TXN_ACTION_FIELD_NUMBER: _ClassVar[int]
+    TXNID_LEAST_BITS_OF_LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    txnid_least_bits: int
+    txnid_most_bits: int
+    topic: str
+    txn_action: TxnAction
+    txnid_least_bits_of_low_watermark: int
+    def __init__(self, request_id: _Optional[int] = ..., txnid_least_bits: _Optional[int] = ..., txnid_most_bits: _Optional[int] = ..., topic: _Optional[str] = ..., txn_action: _Optional[_Union[TxnAction, str]] = ..., txnid_least_bits_of_low_watermark: _Optional[int] = ...) -> None: ...
+
+class CommandEndTxnOnPartitionResponse(_message.Message):
+    __slots__ = ("request_id", "txnid_least_bits", "txnid_most_bits", "error", "message")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TXNID_LEAST_BITS_FIELD_NUMBER: _ClassVar[int]
+    TXNID_MOST_BITS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    txnid_least_bits: int
+    txnid_most_bits: int
+    error: ServerError
+    message: str
+    def __init__(self, request_id: _Optional[int] = ..., txnid_least_bits: _Optional[int] = ..., txnid_most_bits: _Optional[int] = ..., error: _Optional[_Union[ServerError, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class CommandEndTxnOnSubscription(_message.Message):
+    __slots__ = ("request_id", "txnid_least_bits", "txnid_most_bits", "subscription", "txn_action", "txnid_least_bits_of_low_watermark")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TXNID_LEAST_BITS_FIELD_NUMBER: _ClassVar[int]
+    TXNID_MOST_BITS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    TXN_ACTION_FIELD_NUMBER: _ClassVar[int]
+    TXNID_LEAST_BITS_OF_LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    txnid_least_bits: int
+    txnid_most_bits: int
+    subscription: Subscription
+    txn_action: TxnAction
+    txnid_least_bits_of_low_watermark: int
+    def __init__(self, request_id: _Optional[int] = ..., txnid_least_bits: _Optional[int] = ..., txnid_most_bits: _Optional[int] = ..., subscription: _Optional[_Union[Subscription, _Mapping]] = ..., txn_action: _Optional[_Union[TxnAction, str]] = ..., txnid_least_bits_of_low_watermark: _Optional[int] = ...) -> None: ...
+
+class CommandEndTxnOnSubscriptionResponse(_message.Message):
+    __slots__ = ("request_id", "txnid_least_bits", "txnid_most_bits", "error", "message")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TXNID_LEAST_BITS_FIELD_NUMBER: _ClassVar[int]
+    TXNID_MOST_BITS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    txnid_least_bits: int
+    txnid_most_bits: int
+    error: ServerError
+    message: str
+    def __init__(self, request_id: _Optional[int] = ..., txnid_least_bits: _Optional[int] = ..., txnid_most_bits: _Optional[int] = ..., error: _Optional[_Union[ServerError, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class CommandWatchTopicList(_message.Message):
+    __slots__ = ("request_id", "watcher_id", "namespace", "topics_pattern", "topics_hash")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    WATCHER_ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_PATTERN_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_HASH_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    watcher_id: int
+    namespace: str
+    topics_pattern: str
+    topics_hash: str
+    def __init__(self, request_id: _Optional[int] = ..., watcher_id: _Optional[int] = ..., namespace: _Optional[str] = ..., topics_pattern: _Optional[str] = ..., topics_hash: _Optional[str] = ...) -> None: ...
+
+class CommandWatchTopicListSuccess(_message.Message):
+    __slots__ = ("request_id", "watcher_id", "topic", "topics_hash")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    WATCHER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_HASH_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    watcher_id: int
+    topic: _containers.RepeatedScalarFieldContainer[str]
+    topics_hash: str
+    def __init__(self, request_id: _Optional[int] = ..., watcher_id: _Optional[int] = ..., topic: _Optional[_Iterable[str]] = ..., topics_hash: _Optional[str] = ...) -> None: ...
+
+class CommandWatchTopicUpdate(_message.Message):
+    __slots__ = ("watcher_id", "new_topics", "deleted_topics", "topics_hash")
+    WATCHER_ID_FIELD_NUMBER: _ClassVar[int]
+    NEW_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    DELETED_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_HASH_FIELD_NUMBER: _ClassVar[int]
+    watcher_id: int
+    new_topics: _containers.RepeatedScalarFieldContainer[str]
+    deleted_topics: _containers.RepeatedScalarFieldContainer[str]
+    topics_hash: str
+    def __init__(self, watcher_id: _Optional[int] = ..., new_topics: _Optional[_Iterable[str]] = ..., deleted_topics: _Optional[_Iterable[str]] = ..., topics_hash: _Optional[str] = ...) -> None: ...
+
+class CommandWatchTopicListClose(_message.Message):
+    __slots__ = ("request_id", "watcher_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    WATCHER_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    watcher_id: int
+    def __init__(self, request_id: _Optional[int] = ..., watcher_id: _Optional[int] = ...) -> None: ...
+
+class CommandTopicMigrated(_message.Message):
+    __slots__ = ("resource_id", "resource_type", "broker_service_url", "broker_service_url_tls")
+    class ResourceType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        Producer: _ClassVar[CommandTopicMigrated.ResourceType]
+        Consumer: _ClassVar[CommandTopicMigrated.ResourceType]
+    Producer: CommandTopicMigrated.ResourceType
+    Consumer: CommandTopicMigrated.ResourceType
+    RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    BROKER_SERVICE_URL_FIELD_NUMBER: _ClassVar[int]
+    BROKER_SERVICE_URL_TLS_FIELD_NUMBER: _ClassVar[int]
+    resource_id: int
+    resource_type: CommandTopicMigrated.ResourceType
+    broker_service_url: str
+    broker_service_url_tls: str
+    def __init__(self, resource_id: _Optional[int] = ..., resource_type: _Optional[_Union[CommandTopicMigrated.ResourceType, str]] = ..., broker_service_url: _Optional[str] = ..., broker_service_url_tls: _Optional[str] = ...) -> None: ...
+
 class BaseCommand(_message.Message):
-    __slots__ = ("type", "connect", "connected", "subscribe", "producer", "send", "send_receipt", "send_error", "message", "ack", "flow", "unsubscribe", "success", "error", "close_producer", "close_consumer", "producer_success", "ping", "pong", "redeliver_unacknowledged_messages", "partitioned_metadata", "partitioned_metadata_response", "lookup", "lookup_response", "reached_end_of_topic", "seek", "get_last_message_id", "get_last_message_id_response", "active_consumer_change", "get_topics_of_namespace", "get_topics_of_namespace_response", "auth_challenge", "auth_response", "ack_response", "new_txn", "new_txn_response", "add_partition_to_txn", "add_partition_to_txn_response", "add_subscription_to_txn", "add_subscription_to_txn_response", "end_txn", "end_txn_response", "tc_client_connect_request", "tc_client_connect_response")
+    __slots__ = ("type", "connect", "connected", "subscribe", "producer", "send", "send_receipt", "send_error", "message", "ack", "flow", "unsubscribe", "success", "error", "close_producer", "close_consumer", "producer_success", "ping", "pong", "redeliver_unacknowledged_messages", "partitioned_metadata", "partitioned_metadata_response", "lookup", "lookup_response", "consumer_stats", "consumer_stats_response", "reached_end_of_topic", "seek", "get_last_message_id", "get_last_message_id_response", "active_consumer_change", "get_topics_of_namespace", "get_topics_of_namespace_response", "get_schema", "get_schema_response", "auth_challenge", "auth_response", "ack_response", "get_or_create_schema", "get_or_create_schema_response", "new_txn", "new_txn_response", "add_partition_to_txn", "add_partition_to_txn_response", "add_subscription_to_txn", "add_subscription_to_txn_response", "end_txn", "end_txn_response", "end_txn_on_partition", "end_txn_on_partition_response", "end_txn_on_subscription", "end_txn_on_subscription_response", "tc_client_connect_request", "tc_client_connect_response", "watch_topic_list", "watch_topic_list_success", "watch_topic_update", "watch_topic_list_close", "topic_migrated")
     class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         CONNECT: _ClassVar[BaseCommand.Type]
@@ -1170,6 +1384,8 @@ class BaseCommand(_message.Message):
     PARTITIONED_METADATA_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     LOOKUP_FIELD_NUMBER: _ClassVar[int]
     LOOKUP_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_STATS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_STATS_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     REACHED_END_OF_TOPIC_FIELD_NUMBER: _ClassVar[int]
     SEEK_FIELD_NUMBER: _ClassVar[int]
     GET_LAST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -1177,9 +1393,13 @@ class BaseCommand(_message.Message):
     ACTIVE_CONSUMER_CHANGE_FIELD_NUMBER: _ClassVar[int]
     GET_TOPICS_OF_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     GET_TOPICS_OF_NAMESPACE_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    GET_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    GET_SCHEMA_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     AUTH_CHALLENGE_FIELD_NUMBER: _ClassVar[int]
     AUTH_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     ACK_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    GET_OR_CREATE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    GET_OR_CREATE_SCHEMA_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     NEW_TXN_FIELD_NUMBER: _ClassVar[int]
     NEW_TXN_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     ADD_PARTITION_TO_TXN_FIELD_NUMBER: _ClassVar[int]
@@ -1188,8 +1408,17 @@ class BaseCommand(_message.Message):
     ADD_SUBSCRIPTION_TO_TXN_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     END_TXN_FIELD_NUMBER: _ClassVar[int]
     END_TXN_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    END_TXN_ON_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    END_TXN_ON_PARTITION_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    END_TXN_ON_SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    END_TXN_ON_SUBSCRIPTION_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     TC_CLIENT_CONNECT_REQUEST_FIELD_NUMBER: _ClassVar[int]
     TC_CLIENT_CONNECT_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    WATCH_TOPIC_LIST_FIELD_NUMBER: _ClassVar[int]
+    WATCH_TOPIC_LIST_SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    WATCH_TOPIC_UPDATE_FIELD_NUMBER: _ClassVar[int]
+    WATCH_TOPIC_LIST_CLOSE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_MIGRATED_FIELD_NUMBER: _ClassVar[int]
     type: BaseCommand.Type
     connect: CommandConnect
     connected: CommandConnected
@@ -1214,6 +1443,8 @@ class BaseCommand(_message.Message):
     partitioned_metadata_response: CommandPartitionedTopicMetadataResponse
     lookup: CommandLookupTopic
     lookup_response: CommandLookupTopicResponse
+    consumer_stats: CommandConsumerStats
+    consumer_stats_response: CommandConsumerStatsResponse
     reached_end_of_topic: CommandReachedEndOfTopic
     seek: CommandSeek
     get_last_message_id: CommandGetLastMessageId
@@ -1221,9 +1452,13 @@ class BaseCommand(_message.Message):
     active_consumer_change: CommandActiveConsumerChange
     get_topics_of_namespace: CommandGetTopicsOfNamespace
     get_topics_of_namespace_response: CommandGetTopicsOfNamespaceResponse
+    get_schema: CommandGetSchema
+    get_schema_response: CommandGetSchemaResponse
     auth_challenge: CommandAuthChallenge
     auth_response: CommandAuthResponse
     ack_response: CommandAckResponse
+    get_or_create_schema: CommandGetOrCreateSchema
+    get_or_create_schema_response: CommandGetOrCreateSchemaResponse
     new_txn: CommandNewTxn
     new_txn_response: CommandNewTxnResponse
     add_partition_to_txn: CommandAddPartitionToTxn
@@ -1232,6 +1467,15 @@ class BaseCommand(_message.Message):
     add_subscription_to_txn_response: CommandAddSubscriptionToTxnResponse
     end_txn: CommandEndTxn
     end_txn_response: CommandEndTxnResponse
+    end_txn_on_partition: CommandEndTxnOnPartition
+    end_txn_on_partition_response: CommandEndTxnOnPartitionResponse
+    end_txn_on_subscription: CommandEndTxnOnSubscription
+    end_txn_on_subscription_response: CommandEndTxnOnSubscriptionResponse
     tc_client_connect_request: CommandTcClientConnectRequest
     tc_client_connect_response: CommandTcClientConnectResponse
-    def __init__(self, type: _Optional[_Union[BaseCommand.Type, str]] = ..., connect: _Optional[_Union[CommandConnect, _Mapping]] = ..., connected: _Optional[_Union[CommandConnected, _Mapping]] = ..., subscribe: _Optional[_Union[CommandSubscribe, _Mapping]] = ..., producer: _Optional[_Union[CommandProducer, _Mapping]] = ..., send: _Optional[_Union[CommandSend, _Mapping]] = ..., send_receipt: _Optional[_Union[CommandSendReceipt, _Mapping]] = ..., send_error: _Optional[_Union[CommandSendError, _Mapping]] = ..., message: _Optional[_Union[CommandMessage, _Mapping]] = ..., ack: _Optional[_Union[CommandAck, _Mapping]] = ..., flow: _Optional[_Union[CommandFlow, _Mapping]] = ..., unsubscribe: _Optional[_Union[CommandUnsubscribe, _Mapping]] = ..., success: _Optional[_Union[CommandSuccess, _Mapping]] = ..., error: _Optional[_Union[CommandError, _Mapping]] = ..., close_producer: _Optional[_Union[CommandCloseProducer, _Mapping]] = ..., close_consumer: _Optional[_Union[CommandCloseConsumer, _Mapping]] = ..., producer_success: _Optional[_Union[CommandProducerSuccess, _Mapping]] = ..., ping: _Optional[_Union[CommandPing, _Mapping]] = ..., pong: _Optional[_Union[CommandPong, _Mapping]] = ..., redeliver_unacknowledged_messages: _Optional[_Union[CommandRedeliverUnacknowledgedMessages, _Mapping]] = ..., partitioned_metadata: _Optional[_Union[CommandPartitionedTopicMetadata, _Mapping]] = ..., partitioned_metadata_response: _Optional[_Union[CommandPartitionedTopicMetadataResponse, _Mapping]] = ..., lookup: _Optional[_Union[CommandLookupTopic, _Mapping]] = ..., lookup_response: _Optional[_Union[CommandLookupTopicResponse, _Mapping]] = ..., reached_end_of_topic: _Optional[_Union[CommandReachedEndOfTopic, _Mapping]] = ..., seek: _Optional[_Union[CommandSeek, _Mapping]] = ..., get_last_message_id: _Optional[_Union[CommandGetLastMessageId, _Mapping]] = ..., get_last_message_id_response: _Optional[_Union[CommandGetLastMessageIdResponse, _Mapping]] = ..., active_consumer_change: _Optional[_Union[CommandActiveConsumerChange, _Mapping]] = ..., get_topics_of_namespace: _Optional[_Union[CommandGetTopicsOfNamespace, _Mapping]] = ..., get_topics_of_namespace_response: _Optional[_Union[CommandGetTopicsOfNamespaceResponse, _Mapping]] = ..., auth_challenge: _Optional[_Union[CommandAuthChallenge, _Mapping]] = ..., auth_response: _Optional[_Union[CommandAuthResponse, _Mapping]] = ..., ack_response: _Optional[_Union[CommandAckResponse, _Mapping]] = ..., new_txn: _Optional[_Union[CommandNewTxn, _Mapping]] = ..., new_txn_response: _Optional[_Union[CommandNewTxnResponse, _Mapping]] = ..., add_partition_to_txn: _Optional[_Union[CommandAddPartitionToTxn, _Mapping]] = ..., add_partition_to_txn_response: _Optional[_Union[CommandAddPartitionToTxnResponse, _Mapping]] = ..., add_subscription_to_txn: _Optional[_Union[CommandAddSubscriptionToTxn, _Mapping]] = ..., add_subscription_to_txn_response: _Optional[_Union[CommandAddSubscriptionToTxnResponse, _Mapping]] = ..., end_txn: _Optional[_Union[CommandEndTxn, _Mapping]] = ..., end_txn_response: _Optional[_Union[CommandEndTxnResponse, _Mapping]] = ..., tc_client_connect_request: _Optional[_Union[CommandTcClientConnectRequest, _Mapping]] = ..., tc_client_connect_response: _Optional[_Union[CommandTcClientConnectResponse, _Mapping]] = ...) -> None: ...
+    watch_topic_list: CommandWatchTopicList
+    watch_topic_list_success: CommandWatchTopicListSuccess
+    watch_topic_update: CommandWatchTopicUpdate
+    watch_topic_list_close: CommandWatchTopicListClose
+    topic_migrated: CommandTopicMigrated
+    def __init__(self, type: _Optional[_Union[BaseCommand.Type, str]] = ..., connect: _Optional[_Union[CommandConnect, _Mapping]] = ..., connected: _Optional[_Union[CommandConnected, _Mapping]] = ..., subscribe: _Optional[_Union[CommandSubscribe, _Mapping]] = ..., producer: _Optional[_Union[CommandProducer, _Mapping]] = ..., send: _Optional[_Union[CommandSend, _Mapping]] = ..., send_receipt: _Optional[_Union[CommandSendReceipt, _Mapping]] = ..., send_error: _Optional[_Union[CommandSendError, _Mapping]] = ..., message: _Optional[_Union[CommandMessage, _Mapping]] = ..., ack: _Optional[_Union[CommandAck, _Mapping]] = ..., flow: _Optional[_Union[CommandFlow, _Mapping]] = ..., unsubscribe: _Optional[_Union[CommandUnsubscribe, _Mapping]] = ..., success: _Optional[_Union[CommandSuccess, _Mapping]] = ..., error: _Optional[_Union[CommandError, _Mapping]] = ..., close_producer: _Optional[_Union[CommandCloseProducer, _Mapping]] = ..., close_consumer: _Optional[_Union[CommandCloseConsumer, _Mapping]] = ..., producer_success: _Optional[_Union[CommandProducerSuccess, _Mapping]] = ..., ping: _Optional[_Union[CommandPing, _Mapping]] = ..., pong: _Optional[_Union[CommandPong, _Mapping]] = ..., redeliver_unacknowledged_messages: _Optional[_Union[CommandRedeliverUnacknowledgedMessages, _Mapping]] = ..., partitioned_metadata: _Optional[_Union[CommandPartitionedTopicMetadata, _Mapping]] = ..., partitioned_metadata_response: _Optional[_Union[CommandPartitionedTopicMetadataResponse, _Mapping]] = ..., lookup: _Optional[_Union[CommandLookupTopic, _Mapping]] = ..., lookup_response: _Optional[_Union[CommandLookupTopicResponse, _Mapping]] = ..., consumer_stats: _Optional[_Union[CommandConsumerStats, _Mapping]] = ..., consumer_stats_response: _Optional[_Union[CommandConsumerStatsResponse, _Mapping]] = ..., reached_end_of_topic: _Optional[_Union[CommandReachedEndOfTopic, _Mapping]] = ..., seek: _Optional[_Union[CommandSeek, _Mapping]] = ..., get_last_message_id: _Optional[_Union[CommandGetLastMessageId, _Mapping]] = ..., get_last_message_id_response: _Optional[_Union[CommandGetLastMessageIdResponse, _Mapping]] = ..., active_consumer_change: _Optional[_Union[CommandActiveConsumerChange, _Mapping]] = ..., get_topics_of_namespace: _Optional[_Union[CommandGetTopicsOfNamespace, _Mapping]] = ..., get_topics_of_namespace_response: _Optional[_Union[CommandGetTopicsOfNamespaceResponse, _Mapping]] = ..., get_schema: _Optional[_Union[CommandGetSchema, _Mapping]] = ..., get_schema_response: _Optional[_Union[CommandGetSchemaResponse, _Mapping]] = ..., auth_challenge: _Optional[_Union[CommandAuthChallenge, _Mapping]] = ..., auth_response: _Optional[_Union[CommandAuthResponse, _Mapping]] = ..., ack_response: _Optional[_Union[CommandAckResponse, _Mapping]] = ..., get_or_create_schema: _Optional[_Union[CommandGetOrCreateSchema, _Mapping]] = ..., get_or_create_schema_response: _Optional[_Union[CommandGetOrCreateSchemaResponse, _Mapping]] = ..., new_txn: _Optional[_Union[CommandNewTxn, _Mapping]] = ..., new_txn_response: _Optional[_Union[CommandNewTxnResponse, _Mapping]] = ..., add_partition_to_txn: _Optional[_Union[CommandAddPartitionToTxn, _Mapping]] = ..., add_partition_to_txn_response: _Optional[_Union[CommandAddPartitionToTxnResponse, _Mapping]] = ..., add_subscription_to_txn: _Optional[_Union[CommandAddSubscriptionToTxn, _Mapping]] = ..., add_subscription_to_txn_response: _Optional[_Union[CommandAddSubscriptionToTxnResponse, _Mapping]] = ..., end_txn: _Optional[_Union[CommandEndTxn, _Mapping]] = ..., end_txn_response: _Optional[_Union[CommandEndTxnResponse, _Mapping]] = ..., end_txn_on_partition: _Optional[_Union[CommandEndTxnOnPartition, _Mapping]] = ..., end_txn_on_partition_response: _Optional[_Union[CommandEndTxnOnPartitionResponse, _Mapping]] = ..., end_txn_on_subscription: _Optional[_Union[CommandEndTxnOnSubscription, _Mapping]] = ..., end_txn_on_subscription_response: _Optional[_Union[CommandEndTxnOnSubscriptionResponse, _Mapping]] = ..., tc_client_connect_request: _Optional[_Union[CommandTcClientConnectRequest, _Mapping]] = ..., tc_client_connect_response: _Optional[_Union[CommandTcClientConnectResponse, _Mapping]] = ..., watch_topic_list: _Optional[_Union[CommandWatchTopicList, _Mapping]] = ..., watch_topic_list_success: _Optional[_Union[CommandWatchTopicListSuccess, _Mapping]] = ..., watch_topic_update: _Optional[_Union[CommandWatchTopicUpdate, _Mapping]] = ..., watch_topic_list_close: _Optional[_Union[CommandWatchTopicListClose, _Mapping]] = ..., topic_migrated: _Optional[_Union[CommandTopicMigrated, _Mapping]] = ...) -> None: ...

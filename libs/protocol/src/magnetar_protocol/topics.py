@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from magnetar_protocol.errors import InvalidTopicName
+from magnetar_protocol.errors import InvalidTopicName, UnsupportedTopicDomain
 
 DOMAIN = "persistent"
+# Refused, not supported: docs/pulsar-protocol.md says why.
+NON_PERSISTENT = "non-persistent"
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "default"
 PARTITION_SUFFIX = "-partition-"
@@ -49,6 +51,11 @@ class TopicName:
         rest = topic
         if "://" in topic:
             domain, rest = topic.split("://", 1)
+            if domain == NON_PERSISTENT:
+                raise UnsupportedTopicDomain(
+                    f"topic {topic!r}: Magnetar has no non-persistent topics (every message is "
+                    "stored in PostgreSQL before it is acknowledged); use persistent://"
+                )
             if domain != DOMAIN:
                 raise InvalidTopicName(
                     f"topic {topic!r}: domain {domain!r} is not supported, use persistent://"

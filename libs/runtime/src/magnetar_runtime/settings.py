@@ -113,11 +113,16 @@ class ServiceSettings(BaseSettings):
         return self
 
     def _all_listeners(self) -> dict[str, str]:
+        return parse_listeners(self._with_pod_index(self.advertised_listeners))
+
+    def _with_pod_index(self, text: str) -> str:
+        """``text`` with this pod's ordinal in its placeholders (MAGNETAR_POD_INDEX, else
+        the hostname's "-N")."""
         index = self.pod_index
-        if index is None and "{" in self.advertised_listeners:
+        if index is None and "{" in text:
             found = re.search(r"-(\d+)$", socket.gethostname())
             index = int(found.group(1)) if found else None
-        return parse_listeners(expand_pod_index(self.advertised_listeners, index))
+        return expand_pod_index(text, index)
 
     @property
     def url(self) -> str:

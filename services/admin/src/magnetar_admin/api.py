@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, FastAPI, Response
 
 from magnetar_admin import bodies
+from magnetar_admin.api_lookup import lookup_routes
 from magnetar_admin.api_permissions import permission_routes
 from magnetar_admin.api_policies import policy_routes
 from magnetar_admin.api_topics import topic_routes
@@ -120,5 +121,5 @@ def broker_routes() -> APIRouter:
 def add_routes(app: FastAPI, cluster: str) -> None:
     # Permissions first: their paths are more specific than the topic routes'.
     for router in (permission_routes(), policy_routes(), tenant_routes(cluster), namespace_routes(), topic_routes(),
-                   broker_routes()):
+                   broker_routes(), lookup_routes()):
         app.include_router(router)

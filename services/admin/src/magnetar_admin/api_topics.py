@@ -175,6 +175,21 @@ def backlog_routes(r: APIRouter) -> None:
             return Response(json.dumps(answer), media_type="application/json")
         return message_response(answer["messages"][0], request)
 
+    @r.get(TOPIC + "/examinemessage",
+           summary="examine-message: the messagePosition-th entry from the earliest or latest one; its (first) "
+                   "message's payload and X-Pulsar-* headers (X-Pulsar-num-batch-message: the entry's count), "
+                   "or JSON with every message of the entry")
+    async def examine_message(tenant: str, namespace: str, topic: str, service: Service, request: Request,
+                              initialPosition: Annotated[str, Query(pattern="^(earliest|latest)$")] = "latest",  # noqa: N803
+                              messagePosition: Annotated[int, Query(ge=1, le=INT64_MAX)] = 1) -> Response:  # noqa: N803
+        unit = bodies.topic(tenant, namespace, topic)
+        await service.unit_id(unit)
+        answer = await service.on_owner(unit, "GET", "/internal/v1/examine", initialPosition=initialPosition,
+                                        messagePosition=messagePosition)
+        if _wants_json(request):
+            return Response(json.dumps(answer), media_type="application/json")
+        return message_response(answer["messages"][0], request)
+
     @r.get(TOPIC + "/lastMessageId", summary="The id of the topic's last message (of each partition: "
            "{\"partitions\": {...}} for a partitioned topic)")
     async def last_message_id(tenant: str, namespace: str, topic: str, service: Service) -> dict:
@@ -243,11 +258,16 @@ def topic_routes() -> APIRouter:
         await service.create_topic(name, count)
         return Response(status_code=204)
 
-    @r.get(TOPIC + "/partitions", summary="Partitioned topic metadata: {\"partitions\": N} (0: not partitioned)")
-    async def get_partitions(tenant: str, namespace: str, topic: str, service: Service) -> dict:
+    @r.get(TOPIC + "/partitions", summary="Partitioned topic metadata: {\"partitions\": N} (0: not partitioned, "
+           "or not created yet; with checkAllowAutoCreation=true, 404 for a missing topic when topics are not "
+           "created automatically)")
+    async def get_partitions(tenant: str, namespace: str, topic: str, service: Service,
+                             checkAllowAutoCreation: bool = False) -> dict:  # noqa: N803
         name = bodies.topic(tenant, namespace, topic)
         count, _ = await service.units(name)
-        if not count:
+        if not count and checkAllowAutoCreation and not service.settings.allow_auto_topic_creation:
+            # As Pulsar: a client that asks before producing learns the topic will not
+            # be made for it.  Without the flag a missing topic reads as not partitioned.
             await service.unit_id(name)  # 404 unless it is a non-partitioned topic
         return {"partitions": count}
 

@@ -31,6 +31,7 @@ from magnetar_protocol.errors import (
     TenantNotFound,
     TopicNotFound,
 )
+from magnetar_protocol.listeners import choose_pulsar_url, choose_url
 from magnetar_protocol.topics import TopicName
 from magnetar_protocol.wire import decode_json_error
 from magnetar_runtime import tls
@@ -294,6 +295,29 @@ class AdminService:
         reply = await self.rpc.call(brokers[0]["url"], "/v1/topics/lookup", pb.LookupRequest(topic=unit.full),
                                     pb.LookupResponse)
         return reply.broker_url
+
+    async def pulsar_lookup(self, name: TopicName, listener: str, authorization: str | None) -> dict:
+        """Pulsar's HTTP lookup (LookupData): the owner's pulsar:// and http:// URLs on the
+        listener the client names.  The lookup runs in a broker as the caller (its token
+        forwarded), so it assigns an owner and checks the LOOKUP permission as a Pulsar
+        LOOKUP does."""
+        brokers = await self.store.brokers()
+        if not brokers:
+            raise ServiceNotReady(f"no live broker to serve {name.full}; start one and retry")
+        headers = {"authorization": authorization} if authorization else None
+        reply = await self.rpc.call(brokers[0]["url"], "/v1/topics/lookup", pb.LookupRequest(topic=name.full),
+                                    pb.LookupResponse, headers=headers)
+        found = (await self.store.listeners_of([reply.broker_url]))[reply.broker_url]
+        what = f"broker {reply.broker_id}"
+        pulsar_url = choose_pulsar_url(found, listener, what)
+        try:
+            http_url = choose_url(reply.broker_url, found, listener, what)
+        except BadRequest:   # a Pulsar-only listener: its HTTP side is the internal URL
+            http_url = reply.broker_url
+        tls = pulsar_url.startswith("pulsar+ssl://")
+        return {"brokerUrl": "" if tls else pulsar_url, "brokerUrlTls": pulsar_url if tls else "",
+                "httpUrl": "" if http_url.startswith("https://") else http_url,
+                "httpUrlTls": http_url if http_url.startswith("https://") else ""}
 
     async def _broker_json(self, url: str, method: str, path: str, params: dict) -> dict:
         query = {k: str(v) for k, v in params.items() if v is not None}

@@ -17,6 +17,10 @@ class AdminSettings(ServiceSettings):
     # Upper bound of a partitioned topic's partition count (Pulsar's
     # maxNumPartitionsPerPartitionedTopic; every partition is a row and a lease).
     max_partitions: int = Field(4096, gt=0)
+    # The brokers' setting of the same name (set both alike): whether GET .../partitions
+    # with checkAllowAutoCreation answers a missing topic 0 (it will be created on first
+    # use) or 404, as Pulsar's allowAutoTopicCreation.
+    allow_auto_topic_creation: bool = True
     # Named in the scale endpoint's answer (the chart sets both): the count is Helm's.
     kubernetes_namespace: str = "default"
     coordinator_statefulset: str = "magnetar-coordinator"

@@ -22,6 +22,7 @@ from magnetar_protocol.errors import (
 from magnetar_protocol.policies import Row
 from magnetar_protocol.topics import TopicName
 from magnetar_protocol.txnid import TxnID
+from magnetar_storage.listeners import listeners_of
 from magnetar_storage.queries import load_queries
 
 Q = load_queries("magnetar_admin")
@@ -306,6 +307,10 @@ class AdminStore:
 
     async def ownership(self) -> list[dict]:
         return [dict(r) for r in await self.pool.fetch(Q["ownership"], self.ttl_s)]
+
+    async def listeners_of(self, internal_urls: list[str]) -> dict[str, dict[str, str]]:
+        """The advertised listeners of the processes at ``internal_urls`` (shared SQL)."""
+        return await listeners_of(self.pool, internal_urls)
 
     # ---------------------------------------------------------------- transactions
 

@@ -259,6 +259,11 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
         internal_only()
         return await ops.message(topic, entryId, batchIndex)
 
+    @app.get("/internal/v1/examine", summary="The messages of the Nth entry from the earliest or the latest")
+    async def examine(topic: str, initialPosition: str, messagePosition: int) -> dict:  # noqa: N803
+        internal_only()
+        return await ops.examine(topic, initialPosition == "earliest", messagePosition)
+
     @app.get("/internal/v1/last-message-id", summary="The id of the last message of a partition")
     async def last_message_id(topic: str) -> dict:
         internal_only()

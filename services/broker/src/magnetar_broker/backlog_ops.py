@@ -212,6 +212,18 @@ class BacklogOps:
         indexes = range(entry.num_messages) if batch_index == WHOLE else [batch_index]
         return {"messages": [message_json(plog, entry, i) for i in indexes]}
 
+    async def examine(self, topic: str, earliest: bool, position: int) -> dict:
+        """Pulsar's examine-message: the messages of the ``position``-th stored entry (1:
+        the first) counted from the oldest one, or back from the newest."""
+        plog = await self._log(topic)
+        first = await self.store.first_entry_id(plog.topic_id)
+        last = plog.next_entry_id - 1
+        entry_id = (first if first is not None else last + 1) + position - 1 if earliest else last - position + 1
+        if first is None or not first <= entry_id <= last:
+            raise NotFound(f"{plog.name.full} has no message at position {position} from the "
+                           f"{'earliest' if earliest else 'latest'}")
+        return await self.message(topic, entry_id, WHOLE)
+
     async def last_message_id(self, topic: str) -> dict:
         plog = await self._log(topic)
         last = await plog.last_entry()

@@ -130,6 +130,9 @@ class CloseConsumer:
     consumer_id: int
     session_id: str
     unsubscribe: bool = False  # also delete its (durable) subscription
+    # A Pulsar seek's disconnect: a reader's subscription stays, at the position sought,
+    # for the reader to come back to (forgotten if it does not within the session timeout).
+    keep_reader: bool = False
 
 
 @dataclass(frozen=True, slots=True)

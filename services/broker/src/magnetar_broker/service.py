@@ -46,7 +46,7 @@ from magnetar_protocol.errors import (
     NotOwner,
     ProducerNotFound,
 )
-from magnetar_protocol.listeners import choose_url, listener_name_problem
+from magnetar_protocol.listeners import choose_pulsar_url, choose_url, listener_name_problem
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.loops import BackgroundLoop
@@ -78,6 +78,8 @@ class BrokerService:
         self.sessions = SessionRegistry(settings.session_timeout_ms / 1000)
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
+        # Readers' subscriptions a seek disconnected, kept until this (monotonic) deadline.
+        self.kept_readers: dict[Subscription, float] = {}
         self.heartbeat_loop = BackgroundLoop(
             "broker-heartbeat", settings.heartbeat_interval_ms / 1000, self.ownership.heartbeat_once)
         self.session_loop = BackgroundLoop("session-expiry", 0.5, self.expire_sessions)
@@ -194,9 +196,16 @@ class BrokerService:
             samples, self.settings.cluster_name, self.settings.metrics_per_topic, self.settings.metrics_max_topics)
 
     async def expire_sessions(self) -> None:
-        for session in self.sessions.expired(time.monotonic()):
+        now = time.monotonic()
+        for session in self.sessions.expired(now):
             log.info("session %s (%s) expired", session.session_id, session.client_name)
             self._close_session_objects(session)
+        for sub, deadline in list(self.kept_readers.items()):
+            # A reader kept through a seek: forgotten unless it came back in time.
+            if sub.consumers or now >= deadline:
+                del self.kept_readers[sub]
+                if not sub.consumers:
+                    sub.log.subscriptions.remove(sub.name, sub)
         metrics.SESSIONS.set(len(self.sessions.sessions))
 
     def _close_session_objects(self, session) -> None:
@@ -251,6 +260,15 @@ class BrokerService:
         order; BadRequest when one of them does not advertise it."""
         found = await self.store.listeners_of([url for url, _ in internal])
         return [choose_url(url, found[url], listener, what, protocol) for url, what in internal]
+
+    async def pulsar_url(self, broker_id: str, internal_url: str, listener: str = "") -> str:
+        """The pulsar:// URL of the broker at ``internal_url`` for a client naming Pulsar
+        listener ``listener`` (BadRequest when that broker has none by that name)."""
+        what = f"broker {broker_id}"
+        if broker_id == self.broker_id:
+            return choose_pulsar_url(self.settings.listeners, listener, what)
+        found = await self.store.listeners_of([internal_url])
+        return choose_pulsar_url(found[internal_url], listener, what)
 
     # ---------------------------------------------------------------- sessions
 
@@ -430,18 +448,21 @@ class BrokerService:
             await self.authz.require(sub.log.name, CONSUME, sub.name)
         if cmd.unsubscribe and len(sub.consumers) > 1:
             raise NotAllowedError(f"subscription {sub.name!r} has other consumers; close them first")
-        self._drop_consumer(consumer)
+        self._drop_consumer(consumer, keep_reader=cmd.keep_reader and not cmd.unsubscribe)
         if cmd.unsubscribe and sub.durable:
             await self.store.delete_subscription(sub.log.topic_id, sub.log.epoch, sub.name)
             sub.log.subscriptions.remove(sub.name, sub)
 
-    def _drop_consumer(self, consumer: Consumer) -> None:
+    def _drop_consumer(self, consumer: Consumer, keep_reader: bool = False) -> None:
         consumer.closed = True
         self.consumers.pop(consumer.consumer_id, None)
         sub = consumer.subscription
         sub.remove_consumer(consumer)
         if not sub.durable and not sub.consumers:
-            sub.log.subscriptions.remove(sub.name, sub)
+            if keep_reader:
+                self.kept_readers[sub] = time.monotonic() + self.settings.session_timeout_ms / 1000
+            else:
+                sub.log.subscriptions.remove(sub.name, sub)
         if session := self.sessions.sessions.get(consumer.session_id):
             session.consumers.discard(consumer.consumer_id)
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import socket
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from magnetar_protocol.listeners import INTERNAL, PULSAR, parse_listeners, pulsar_key
 from magnetar_runtime.settings import ServiceSettings
 
 # The advertised listener holding a broker's pulsar:// URL.
-PULSAR_LISTENER = "pulsar"
+PULSAR_LISTENER = PULSAR
 
 
 class BrokerSettings(ServiceSettings):
@@ -98,9 +99,29 @@ class BrokerSettings(ServiceSettings):
     # The pulsar:// URL lookups answer for this broker; default pulsar://HOST:PULSAR_PORT
     # (pulsar+ssl:// with MAGNETAR_TLS_ENABLED: the port then speaks TLS only).
     advertised_pulsar_url: str = ""
+    # Other pulsar:// URLs this broker is reached at, by name (Pulsar's advertisedListeners
+    # for the binary protocol), e.g. "external:pulsar://203.0.113.10:{30650+pod_index}";
+    # a LOOKUP naming a listener (the client's listener_name) answers that one, and one
+    # naming a listener the owner lacks is refused.  Empty: only the URL above.
+    advertised_pulsar_listeners: str = ""
     # A Pulsar connection that sends nothing (not even a PONG to our PING) for this long
     # is closed; Pulsar clients PING every 30 s by default.
     pulsar_keepalive_s: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _pulsar_listeners_valid(self):
+        # A bad entry stops the broker at start, naming it.
+        self._pulsar_listeners()
+        return self
+
+    def _pulsar_listeners(self) -> dict[str, str]:
+        named = parse_listeners(self._with_pod_index(self.advertised_pulsar_listeners), pulsar=True)
+        internal = named.get(INTERNAL, "")
+        if internal and self.advertised_pulsar_url and internal != self.advertised_pulsar_url.rstrip("/"):
+            raise ValueError(f"MAGNETAR_ADVERTISED_PULSAR_URL is {self.advertised_pulsar_url!r} but "
+                             f"MAGNETAR_ADVERTISED_PULSAR_LISTENERS names internal as {internal!r}: "
+                             "set one of them, or the same URL in both")
+        return named
 
     @property
     def pulsar_url(self) -> str:
@@ -108,15 +129,20 @@ class BrokerSettings(ServiceSettings):
         if not self.pulsar_port:
             return ""
         scheme = "pulsar+ssl" if self.tls_enabled else "pulsar"
-        return (self.advertised_pulsar_url or f"{scheme}://{self.host}:{self.pulsar_port}").rstrip("/")
+        default = self.advertised_pulsar_url or self._pulsar_listeners().get(INTERNAL, "")
+        return (default or f"{scheme}://{self.host}:{self.pulsar_port}").rstrip("/")
 
     @property
     def listeners(self) -> dict[str, str]:
-        """The advertised listeners plus ``pulsar``, this broker's pulsar:// URL, so a
-        Pulsar LOOKUP on any broker finds the owner's (the advertised-listeners table)."""
+        """The advertised listeners plus ``pulsar``, this broker's pulsar:// URL, and its
+        named Pulsar listeners (``pulsar:NAME``), so a Pulsar LOOKUP on any broker finds
+        the owner's (the advertised-listeners table)."""
         listeners = super().listeners
         if self.pulsar_url:
             listeners[PULSAR_LISTENER] = self.pulsar_url
+            for name, url in self._pulsar_listeners().items():
+                if name != INTERNAL:
+                    listeners[pulsar_key(name)] = url
         return listeners
 
     @property

@@ -12,6 +12,9 @@ from magnetar_protocol import pulsar_api_pb2 as pb
 _CODES: tuple[tuple[type[errors.MagnetarError], int], ...] = (
     (errors.AuthenticationError, pb.AuthenticationError),
     (errors.AuthorizationError, pb.AuthorizationError),
+    # The wheel retries InvalidTopicName until its operation timeout: a domain Magnetar
+    # does not serve is refused with a code it gives up on at once.
+    (errors.UnsupportedTopicDomain, pb.NotAllowedError),
     (errors.InvalidTopicName, pb.InvalidTopicName),
     (errors.MessageTooBig, pb.NotAllowedError),
     (errors.TopicNotFound, pb.TopicNotFound),

@@ -31,6 +31,20 @@ READ_CHUNK = 256 * 1024
 REFUSED_GRACE_S = 10.0
 
 
+# Refused commands whose answer type carries an error: (answer, error field, message field).
+OWN_ERROR_ANSWER = {
+    Type.CONSUMER_STATS: (pb.CommandConsumerStatsResponse, "error_code", "error_message"),
+    Type.END_TXN_ON_PARTITION: (pb.CommandEndTxnOnPartitionResponse, "error", "message"),
+    Type.END_TXN_ON_SUBSCRIPTION: (pb.CommandEndTxnOnSubscriptionResponse, "error", "message"),
+}
+NOT_SERVED_WHY = {
+    Type.END_TXN_ON_PARTITION: ": Magnetar's coordinators end transactions on the brokers themselves",
+    Type.END_TXN_ON_SUBSCRIPTION: ": Magnetar's coordinators end transactions on the brokers themselves",
+    Type.WATCH_TOPIC_LIST: ": topic list watchers are not supported (CONNECTED does not offer them); "
+                           "poll GET_TOPICS_OF_NAMESPACE",
+}
+
+
 class Closed(Exception):
     """Stop serving this connection; the message is the logged reason."""
 
@@ -159,12 +173,29 @@ class Connection:
             return
         handler = self.handlers.get(kind)
         if handler is None:
-            self.send(pb.CommandError(request_id=getattr(frame.body, "request_id", 0) or 0,
-                                      error=pb.NotAllowedError,
-                                      message=f"Magnetar does not support {Type.Name(kind)} yet "
-                                              "(docs/pulsar-protocol.md lists what it does)"))
+            self._not_served(frame)
             return
         await handler(frame)
+
+    def _not_served(self, frame: frames.Frame) -> None:
+        """A command this listener does not serve: refused at once, in the answer its
+        client waits for (its own response type when that has error fields, else ERROR)
+        with its request id, so the client fails now instead of at its operation timeout.
+        A command with no request id (a client sending a broker's push) is logged only."""
+        kind, body = frame.type, frame.body
+        if "request_id" not in body.DESCRIPTOR.fields_by_name:
+            log.warning("pulsar connection %s: ignored %s, which has no answer", self.peer, Type.Name(kind))
+            return
+        request_id: int = getattr(body, "request_id")  # noqa: B009 (a Message's field, checked above)
+        message = (f"Magnetar does not serve {Type.Name(kind)}"
+                   f"{NOT_SERVED_WHY.get(kind, '')} (docs/pulsar-protocol.md lists what it serves)")
+        own = OWN_ERROR_ANSWER.get(kind)
+        if own is None:
+            self.send(pb.CommandError(request_id=request_id, error=pb.NotAllowedError, message=message))
+            return
+        answer_type, error_field, message_field = own
+        self.send(answer_type(**{"request_id": request_id, error_field: pb.NotAllowedError,
+                                 message_field: message}))
 
     # ---------------------------------------------------------------- CONNECT
 

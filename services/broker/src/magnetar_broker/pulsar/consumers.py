@@ -256,16 +256,25 @@ class Consumers:
                 publish_time=cmd.message_publish_time if cmd.HasField("message_publish_time") else None))
             return consumer
 
-        def sought(consumer: PulsarConsumer) -> pb.CommandSuccess:
-            # As a Pulsar broker does: the client drops what arrives until it has
-            # reconnected, so close the consumer; it subscribes again at the new position.
-            self.conn.spawn(self._close_after_seek(consumer))
-            return pb.CommandSuccess(request_id=cmd.request_id)
+        async def seek_then_close() -> None:
+            # As a Pulsar broker does, in its order: the consumer is disconnected first
+            # (CLOSE_CONSUMER), then the seek answered.  The C++ client (the wheel) takes
+            # its new start position from the seek only when the answer finds it
+            # reconnecting; answered first, its reconnect started from what it had read
+            # (a time seek after an id seek was undone, a reader went back).  A reader's
+            # subscription outlives the close for it to come back to, at the position
+            # sought (Pulsar's resetCursor keeps a non-durable cursor too).
+            await self._close_for_seek(await call())
 
-        await answer(self.conn, cmd.request_id, call, sought)
+        await answer(self.conn, cmd.request_id, seek_then_close,
+                     lambda _: pb.CommandSuccess(request_id=cmd.request_id))
 
-    async def _close_after_seek(self, consumer: PulsarConsumer) -> None:
-        self._closed_by_broker(consumer, "seek: it subscribes again at the new position")
+    async def _close_for_seek(self, consumer: PulsarConsumer) -> None:
+        if self.consumers.pop(consumer.pulsar_id, None) is None:
+            return
+        await self.service.close_consumer(CloseConsumer(
+            consumer_id=consumer.magnetar_id, session_id=self.conn.session_id, keep_reader=True))
+        self.conn.send(pb.CommandCloseConsumer(consumer_id=consumer.pulsar_id, request_id=BROKER_REQUEST))
 
     async def last_message_id(self, frame) -> None:
         cmd = frame.body

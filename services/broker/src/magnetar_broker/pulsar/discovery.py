@@ -7,9 +7,8 @@ from __future__ import annotations
 from magnetar_broker.pulsar.connection import Connection, answer
 from magnetar_broker.pulsar.errors import failure
 from magnetar_broker.pulsar.transactions import TC_ASSIGN_TOPIC, is_tc_assign, tc_assign_partitions
-from magnetar_broker.settings import PULSAR_LISTENER
 from magnetar_protocol import pulsar_api_pb2 as pb
-from magnetar_protocol.errors import BadRequest, MagnetarError, ServiceNotReady
+from magnetar_protocol.errors import BadRequest, MagnetarError
 
 Type = pb.BaseCommand.Type
 Lookup = pb.CommandLookupTopicResponse
@@ -42,7 +41,7 @@ class Discovery:
     async def lookup(self, frame) -> None:
         cmd = frame.body
         try:
-            url = await self.owner_url(cmd.topic)
+            url = await self.owner_url(cmd.topic, cmd.advertised_listener_name)
         except MagnetarError as exc:
             error, message = failure(exc)
             self.conn.send(Lookup(request_id=cmd.request_id, response=Lookup.Failed,
@@ -57,19 +56,13 @@ class Discovery:
                               broker_service_url_tls=url if url.startswith("pulsar+ssl://") else "",
                               authoritative=True))
 
-    async def owner_url(self, topic: str) -> str:
+    async def owner_url(self, topic: str, listener: str = "") -> str:
+        """The owner's pulsar:// URL on the listener the client names (its
+        listener_name; none: the default one)."""
         if is_tc_assign(topic):   # any listener serves every coordinator
-            return self.conn.settings.pulsar_url
+            return await self.service.pulsar_url(self.service.broker_id, self.service.settings.url, listener)
         owner = await self.service.lookup(topic)
-        if owner.broker_id == self.service.broker_id:
-            return self.conn.settings.pulsar_url
-        try:
-            [url] = await self.service.advertised(PULSAR_LISTENER, [(owner.url, f"broker {owner.broker_id}")],
-                                                  protocol="pulsar")
-        except BadRequest:
-            raise ServiceNotReady(f"{topic} is served by broker {owner.broker_id}, which has no Pulsar "
-                                  "listener (MAGNETAR_PULSAR_PORT unset there)") from None
-        return url
+        return await self.service.pulsar_url(owner.broker_id, owner.url, listener)
 
     async def topics_of_namespace(self, frame) -> None:
         cmd = frame.body

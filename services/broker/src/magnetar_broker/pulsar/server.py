@@ -10,6 +10,7 @@ from magnetar_broker.pulsar.connection import Connection
 from magnetar_broker.pulsar.consumers import Consumers
 from magnetar_broker.pulsar.discovery import Discovery
 from magnetar_broker.pulsar.producers import Producers
+from magnetar_broker.pulsar.schemas import Schemas
 from magnetar_broker.pulsar.transactions import COORDINATOR_TIMEOUT_S, Transactions
 from magnetar_runtime import tls
 from magnetar_runtime.rpc import RpcClient
@@ -20,7 +21,7 @@ log = logging.getLogger("magnetar.broker.pulsar")
 def handlers_for(conn: Connection, rpc: RpcClient) -> dict:
     """Every command the listener serves besides CONNECT and PING/PONG, by type."""
     handlers: dict = {}
-    for role in (Discovery(conn), Producers(conn), Consumers(conn), Transactions(conn, rpc)):
+    for role in (Discovery(conn), Producers(conn), Consumers(conn), Schemas(conn), Transactions(conn, rpc)):
         handlers |= role.handlers()
     return handlers
 
