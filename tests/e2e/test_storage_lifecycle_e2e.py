@@ -28,6 +28,9 @@ from tests.waiting import wait_until
 LIFECYCLE_ENV = {
     "MAGNETAR_DEFAULT_RETENTION_TIME_MINUTES": "0",  # Pulsar's default (TEST_ENV keeps everything)
     "MAGNETAR_DEFAULT_RETENTION_SIZE_MB": "0",
+    # No minimum age: these tests watch trimming act on data seconds old (the floor's
+    # own tests, test_trim_floor_e2e.py, keep the default).
+    "MAGNETAR_TRIM_MIN_AGE_S": "0",
     "MAGNETAR_LIFECYCLE_INTERVAL_MS": "150",
     "MAGNETAR_STORAGE_POLICY_CACHE_MS": "0",
     "MAGNETAR_TRIM_BATCH_ENTRIES": "4",  # several batches per pass: the batching runs too

@@ -81,6 +81,7 @@ class StorageLifecycle:
                              duty=settings.trim_duty_percent / 100, min_pause_s=settings.trim_min_pause_ms / 1000,
                              max_pause_s=settings.trim_max_pause_ms / 1000,
                              partition_batches=settings.trim_max_batches, pass_batches=settings.trim_pass_batches)
+        self.min_age_ms = settings.trim_min_age_s * 1000
 
     async def run_once(self) -> None:
         budget = TrimBudget(self.pace)
@@ -246,7 +247,7 @@ class StorageLifecycle:
                     plog.trimmed(bound)
                     break
                 metas = metas[:batch_cut([m.size for m in metas], self.pace)]
-                below = trim_before(metas, total or 0, retention, now_ms())
+                below = trim_before(metas, total or 0, retention, now_ms(), self.min_age_ms)
                 if below is None:
                     break
                 failpoint("broker.trim.before_delete")
