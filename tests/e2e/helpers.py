@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -11,6 +12,30 @@ import urllib.parse
 import urllib.request
 
 import magnetar
+from tests.waiting import wait_until
+
+# The broker's defaults for namespaces that set no policy (TEST_ENV keeps everything
+# instead): Pulsar's retention 0.  With them, a partition's data is trimmed by the
+# lifecycle as soon as the rules allow, as a new user's would be.
+SHIPPED_RETENTION = {"MAGNETAR_DEFAULT_RETENTION_TIME_MINUTES": "0", "MAGNETAR_DEFAULT_RETENTION_SIZE_MB": "0"}
+
+
+def lifecycle_passes(cluster) -> list[int]:
+    """Each running broker's completed storage-lifecycle passes."""
+    counts = []
+    for url in cluster.broker_urls:
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+            m = re.search(r"^magnetar_broker_lifecycle_passes_total (\S+)$", resp.read().decode(), re.M)
+        counts.append(int(float(m[1])) if m else 0)
+    return counts
+
+
+def two_more_passes(cluster) -> None:
+    """Wait until every broker completed two more storage-lifecycle passes: whatever the
+    lifecycle would do to data already there, it has done (one pass may have begun before)."""
+    start = lifecycle_passes(cluster)
+    wait_until(lambda: all(now >= then + 2 for now, then in zip(lifecycle_passes(cluster), start)), 10,
+               "two more storage-lifecycle passes on every broker")
 
 
 def commit_in_background(txn) -> tuple[threading.Thread, dict]:

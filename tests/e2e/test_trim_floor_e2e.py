@@ -15,14 +15,14 @@ import pulsar
 import pytest
 
 import magnetar
-from tests.e2e.test_storage_lifecycle_e2e import full, produce, receive, sql, stored, two_more_passes
+from tests.e2e.helpers import SHIPPED_RETENTION, two_more_passes
+from tests.e2e.test_storage_lifecycle_e2e import full, produce, receive, sql, stored
 from tests.waiting import wait_until
 
 SHIPPED = {
     # The broker's own defaults (TEST_ENV keeps everything): retention 0 and, by leaving
     # MAGNETAR_TRIM_MIN_AGE_S unset, the default minimum age.
-    "MAGNETAR_DEFAULT_RETENTION_TIME_MINUTES": "0",
-    "MAGNETAR_DEFAULT_RETENTION_SIZE_MB": "0",
+    **SHIPPED_RETENTION,
     "MAGNETAR_LIFECYCLE_INTERVAL_MS": "150",
     "MAGNETAR_STORAGE_POLICY_CACHE_MS": "0",
 }
