@@ -162,9 +162,12 @@ class Subscription:
 
     # ---------------------------------------------------------------- dispatch
 
-    async def fetch(self, consumer: Consumer, max_messages: int) -> list[pb.DeliveredEntry]:
+    async def fetch(self, consumer: Consumer, max_messages: int, seeks: int = 0) -> list[pb.DeliveredEntry]:
+        """Deliver up to ``max_messages`` to ``consumer``; ``seeks``: the consumer's seek
+        count its fetch carried (nothing for a fetch a seek or a rewind overtook while it
+        waited for the lock: its client drops what it brings)."""
         async with self.lock:
-            if consumer.closed or not self._may_receive(consumer):
+            if consumer.closed or seeks < consumer.seeks or not self._may_receive(consumer):
                 return []
             out: list[pb.DeliveredEntry] = []
             budget = max(max_messages, 1)
