@@ -74,6 +74,10 @@ class CoordinatorService:
         self._id_lock = asyncio.Lock()
         self._driving: dict[int, asyncio.Task[Any]] = {}
         self._expiring: set[int] = set()
+        # Work started and not awaited (recovery, loops stopped from inside themselves,
+        # timeout aborts), held until done: the event loop keeps only a weak reference to
+        # a task, so an unheld one can be garbage-collected mid-flight.
+        self._background: set[asyncio.Task] = set()
         self.claim_loop = BackgroundLoop("coordinator-claim", settings.heartbeat_interval_ms / 1000,
                                          self.claim_or_heartbeat)
         self.timeout_loop = BackgroundLoop("txn-timeouts", settings.timeout_check_interval_ms / 1000,
@@ -128,7 +132,21 @@ class CoordinatorService:
         self.purge_loop.start()
         if self.adopter is None:  # new transactions are opened on the process's own TCID only
             self.limits_loop.start()
-        asyncio.create_task(self.recover())
+        self._spawn(self.recover())
+
+    def _spawn(self, coro) -> asyncio.Task:
+        """Run ``coro`` in the background, held in ``_background`` until done; a failure
+        is logged (nobody awaits it)."""
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+        return task
+
+    def _background_done(self, task: asyncio.Task) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("coordinator %d: background task %s failed: %r", self.tcid, task.get_name(), exc,
+                      exc_info=exc)
 
     def _lost_claim(self) -> None:
         if not self.ready:
@@ -139,11 +157,12 @@ class CoordinatorService:
             log.info("adopted coordinator id %d was claimed back (its own process returned, or "
                      "another adopter took it); letting go", self.tcid)
             self.adopter.adopted.pop(self.tcid, None)
-            asyncio.create_task(self.claim_loop.stop())
+            self._spawn(self.claim_loop.stop())
         self.ready = False
-        asyncio.create_task(self.timeout_loop.stop())
-        asyncio.create_task(self.purge_loop.stop())
-        asyncio.create_task(self.limits_loop.stop())
+        # Not awaited: this may run inside one of these loops' own iteration.
+        self._spawn(self.timeout_loop.stop())
+        self._spawn(self.purge_loop.stop())
+        self._spawn(self.limits_loop.stop())
         # Stop driving endings: the new holder re-drives them (recovery), so going on
         # here would only tell every participant twice.  Waiting requests get Fenced.
         for task in list(self._driving.values()):
@@ -509,7 +528,7 @@ class CoordinatorService:
             self._expiring.add(txn_id)
             log.info("transaction %s timed out; aborting", TxnID(self.tcid, txn_id))
             metrics.TIMEOUTS.inc()
-            asyncio.create_task(self._abort_quietly(txn_id))
+            self._spawn(self._abort_quietly(txn_id))
 
     async def _abort_quietly(self, txn_id: int) -> None:
         try:
