@@ -111,3 +111,28 @@ def key_binding(cluster, key: str) -> tuple[int, int]:
     with urllib.request.urlopen(url, timeout=10) as resp:
         answer = json.loads(resp.read())
     return answer["coordinatorId"], answer["epoch"]
+
+
+def keys_for_each_consumer(cluster, topic: str, subscription: str, per_consumer: int,
+                           prefix: str = "key-") -> dict[str, list[str]]:
+    """``per_consumer`` keys for each consumer of a Key_Shared subscription, by consumer
+    name: the keys the broker's hash ring gives that consumer, computed from the ring it
+    builds (its consumers' ids and names, read from the topic's stats).  A test that sends
+    these knows where each must go, instead of hoping a few random keys split (8 keys on
+    two consumers all landed on one in ~1% of runs)."""
+    from magnetar_broker.subscription.dispatch import HashRing, key_hash
+
+    path = topic.removeprefix("persistent://")
+    with urllib.request.urlopen(f"{cluster.admin_url}/admin/v2/persistent/{path}/stats", timeout=10) as resp:
+        consumers = json.loads(resp.read())["subscriptions"][subscription]["consumers"]
+    ring = HashRing((c["consumerId"], c["consumerName"]) for c in consumers)
+    name_of = {c["consumerId"]: c["consumerName"] for c in consumers}
+    chosen: dict[str, list[str]] = {c["consumerName"]: [] for c in consumers}
+    for i in range(1000):
+        key = f"{prefix}{i}"
+        mine = chosen[name_of[ring.owner(key_hash(key))]]
+        if len(mine) < per_consumer:
+            mine.append(key)
+        if all(len(keys) == per_consumer for keys in chosen.values()):
+            return chosen
+    raise AssertionError(f"1000 keys did not give each of {sorted(chosen)} {per_consumer} keys")
