@@ -16,7 +16,7 @@ import pytest
 
 import magnetar
 from tests.e2e.helpers import SHIPPED_RETENTION, two_more_passes
-from tests.e2e.test_storage_lifecycle_e2e import full, produce, receive, sql, stored
+from tests.e2e.test_storage_lifecycle_e2e import create, full, ok, produce, receive, sql, stored
 from tests.waiting import wait_until
 
 SHIPPED = {
@@ -75,3 +75,17 @@ def test_the_floor_holds_on_a_topic_whose_subscriptions_acknowledged_everything(
     assert stored(cluster, "floor-acked") == list(range(N))
     second = mclient.subscribe("floor-acked", "second", initial_position=magnetar.InitialPosition.Earliest)
     assert [m.data() for m in receive(second, N)] == sent()
+
+
+def test_message_ttl_moves_cursors_at_once_and_the_floor_keeps_only_the_storage(cluster, mclient):
+    # As in Pulsar, expiry acknowledges on the subscriptions' behalf (deletes nothing
+    # itself): it is not held back by the floor; the storage is.
+    create(cluster, "floor-ttl")
+    ok(cluster, "POST", "/admin/v2/persistent/public/default/floor-ttl/messageTTL?messageTTL=1")
+    mclient.subscribe("floor-ttl", "a", initial_position=magnetar.InitialPosition.Earliest)
+    produce(mclient, "floor-ttl", 10)
+    mark = ("SELECT mark_delete_entry FROM subscriptions s JOIN topics t USING (topic_id) "
+            "WHERE t.topic = $1 AND s.subscription = 'a'")
+    wait_until(lambda: sql(cluster, mark, full("floor-ttl"))[0][0] == 9, 10, "the cursor expired to entry 9")
+    two_more_passes(cluster)
+    assert stored(cluster, "floor-ttl") == list(range(10))
