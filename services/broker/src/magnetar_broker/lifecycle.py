@@ -254,6 +254,11 @@ class StorageLifecycle:
                 owned, entries, size = await plog.lease_checked(
                     "trimming", self.store.trim_entries(plog.topic_id, plog.epoch, below), lambda r: r[0])
                 plog.trimmed(below)
+                # A rule kept the rest of this batch's candidates (the minimum age, retention):
+                # what ages meanwhile waits for the next pass, rather than a batch of a few
+                # entries after every pause (bench/soak.py, 120 s minimum age: 13,280 batches
+                # of 8.8 entries before, 1,114 of 133 after; docs/performance.md).
+                rule_bound = below <= metas[-1].entry_id
             failpoint("broker.trim.after_delete")
             budget.spend()
             deleted += entries
@@ -266,6 +271,8 @@ class StorageLifecycle:
             pause = pause_after(took, self.pace)
             metrics.TRIM_PAUSE_SECONDS.inc(pause)
             await asyncio.sleep(pause)  # sends and dispatch get the database between batches
+            if rule_bound:
+                break
         if deleted:
             log.info("trimmed %d entries of %s (first entry now %d)", deleted, plog.name.full,
                      plog.first_entry_id)
