@@ -320,6 +320,11 @@ class Subscription:
         self.log.wake()
         return moved
 
+    def rewind(self) -> int:
+        """Take back for redelivery, count + 1, everything every consumer holds
+        unacknowledged (the abort of a cumulative transactional ack); how many."""
+        return sum(self.deliveries.release(consumer_id, None, count=True) for consumer_id in list(self.consumers))
+
     def redelivered(self, messages: int) -> None:
         """Count messages taken back for redelivery (nack, ack timeout, redeliver-unacked,
         a consumer gone with unacknowledged messages, a failover switch, a transaction's

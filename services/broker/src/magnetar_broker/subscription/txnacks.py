@@ -44,6 +44,7 @@ class Holder(Protocol):
 
     async def check_positions(self, what: str, positions: Sequence[PositionLike]) -> None: ...
     def redelivered(self, messages: int) -> None: ...
+    def rewind(self) -> int: ...
 
 
 class TxnAcks:
@@ -273,10 +274,7 @@ class TxnAcks:
         after the durable position again, in order.  Pulsar's PendingAckHandleImpl
         calls redeliverUnacknowledgedMessages there, which rewinds the single active
         consumer's cursor to its mark-delete position (its client drops its queue first)."""
-        rewound = 0
-        if cumulative:
-            for consumer_id in list(self.sub.consumers):
-                rewound += self.sub.deliveries.release(consumer_id, None, count=True)
+        rewound = self.sub.rewind() if cumulative else 0
         masks: dict[int, int] = {}
         for entry_id, index in individual:
             if index == WHOLE:
