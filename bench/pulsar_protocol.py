@@ -9,7 +9,7 @@ warmer cache.  Prints per client:
     message timed from the call to its receipt);
   - CPU µs per message during the produce, of this process (the client) and the broker;
   - consume: msgs/s draining the backlog with receive + acknowledge (the subscription is
-    made before the produce: with retention 0 a topic without one may trim);
+    made before the produce, at Latest, so it drains exactly that produce);
 and the ratios Pulsar / Magnetar.  The wheel's own ceiling is measured in the same run:
 the same produce against a stub broker that answers every SEND at once and stores
 nothing (tests/unit/pulsar/stub_broker.py), so "pulsar / wheel ceiling" says how much of
@@ -97,8 +97,8 @@ def main() -> None:
         p_client = pulsar.Client(cluster.pulsar_service_url, operation_timeout_seconds=60)
         def run(name: str, client, ok, topic: str, **options) -> tuple[dict, dict]:
             if args.consume:
-                # The subscription exists before the produce: with retention 0 (the
-                # default) a topic without one may trim what it stores, as Pulsar may.
+                # The subscription exists before the produce (both clients' default
+                # initial position is Latest), so the consume drains exactly what it sent.
                 client.subscribe(topic, f"bench-{name}").close()
             produced = produce(name, client, ok, topic, args.messages, args.size, args.settings, broker, **options)
             return produced, consume(name, client, topic, args.messages) if args.consume else {}

@@ -18,6 +18,13 @@ backlog, so trimming is bounded by the slowest cursor).  Three parts:
 Prints every sample and the figures, and writes a PNG (``--plot``) of storage and
 throughput over time.
 
+The broker keeps its minimum age before trimming (MAGNETAR_TRIM_MIN_AGE_S, 10 minutes):
+nothing younger is deleted, so the size plateaus only after that age plus a vacuum cycle,
+at about (age + lag) x the produce rate; a half must be long enough for it.  Try another
+age with ``--broker-env MAGNETAR_TRIM_MIN_AGE_S=120`` (0: none).  With an age longer than
+a round, part 3's "on" rounds delete nothing of the round before: they measure trimming's
+cost only with the age at 0.
+
     .venv/bin/python bench/soak.py --duration-s 600 [--rate 2000] [--size 1000]
 """
 
@@ -38,6 +45,7 @@ import asyncpg  # noqa: E402
 from _common import bench_cluster, durable_postgres, percentile, report, send_full_speed, send_paced  # noqa: E402
 
 import magnetar  # noqa: E402
+from magnetar_broker.settings import BrokerSettings  # noqa: E402
 
 TOPIC = "persistent://public/default/soak"
 HOT = "SELECT coalesce(sum(pg_total_relation_size(c)), 0) FROM unnest(ARRAY['entries', 'txn_entries']::regclass[]) c"
@@ -242,8 +250,10 @@ def main() -> None:
         with bench_cluster(url, admin=True, env=env) as cluster:
             client = magnetar.Client(",".join(cluster.broker_urls))
             t0 = time.monotonic()
+            min_age_s = int(env.get("MAGNETAR_TRIM_MIN_AGE_S", BrokerSettings.model_fields["trim_min_age_s"].default))
             print(f"soak: {a.duration_s:.0f} s at {a.rate:.0f} msgs/s of {a.size} B; retention 0, then "
-                  f"{a.retention_minutes} min; trimming {'unpaced' if a.unpaced else 'paced'}", flush=True)
+                  f"{a.retention_minutes} min; trimming {'unpaced' if a.unpaced else 'paced'}, "
+                  f"nothing younger than {min_age_s} s", flush=True)
             set_retention(cluster, 0, 0)
             s1, f1 = soak(cluster, client, url, a.duration_s / 2, a.rate, a.size, a.sample_s, a.slow_lag_s,
                           "retention 0", t0)
@@ -267,7 +277,7 @@ def main() -> None:
             trims = trim_figures(cluster)
             print(f"  trimming: {trims}", flush=True)
             client.close()
-    report("soak", {"trimming": trims, "retention 0": f1, "short retention": f2,
+    report("soak", {"trim_min_age_s": min_age_s, "trimming": trims, "retention 0": f1, "short retention": f2,
                     "throughput": {"off_msgs_per_s": [round(x) for x in off], "on_msgs_per_s": [round(x) for x in on],
                                    "ratio_on_to_off": round(statistics.median(on) / statistics.median(off), 3),
                                    "p99_ms_off": p99_off, "p99_ms_on": p99_on}})

@@ -6,8 +6,11 @@ which write and apply through the same parts."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from magnetar_broker.commands import Fetch, Redeliver
 from magnetar_broker.txnend import LocalEnds, end_on_participant
 from magnetar_coordinator import metrics as coordinator_metrics
 from magnetar_coordinator.service import CoordinatorService
@@ -102,3 +105,49 @@ async def test_an_aborted_transactions_acks_are_redelivered_and_a_conflicting_ac
     [again] = await broker.fetch(consumer)
     assert again.entry_id == entry.entry_id
     assert list(again.redelivery_counts) == [1]
+
+
+@pytest.mark.parametrize("path", ["one-phase", "two-phase"])
+async def test_an_aborted_cumulative_ack_rewinds_the_consumer_to_its_mark_delete_position(
+        broker, coordinator, path):
+    # Pulsar's PendingAckHandleImpl: redeliverUnacknowledgedMessages, i.e. the single active
+    # consumer's cursor back to mark-delete; not only the range the transaction acknowledged.
+    topic = f"{TOPIC}-rewind-{path}"
+    consumer = await broker.subscribe(topic, "s", sub_type=pb.SUB_FAILOVER)
+    producer = await broker.producer(topic, "p")
+    for i in range(5):
+        await broker.send(producer, f"m{i}".encode(), first_seq=i)
+    delivered = await broker.fetch(consumer)
+    assert [e.entry_id for e in delivered] == [0, 1, 2, 3, 4]
+    txn = await _new_txn(coordinator)
+    await broker.ack(consumer, 2, txn=txn, cumulative=True)  # 0..2 pending in it; 3, 4 held
+    if path == "one-phase":
+        await coordinator.end(pb.EndTxnRequest(txn=txn, action=pb.TXN_ABORT))
+    else:
+        await coordinator.store.transition(txn.least_bits, pb.TXN_OPEN, pb.TXN_ABORTING)
+        await end_on_participant(broker.service.ownership, topic, "s", TxnID.from_wire(txn), False)
+    again = await broker.fetch(consumer)
+    assert [e.entry_id for e in again] == [0, 1, 2, 3, 4]  # in order, 3 and 4 too
+    assert [list(e.redelivery_counts) for e in again] == [[1]] * 5
+
+
+async def test_a_fetch_overtaken_by_a_rewind_while_it_waited_for_the_lock_delivers_nothing(broker):
+    # The client dropped its queue (RedeliverRequest.seeks): what a fetch it sent before
+    # takes would never come again, so it takes nothing, even one already past the
+    # service's check and waiting for the subscription's lock.
+    topic = f"{TOPIC}-overtaken"
+    consumer_id = await broker.subscribe(topic, "s")
+    producer = await broker.producer(topic, "p")
+    await broker.send(producer, b"m0")
+    sub = broker.service.consumers[consumer_id].subscription
+    await sub.lock.acquire()  # another fetch (or an ack) holds the subscription
+    stale = asyncio.ensure_future(broker.service.fetch(Fetch(consumer_id=consumer_id, session_id=broker.session,
+                                                             max_messages=10, seeks=0)))
+    await asyncio.sleep(0.01)  # the fetch passed the service's check and waits for the lock
+    await broker.service.redeliver(Redeliver(consumer_id=consumer_id, session_id=broker.session, seeks=1))
+    sub.lock.release()
+    assert list((await stale).entries) == []
+    assert sub.deliveries.pending == {}  # nothing counted as delivered
+    fresh = await broker.service.fetch(Fetch(consumer_id=consumer_id, session_id=broker.session,
+                                             max_messages=10, seeks=1))
+    assert [e.entry_id for e in fresh.entries] == [0]

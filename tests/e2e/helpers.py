@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -11,6 +12,30 @@ import urllib.parse
 import urllib.request
 
 import magnetar
+from tests.waiting import wait_until
+
+# The broker's defaults for namespaces that set no policy (TEST_ENV keeps everything
+# instead): Pulsar's retention 0.  With them, a partition's data is trimmed by the
+# lifecycle as soon as the rules allow, as a new user's would be.
+SHIPPED_RETENTION = {"MAGNETAR_DEFAULT_RETENTION_TIME_MINUTES": "0", "MAGNETAR_DEFAULT_RETENTION_SIZE_MB": "0"}
+
+
+def lifecycle_passes(cluster) -> list[int]:
+    """Each running broker's completed storage-lifecycle passes."""
+    counts = []
+    for url in cluster.broker_urls:
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+            m = re.search(r"^magnetar_broker_lifecycle_passes_total (\S+)$", resp.read().decode(), re.M)
+        counts.append(int(float(m[1])) if m else 0)
+    return counts
+
+
+def two_more_passes(cluster) -> None:
+    """Wait until every broker completed two more storage-lifecycle passes: whatever the
+    lifecycle would do to data already there, it has done (one pass may have begun before)."""
+    start = lifecycle_passes(cluster)
+    wait_until(lambda: all(now >= then + 2 for now, then in zip(lifecycle_passes(cluster), start)), 10,
+               "two more storage-lifecycle passes on every broker")
 
 
 def commit_in_background(txn) -> tuple[threading.Thread, dict]:
@@ -86,3 +111,28 @@ def key_binding(cluster, key: str) -> tuple[int, int]:
     with urllib.request.urlopen(url, timeout=10) as resp:
         answer = json.loads(resp.read())
     return answer["coordinatorId"], answer["epoch"]
+
+
+def keys_for_each_consumer(cluster, topic: str, subscription: str, per_consumer: int,
+                           prefix: str = "key-") -> dict[str, list[str]]:
+    """``per_consumer`` keys for each consumer of a Key_Shared subscription, by consumer
+    name: the keys the broker's hash ring gives that consumer, computed from the ring it
+    builds (its consumers' ids and names, read from the topic's stats).  A test that sends
+    these knows where each must go, instead of hoping a few random keys split (8 keys on
+    two consumers all landed on one in ~1% of runs)."""
+    from magnetar_broker.subscription.dispatch import HashRing, key_hash
+
+    path = topic.removeprefix("persistent://")
+    with urllib.request.urlopen(f"{cluster.admin_url}/admin/v2/persistent/{path}/stats", timeout=10) as resp:
+        consumers = json.loads(resp.read())["subscriptions"][subscription]["consumers"]
+    ring = HashRing((c["consumerId"], c["consumerName"]) for c in consumers)
+    name_of = {c["consumerId"]: c["consumerName"] for c in consumers}
+    chosen: dict[str, list[str]] = {c["consumerName"]: [] for c in consumers}
+    for i in range(1000):
+        key = f"{prefix}{i}"
+        mine = chosen[name_of[ring.owner(key_hash(key))]]
+        if len(mine) < per_consumer:
+            mine.append(key)
+        if all(len(keys) == per_consumer for keys in chosen.values()):
+            return chosen
+    raise AssertionError(f"1000 keys did not give each of {sorted(chosen)} {per_consumer} keys")

@@ -142,16 +142,22 @@ class Wire:
             raise WireError(frame.body.error, frame.body.message)
         return frame.body
 
-    def subscribe(self, topic: str, subscription: str, consumer_id: int, permits: int = 1000) -> None:
+    def subscribe(self, topic: str, subscription: str, consumer_id: int, permits: int = 1000,
+                  sub_type: int = pb.CommandSubscribe.Shared) -> None:
         self._owned_here(topic)
         self.request(pb.CommandSubscribe(topic=topic, subscription=subscription, consumer_id=consumer_id,
-                                         sub_type=pb.CommandSubscribe.Shared,
+                                         sub_type=sub_type,
                                          initial_position=pb.CommandSubscribe.Earliest), Type.SUCCESS)
         self.send(pb.CommandFlow(consumer_id=consumer_id, message_permits=permits))
 
     def receive(self, consumer_id: int) -> tuple[pb.MessageIdData, bytes]:
         """The next pushed message of the consumer: (its id, its payload); a batch's
         messages one by one (those its ``ack_set`` marks as due)."""
+        mid, payload, _ = self.receive_counted(consumer_id)
+        return mid, payload
+
+    def receive_counted(self, consumer_id: int) -> tuple[pb.MessageIdData, bytes, int]:
+        """``receive``, with the MESSAGE's redelivery count."""
         while True:
             inbox = self.inboxes.setdefault(consumer_id, deque())
             if inbox:
@@ -169,10 +175,12 @@ class Wire:
                 mid.CopyFrom(frame.body.message_id)
                 if frame.metadata.HasField("num_messages_in_batch"):
                     mid.batch_index, mid.batch_size = index, len(messages)
-                inbox.append((mid, messages[index].payload))
+                inbox.append((mid, messages[index].payload, frame.body.redelivery_count))
 
-    def ack(self, consumer_id: int, message_id: pb.MessageIdData, txn: tuple[int, int] | None = None) -> None:
-        cmd = pb.CommandAck(consumer_id=consumer_id, ack_type=pb.CommandAck.Individual)
+    def ack(self, consumer_id: int, message_id: pb.MessageIdData, txn: tuple[int, int] | None = None,
+            cumulative: bool = False) -> None:
+        cmd = pb.CommandAck(consumer_id=consumer_id,
+                            ack_type=pb.CommandAck.Cumulative if cumulative else pb.CommandAck.Individual)
         cmd.message_id.add().CopyFrom(message_id)
         if txn is not None:
             cmd.txnid_most_bits, cmd.txnid_least_bits = txn

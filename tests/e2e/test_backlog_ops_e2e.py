@@ -485,6 +485,22 @@ def test_msg_rate_redeliver_counts_nacks_redeliver_unacked_and_a_closed_consumer
         subs[sub].close()
 
 
+def test_redeliver_unacknowledged_drops_the_queue_so_each_message_comes_again_once_in_order(cluster, client):
+    # Pulsar's client clears its incoming queue first: what was prefetched but not yet
+    # received comes back with the rest, not twice.
+    name = "redeliver-queued"
+    consumer = client.subscribe(f"persistent://{NS}/{name}", "s", initial_position=magnetar.InitialPosition.Earliest)
+    produce(client, name, 6)
+    assert [consumer.receive(5000).data() for _ in range(2)] == [b"m0", b"m1"]  # m2..m5 queued
+    consumer.redeliver_unacknowledged_messages()
+    again = [consumer.receive(5000) for _ in range(6)]
+    assert [m.data() for m in again] == [f"m{i}".encode() for i in range(6)]
+    assert all(m.redelivery_count() == 1 for m in again)
+    with pytest.raises(magnetar.Timeout):
+        consumer.receive(timeout_millis=300)
+    consumer.close()
+
+
 # ---------------------------------------------------------------- Prometheus
 
 

@@ -24,6 +24,7 @@ from magnetar_protocol import pulsar_api_pb2 as pb
 from magnetar_protocol.pulsar import frames
 from magnetar_runtime.local.cluster import LocalCluster
 from tests.e2e.conftest import TEST_ENV
+from tests.e2e.helpers import keys_for_each_consumer
 from tests.waiting import wait_until
 
 TIMEOUT_MS = 10_000
@@ -561,44 +562,44 @@ def test_token_auth_maps_onto_magnetar_roles(cluster_factory):
     assert "CONNECT refused: the bearer token was refused" in log
 
 
-def test_key_shared_keeps_each_key_on_one_consumer(client):
+def _drain_keys(consumers, key_of) -> list[set]:
+    keys_of = []
+    for consumer in consumers:
+        got = []
+        while True:
+            try:
+                got.append(consumer.receive(timeout_millis=1000))
+            except pulsar.Timeout:
+                break
+        keys_of.append({key_of(m) for m in got})
+    return keys_of
+
+
+def test_key_shared_keeps_each_key_on_one_consumer(magnetar, client):
     topic = new_topic("keyshared")
     consumers = [client.subscribe(topic, "k", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=f"c{i}")
                  for i in range(2)]
+    # Four keys the broker's ring gives each consumer (computed from its consumers' ids:
+    # eight random keys all went to one consumer in ~1% of runs).
+    mine = keys_for_each_consumer(magnetar, topic, "k", 4)
+    keys = mine["c0"] + mine["c1"]
     producer = client.create_producer(topic, batching_enabled=False)
     for i in range(40):
-        producer.send(f"m{i}".encode(), partition_key=f"key-{i % 8}")
-    keys_of = []
-    for consumer in consumers:
-        got = []
-        while True:
-            try:
-                got.append(consumer.receive(timeout_millis=1000))
-            except pulsar.Timeout:
-                break
-        keys_of.append({m.partition_key() for m in got})
-    assert sum(1 for keys in keys_of if keys) == 2, f"one consumer got every key: {keys_of}"
-    assert not keys_of[0] & keys_of[1] and keys_of[0] | keys_of[1] == {f"key-{i}" for i in range(8)}
+        producer.send(f"m{i}".encode(), partition_key=keys[i % 8])
+    assert _drain_keys(consumers, lambda m: m.partition_key()) == [set(mine["c0"]), set(mine["c1"])]
 
 
-def test_key_shared_dispatches_by_ordering_key_before_partition_key(client):
+def test_key_shared_dispatches_by_ordering_key_before_partition_key(magnetar, client):
     topic = new_topic("keyshared-ordering")
     consumers = [client.subscribe(topic, "k", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=f"c{i}")
                  for i in range(2)]
+    mine = keys_for_each_consumer(magnetar, topic, "k", 4, prefix="order-")
+    keys = mine["c0"] + mine["c1"]
     producer = client.create_producer(topic, batching_enabled=False)
     for i in range(40):   # one partition key: by it alone a single consumer would get all
-        producer.send(f"m{i}".encode(), partition_key="same", ordering_key=f"order-{i % 8}")
-    keys_of = []
-    for consumer in consumers:
-        got = []
-        while True:
-            try:
-                got.append(consumer.receive(timeout_millis=1000))
-            except pulsar.Timeout:
-                break
-        keys_of.append({m.ordering_key() for m in got})
-    assert all(keys_of), f"one consumer got every ordering key: {keys_of}"
-    assert not keys_of[0] & keys_of[1] and keys_of[0] | keys_of[1] == {f"order-{i}" for i in range(8)}
+        producer.send(f"m{i}".encode(), partition_key="same", ordering_key=keys[i % 8])
+    got = _drain_keys(consumers, lambda m: m.ordering_key())
+    assert got == [set(mine["c0"]), set(mine["c1"])]
 
 
 def test_nack_redelivers_just_that_message(client):

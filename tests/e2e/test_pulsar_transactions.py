@@ -86,6 +86,32 @@ def test_commit_and_abort_across_two_topics_and_a_subscription(cluster, wire):
     tc.close()
 
 
+@pytest.mark.parametrize("sub_type", ["Exclusive", "Failover"])
+def test_an_aborted_cumulative_ack_rewinds_the_consumer_to_the_durable_position(cluster, wire, sub_type):
+    # The broker's half of Pulsar's abort (the Java client drops its queue): every message
+    # after the mark-delete position is pushed again, in order, redelivery count 1, not
+    # only the range the transaction acknowledged.
+    topic = new_topic(f"cumulative-abort-{sub_type.lower()}")
+    tc = _tc(wire)
+    wire.producer(topic, 1, "p")
+    for i in range(6):
+        wire.publish(1, "p", i, f"m{i}".encode())
+    wire.subscribe(topic, "work", consumer_id=1, sub_type=getattr(pb.CommandSubscribe, sub_type))
+    got = [wire.receive_counted(1) for _ in range(6)]
+    assert [(payload, count) for _, payload, count in got] == [(f"m{i}".encode(), 0) for i in range(6)]
+    durable = tc.new_txn()
+    tc.add_subscription(durable, topic, "work")
+    wire.ack(1, got[0][0], txn=durable, cumulative=True)
+    tc.end_txn(durable, commit=True)   # the durable position: m0
+    aborted = tc.new_txn()
+    tc.add_subscription(aborted, topic, "work")
+    wire.ack(1, got[2][0], txn=aborted, cumulative=True)   # m1..m2 pending in it; m3..m5 held
+    tc.end_txn(aborted, commit=False)
+    again = [wire.receive_counted(1) for _ in range(5)]
+    assert [(payload, count) for _, payload, count in again] == [(f"m{i}".encode(), 1) for i in range(1, 6)]
+    tc.close()
+
+
 def read_all_magnetar(cluster, topic: str) -> list[bytes]:
     client = magnetar.Client(cluster.service_url)
     try:

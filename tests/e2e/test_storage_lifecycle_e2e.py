@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import urllib.error
 import urllib.request
 
@@ -23,11 +22,14 @@ import pytest
 
 import magnetar
 from magnetar_protocol import magnetar_pb2 as pb
+from tests.e2e.helpers import SHIPPED_RETENTION, two_more_passes
 from tests.waiting import wait_until
 
 LIFECYCLE_ENV = {
-    "MAGNETAR_DEFAULT_RETENTION_TIME_MINUTES": "0",  # Pulsar's default (TEST_ENV keeps everything)
-    "MAGNETAR_DEFAULT_RETENTION_SIZE_MB": "0",
+    **SHIPPED_RETENTION,  # Pulsar's default (TEST_ENV keeps everything)
+    # No minimum age: these tests watch trimming act on data seconds old (the floor's
+    # own tests, test_trim_floor_e2e.py, keep the default).
+    "MAGNETAR_TRIM_MIN_AGE_S": "0",
     "MAGNETAR_LIFECYCLE_INTERVAL_MS": "150",
     "MAGNETAR_STORAGE_POLICY_CACHE_MS": "0",
     "MAGNETAR_TRIM_BATCH_ENTRIES": "4",  # several batches per pass: the batching runs too
@@ -92,20 +94,6 @@ def stored(cluster, topic: str) -> list[int]:
     """Entry ids of the topic still in the database."""
     return [r[0] for r in sql(cluster, "SELECT e.entry_id FROM entries e JOIN topics t USING (topic_id) "
                                        "WHERE t.topic = $1 ORDER BY 1", full(topic))]
-
-
-def passes(cluster) -> int:
-    total = 0
-    for url in cluster.broker_urls:
-        with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
-            m = re.search(r"^magnetar_broker_lifecycle_passes_total (\S+)$", resp.read().decode(), re.M)
-        total += int(float(m[1])) if m else 0
-    return total
-
-
-def two_more_passes(cluster) -> None:
-    start = passes(cluster)
-    wait_until(lambda: passes(cluster) >= start + 2, 10, "two more storage-lifecycle passes")
 
 
 def produce(client, topic: str, n: int, prefix: str = "m") -> list:

@@ -12,7 +12,7 @@ import pytest
 
 import magnetar
 from magnetar_protocol import magnetar_pb2 as pb
-from tests.e2e.helpers import read_all
+from tests.e2e.helpers import keys_for_each_consumer, read_all
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -46,10 +46,12 @@ def test_key_shared_keeps_each_key_on_one_consumer(cluster, client):
     consumers = [client.subscribe("keyed", "k", consumer_type=magnetar.ConsumerType.KeyShared,
                                   consumer_name=f"c{i}", initial_position=magnetar.InitialPosition.Earliest)
                  for i in range(2)]
+    # Twenty keys the broker's ring gives each consumer (computed, not hoped for).
+    mine = keys_for_each_consumer(cluster, "persistent://public/default/keyed", "k", 20)
+    keys = mine["c0"] + mine["c1"]
     producer = client.create_producer("keyed")
     for i in range(200):
-        # 40 keys: the chance that all land on one of two consumers is ~2 * 0.5**40.
-        producer.send_async(f"{i % 40}:{i}".encode(), lambda r, m: None, partition_key=f"key{i % 40}")
+        producer.send_async(f"{keys[i % 40]}:{i}".encode(), lambda r, m: None, partition_key=keys[i % 40])
     producer.flush()
     owner_of_key: dict[str, int] = {}
     order: dict[str, list[int]] = {}
@@ -68,7 +70,8 @@ def test_key_shared_keeps_each_key_on_one_consumer(cluster, client):
             received += 1
     assert received == 200
     assert all(seqs == sorted(seqs) for seqs in order.values())  # per-key order kept
-    assert set(owner_of_key.values()) == {0, 1}  # both consumers got keys
+    assert {key for key, index in owner_of_key.items() if index == 0} == set(mine["c0"])  # where the ring says
+    assert {key for key, index in owner_of_key.items() if index == 1} == set(mine["c1"])
 
 
 def test_negative_ack_redelivers_after_the_delay_with_a_count(cluster, client):

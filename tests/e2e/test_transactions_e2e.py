@@ -85,6 +85,39 @@ def test_ack_commit_and_ack_abort_redelivers(cluster, client):
         later.receive(timeout_millis=1000)  # m1's transactional ack was committed
 
 
+@pytest.mark.parametrize("sub_type", [magnetar.ConsumerType.Exclusive, magnetar.ConsumerType.Failover],
+                         ids=["Exclusive", "Failover"])
+def test_an_aborted_cumulative_ack_gives_back_everything_after_the_durable_position(cluster, client, sub_type):
+    # Pulsar's: the client drops its queue, the broker rewinds the consumer to the
+    # mark-delete position.  A retry loop that reprocesses from the last committed
+    # position gets every message it had received again, in order, each once.
+    topic = f"tx-cumulative-abort-{sub_type.name}"
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(10):
+        producer.send(f"m{i}".encode())
+    consumer = client.subscribe(topic, "s", consumer_type=sub_type, consumer_name="a",
+                                initial_position=magnetar.InitialPosition.Earliest)
+    standby = (client.subscribe(topic, "s", consumer_type=sub_type, consumer_name="b")
+               if sub_type == magnetar.ConsumerType.Failover else None)
+    first = [consumer.receive(timeout_millis=5000) for _ in range(2)]
+    with client.new_transaction() as committed:
+        consumer.acknowledge_cumulative(first[1], txn=committed)  # the durable position: m1
+    received = [consumer.receive(timeout_millis=5000) for _ in range(5)]  # m2..m6; m7..m9 queued
+    txn = client.new_transaction()
+    consumer.acknowledge_cumulative(received[2], txn=txn)  # m2..m4 pending in it
+    txn.abort()
+    again = [consumer.receive(timeout_millis=5000) for _ in range(8)]
+    assert [m.data() for m in again] == [f"m{i}".encode() for i in range(2, 10)]
+    assert [m.redelivery_count() for m in again[:5]] == [1] * 5  # those it had received
+    with pytest.raises(magnetar.Timeout):
+        consumer.receive(timeout_millis=500)  # each once: nothing queued before the abort
+    if standby is not None:
+        with pytest.raises(magnetar.Timeout):
+            standby.receive(timeout_millis=100)
+        standby.close()
+    consumer.close()
+
+
 def test_conflicting_acks(cluster, client):
     producer = client.create_producer("tx-conflict")
     producer.send(b"one")

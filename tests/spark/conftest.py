@@ -29,7 +29,10 @@ def module_cluster(postgres, request, tmp_path_factory):
     """A started cluster shared by the tests of one module, on its own database."""
     db_name = "spark_" + re.sub(r"[^a-z0-9]+", "_", request.module.__name__.lower())[-50:]
     url = postgres.create_database(db_name)
-    shared = LocalCluster(tmp_path_factory.mktemp("cluster"), database_url=url, env=dict(TEST_ENV))
+    # No minimum age before trimming: a streaming test watches its checkpoint's entries
+    # trimmed seconds after they were written (retention 0 on its topic).
+    env = TEST_ENV | {"MAGNETAR_TRIM_MIN_AGE_S": "0"}
+    shared = LocalCluster(tmp_path_factory.mktemp("cluster"), database_url=url, env=env)
     failed_before = request.session.testsfailed
     shared.start()
     yield shared

@@ -1,9 +1,11 @@
 import asyncio
+import logging
 
 import pytest
 
 from magnetar_runtime.groupcommit import GroupCommit
 from magnetar_runtime.loops import BackgroundLoop
+from magnetar_runtime.tasks import TaskSet
 from magnetar_storage.queries import parse_queries
 
 
@@ -101,3 +103,24 @@ def test_named_queries():
     assert q == {"a": "SELECT 1", "b": "SELECT 2"}
     with pytest.raises(ValueError):
         parse_queries("-- name: a\nx\n-- name: a\ny")
+
+
+async def test_a_task_set_holds_its_tasks_until_done_and_logs_a_failure(caplog):
+    tasks = TaskSet("owner", logging.getLogger("test.tasks"))
+    release = asyncio.Event()
+
+    async def waits():
+        await release.wait()
+
+    async def fails():
+        raise RuntimeError("boom")
+
+    held = tasks.spawn(waits())
+    tasks.spawn(fails())
+    for _ in range(2):  # the task runs, then its done-callback
+        await asyncio.sleep(0)
+    assert list(tasks) == [held]  # the failed one is let go; the running one is held
+    assert "owner: background task" in caplog.text and "boom" in caplog.text
+    release.set()
+    await held
+    assert len(tasks) == 0

@@ -82,6 +82,38 @@ def test_an_entry_goes_once_either_limit_is_exceeded():
     assert trim_before(old, 5, Retention(60, 2), NOW) == 5
 
 
+# ---------------------------------------------------------------- the minimum age
+
+TEN_MIN = 10 * 60_000
+
+
+def test_nothing_younger_than_the_minimum_age_goes_whatever_retention_says():
+    young = metas(5, age_ms=TEN_MIN - 1)
+    assert trim_before(young, 500, Retention(0, 0), NOW, min_age_ms=TEN_MIN) is None
+    # ...not even beyond the retention size, which otherwise removes young entries too.
+    big = [EntryMeta(i, NOW - 1000, MB) for i in range(5)]
+    assert trim_before(big, 5 * MB, Retention(-1, 2), NOW, min_age_ms=TEN_MIN) is None
+
+
+def test_entries_older_than_the_minimum_age_go_under_the_usual_rules():
+    old = [EntryMeta(i, NOW - TEN_MIN - 1, 100) for i in range(3)]
+    exact = [EntryMeta(3, NOW - TEN_MIN, 100)]  # exactly the age: old enough
+    young = [EntryMeta(i, NOW - 1000, 100) for i in range(4, 6)]
+    assert trim_before(old + exact + young, 600, Retention(0, 0), NOW, min_age_ms=TEN_MIN) == 4
+    # Retention still protects what the age alone would let go.
+    assert trim_before(old + young, 500, Retention(60, -1), NOW, min_age_ms=TEN_MIN) is None
+
+
+def test_a_young_entry_keeps_the_ones_after_it_even_if_they_look_older():
+    # A clock skewed between two owners: trimming stops at the first young entry.
+    skewed = [EntryMeta(0, NOW - TEN_MIN * 2, 1), EntryMeta(1, NOW - 5, 1), EntryMeta(2, NOW - TEN_MIN * 3, 1)]
+    assert trim_before(skewed, 3, Retention(0, 0), NOW, min_age_ms=TEN_MIN) == 1
+
+
+def test_a_minimum_age_of_zero_is_no_floor():
+    assert trim_before(metas(5), 500, Retention(0, 0), NOW, min_age_ms=0) == 5
+
+
 def test_nothing_to_trim_without_candidates():
     assert trim_before([], 0, Retention(0, 0), NOW) is None
 

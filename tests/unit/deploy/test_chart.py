@@ -190,3 +190,14 @@ def test_brokers_expose_the_pulsar_port_and_advertise_their_pulsar_url():
     assert {"name": "pulsar", "port": 6650, "targetPort": "pulsar"} in service["spec"]["ports"]
     off = by_kind(render("broker.pulsar.enabled=false"), "StatefulSet")["rel-magnetar-broker"]
     assert "MAGNETAR_PULSAR_PORT" not in env_of(off)
+
+
+def test_brokers_get_the_trimming_floor_with_the_settings_default():
+    from magnetar_broker.settings import BrokerSettings
+
+    broker = by_kind(render(), "StatefulSet")["rel-magnetar-broker"]
+    default = BrokerSettings.model_fields["trim_min_age_s"].default
+    assert env_of(broker)["MAGNETAR_TRIM_MIN_AGE_S"]["value"] == str(default) == "600"
+    shorter = by_kind(render("broker.trimMinAgeSeconds=0"), "StatefulSet")["rel-magnetar-broker"]
+    assert env_of(shorter)["MAGNETAR_TRIM_MIN_AGE_S"]["value"] == "0"
+    assert "trimMinAgeSeconds" in render("broker.trimMinAgeSeconds=-1", expect_failure=True)

@@ -234,9 +234,15 @@ class Consumer:
                     log.info("negative ack on %s not delivered: %s", part.topic, exc)
 
     async def redeliver_unacknowledged_messages(self) -> None:
-        """Have every unacknowledged message of this consumer redelivered now."""
+        """Have every unacknowledged message of this consumer redelivered now, those
+        received and those still queued here (dropped first, as Pulsar's client does, so
+        each comes once, in order)."""
         for part in self.parts:
-            await part.call("/v1/consumers/redeliver", pb.RedeliverRequest(), pb.RedeliverResponse)
+            part.drop_queued()
+            try:
+                await part.redeliver_all()
+            finally:
+                part.resume()
 
     # ---------------------------------------------------------------- positions
 

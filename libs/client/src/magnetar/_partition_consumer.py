@@ -188,6 +188,27 @@ class PartitionConsumer:
         except MagnetarError as again:
             log.info("re-subscribing to %s: %s", self.topic, again)
 
+    # ---------------------------------------------------------------- rewinding
+
+    def drop_queued(self) -> None:
+        """Drop what is queued or being fetched and hold the fetch loop (Pulsar's
+        clearIncomingMessages): the broker is about to deliver every unacknowledged
+        message again, so nothing delivered before may be handed out after.  Then
+        ``redeliver_all`` and, whatever happened, ``resume``."""
+        self.generation += 1  # queued messages and answers of fetches in flight are stale
+        self.seeks += 1
+        self.not_seeking.clear()
+
+    async def redeliver_all(self) -> None:
+        """Have the broker take back every message this consumer holds (count + 1),
+        carrying the new seek count, so a fetch it still waits on answers empty."""
+        await self.call("/v1/consumers/redeliver", pb.RedeliverRequest(seeks=self.seeks), pb.RedeliverResponse)
+
+    def resume(self) -> None:
+        """Let the fetch loop go on after ``drop_queued``."""
+        self.not_seeking.set()
+        self.consumer.space.notify()
+
     # ---------------------------------------------------------------- acks
 
     async def send_acks(self) -> None:

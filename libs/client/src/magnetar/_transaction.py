@@ -12,6 +12,7 @@ A transaction whose send or ack failed is spoiled: ``commit()`` aborts it and ra
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from magnetar._core import Core
@@ -25,6 +26,8 @@ from magnetar_protocol.errors import (
     TransactionCoordinatorNotFoundError,
     TransactionHasOperationFailed,
 )
+
+log = logging.getLogger("magnetar.transaction")
 
 _FINAL = {TransactionState.COMMITTED: "committed", TransactionState.ABORTED: "aborted"}
 
@@ -47,6 +50,9 @@ class Transaction:
         self._ops_idle = asyncio.Event()
         self._ops_idle.set()
         self._failure: BaseException | None = None
+        # Partition consumers it acknowledged cumulatively on: an abort has them drop
+        # their queue and get everything unacknowledged again (abort()).
+        self._cumulative: set = set()
 
     def __repr__(self) -> str:
         return f"Transaction({self.txn_id}, {self.state.value})"
@@ -107,6 +113,8 @@ class Transaction:
         """Acknowledge in this transaction; waits for the broker (conflicts raise here;
         the first ack on a subscription registers it with the transaction there)."""
         self.check_usable()
+        if cumulative:
+            self._cumulative.add(part)  # before the call: its outcome may stay unknown
         try:
             req = pb.AckRequest(positions=[position], txn=self.txn_id.to_wire(),
                                 ack_type=pb.ACK_CUMULATIVE if cumulative else pb.ACK_INDIVIDUAL)
@@ -155,15 +163,33 @@ class Transaction:
             raise
 
     async def abort(self) -> None:
-        """Abort the transaction."""
+        """Abort the transaction.  A consumer it acknowledged cumulatively on gets every
+        message after its subscription's durable position again, in order (redelivery
+        count + 1), including those it had received after the acknowledged one: as in
+        Pulsar, whose client drops the consumer's queue and whose broker rewinds the
+        consumer to its mark-delete position.  Here the consumer drops its queue and
+        has the broker take back what it holds before the abort (fetching waits until
+        the abort is answered); the abort itself gives back the acknowledged range."""
         if self.state is TransactionState.COMMITTED:
             raise InvalidTxnStatusError(f"transaction {self.txn_id} is committed")
         self.state = TransactionState.ABORTING
+        rewinding = [part for part in self._cumulative if not part.consumer.closed]
+        self._cumulative = set()
+        for part in rewinding:
+            part.drop_queued()
         try:
+            for part in rewinding:
+                try:
+                    await part.redeliver_all()
+                except MagnetarError as exc:  # the broker's rewind at the abort still comes
+                    log.info("rewinding %s before aborting %s: %s", part.topic, self.txn_id, exc)
             await self._end(pb.TXN_ABORT)
         except MagnetarError:
             self.state = TransactionState.ERROR
             raise
+        finally:
+            for part in rewinding:
+                part.resume()
 
 
 def check_timeout(timeout_ms: int) -> None:

@@ -488,14 +488,16 @@ class AckResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class RedeliverRequest(_message.Message):
-    __slots__ = ("consumer_id", "positions", "session_id")
+    __slots__ = ("consumer_id", "positions", "seeks", "session_id")
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    SEEKS_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_id: int
     positions: _containers.RepeatedCompositeFieldContainer[Position]
+    seeks: int
     session_id: str
-    def __init__(self, consumer_id: _Optional[int] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., session_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, consumer_id: _Optional[int] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., seeks: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class RedeliverResponse(_message.Message):
     __slots__ = ()

@@ -114,7 +114,7 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
 
     async def redeliver(req: pb.RedeliverRequest) -> pb.RedeliverResponse:
         await service.redeliver(Redeliver(consumer_id=req.consumer_id, session_id=req.session_id,
-                                          positions=positions(req.positions)))
+                                          positions=positions(req.positions), seeks=req.seeks))
         return pb.RedeliverResponse()
 
     async def last_id(req: pb.LastMessageIdRequest) -> pb.LastMessageIdResponse:

@@ -112,6 +112,9 @@ class Redeliver:
     consumer_id: int
     session_id: str
     positions: tuple[Position, ...] = ()
+    # The client's seek count when it dropped its queue for this redelivery (all of it):
+    # a fetch sent before it is stale, as after a seek.  0: it kept its queue.
+    seeks: int = 0
 
 
 @dataclass(frozen=True, slots=True)

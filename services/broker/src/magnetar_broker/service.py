@@ -396,7 +396,7 @@ class BrokerService:
         async def attempt() -> list[pb.DeliveredEntry] | None:
             if cmd.seeks < consumer.seeks:
                 return []  # sent before a seek: its client drops whatever it brings
-            entries = await sub.fetch(consumer, cmd.max_messages)
+            entries = await sub.fetch(consumer, cmd.max_messages, cmd.seeks)
             return entries if entries or consumer.closed or sub.at_end_of_topic() else None
 
         session.inflight += 1
@@ -418,6 +418,9 @@ class BrokerService:
     async def redeliver(self, cmd: Redeliver) -> None:
         consumer = self._consumer(cmd.consumer_id, cmd.session_id)
         await consumer.subscription.check_positions("redeliver", cmd.positions)
+        # Before the release wakes this consumer's waiting fetch, so that fetch answers
+        # empty: its client dropped its queue, and what the fetch took would be lost.
+        consumer.seeks = max(consumer.seeks, cmd.seeks)
         consumer.subscription.redeliver(consumer, cmd.positions)
 
     async def seek(self, cmd: Seek) -> None:

@@ -48,6 +48,11 @@ class BrokerSettings(ServiceSettings):
     default_retention_time_minutes: int = Field(0, ge=-1)
     default_retention_size_mb: int = Field(0, ge=-1)
     default_message_ttl_s: int = Field(0, ge=0)
+    # Nothing younger than this is trimmed, whatever the cursors and retention say, so a
+    # subscriber or reader that arrives from Earliest within it gets everything written
+    # (docs/operations.md).  Pulsar's managedLedgerMinLedgerRolloverTimeMinutes (10): its
+    # ledger being written is never deleted and rolls over no sooner.  0: no floor.
+    trim_min_age_s: int = Field(600, ge=0)
     # How often the owner of a partition trims it, expires TTL'd messages and checks its
     # backlog quota (Pulsar: retentionCheckIntervalInSeconds 120, messageExpiryCheck 5 min,
     # backlogQuotaCheckIntervalInSeconds 60; one loop here, so the smallest matters).

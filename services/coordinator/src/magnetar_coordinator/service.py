@@ -35,6 +35,7 @@ from magnetar_runtime.failpoints import failpoint
 from magnetar_runtime.groupcommit import GroupCommit
 from magnetar_runtime.loops import BackgroundLoop
 from magnetar_runtime.rpc import RpcClient
+from magnetar_runtime.tasks import TaskSet
 
 log = logging.getLogger("magnetar.coordinator")
 T = TypeVar("T")
@@ -74,6 +75,9 @@ class CoordinatorService:
         self._id_lock = asyncio.Lock()
         self._driving: dict[int, asyncio.Task[Any]] = {}
         self._expiring: set[int] = set()
+        # Work started and not awaited (recovery, loops stopped from inside themselves,
+        # timeout aborts), held until done (magnetar_runtime.tasks says why).
+        self._background = TaskSet(f"coordinator {self.tcid}", log)
         self.claim_loop = BackgroundLoop("coordinator-claim", settings.heartbeat_interval_ms / 1000,
                                          self.claim_or_heartbeat)
         self.timeout_loop = BackgroundLoop("txn-timeouts", settings.timeout_check_interval_ms / 1000,
@@ -128,7 +132,7 @@ class CoordinatorService:
         self.purge_loop.start()
         if self.adopter is None:  # new transactions are opened on the process's own TCID only
             self.limits_loop.start()
-        asyncio.create_task(self.recover())
+        self._background.spawn(self.recover())
 
     def _lost_claim(self) -> None:
         if not self.ready:
@@ -139,11 +143,12 @@ class CoordinatorService:
             log.info("adopted coordinator id %d was claimed back (its own process returned, or "
                      "another adopter took it); letting go", self.tcid)
             self.adopter.adopted.pop(self.tcid, None)
-            asyncio.create_task(self.claim_loop.stop())
+            self._background.spawn(self.claim_loop.stop())
         self.ready = False
-        asyncio.create_task(self.timeout_loop.stop())
-        asyncio.create_task(self.purge_loop.stop())
-        asyncio.create_task(self.limits_loop.stop())
+        # Not awaited: this may run inside one of these loops' own iteration.
+        self._background.spawn(self.timeout_loop.stop())
+        self._background.spawn(self.purge_loop.stop())
+        self._background.spawn(self.limits_loop.stop())
         # Stop driving endings: the new holder re-drives them (recovery), so going on
         # here would only tell every participant twice.  Waiting requests get Fenced.
         for task in list(self._driving.values()):
@@ -509,7 +514,7 @@ class CoordinatorService:
             self._expiring.add(txn_id)
             log.info("transaction %s timed out; aborting", TxnID(self.tcid, txn_id))
             metrics.TIMEOUTS.inc()
-            asyncio.create_task(self._abort_quietly(txn_id))
+            self._background.spawn(self._abort_quietly(txn_id))
 
     async def _abort_quietly(self, txn_id: int) -> None:
         try:

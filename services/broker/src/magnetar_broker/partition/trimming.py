@@ -12,7 +12,12 @@ The safety rules (docs/design.md §7) are all here, so a reviewer checks them in
   than the retention time OR beyond the retention size (Pulsar's rule; -1 = that limit
   never passes);
 - the newest entry always stays, so the log's next entry id survives a restart (it is
-  read back as max(entry_id) + 1).
+  read back as max(entry_id) + 1);
+- nothing younger than the minimum age goes, whatever the cursors and retention say
+  (Pulsar never deletes the ledger being written, which rolls over after at least
+  managedLedgerMinLedgerRolloverTimeMinutes, 10): a subscriber or reader arriving
+  within that age from Earliest gets everything written.  TTL and backlog-quota
+  eviction move cursors only, as Pulsar's do, so the age does not hold them back.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ from magnetar_broker.entry import EntryMeta
 from magnetar_protocol.policies import BacklogQuota, Retention
 
 MB = 1024 * 1024
-
 
 
 def protected_from(last_entry_id: int, mark_deletes: list[int], pending_ack_min: int | None) -> int:
@@ -36,13 +40,17 @@ def protected_from(last_entry_id: int, mark_deletes: list[int], pending_ack_min:
     return max(bound, 0)
 
 
-def trim_before(candidates: list[EntryMeta], total_size: int, retention: Retention, now_ms: int) -> int | None:
+def trim_before(candidates: list[EntryMeta], total_size: int, retention: Retention, now_ms: int,
+                min_age_ms: int = 0) -> int | None:
     """Of ``candidates`` (the oldest entries, in order, all below ``protected_from``),
     the entry id before which everything may go under ``retention``; None for nothing.
-    ``total_size``: the bytes of the whole partition log (for the size limit)."""
+    ``total_size``: the bytes of the whole partition log (for the size limit);
+    ``min_age_ms``: entries published less than this long ago stay (0: no floor)."""
     upto = None
     removed = 0
     for e in candidates:
+        if min_age_ms > 0 and e.publish_time_ms > now_ms - min_age_ms:
+            break  # too young: it and everything after it stay (trimming goes oldest first)
         expired = retention.time_minutes >= 0 and e.publish_time_ms < now_ms - retention.time_minutes * 60_000
         over_size = retention.size_mb >= 0 and total_size - removed > retention.size_mb * MB
         if not (expired or over_size):

@@ -19,6 +19,7 @@ from magnetar_protocol.errors import AuthenticationError, MagnetarError
 from magnetar_protocol.pulsar import frames
 from magnetar_runtime.auth import set_role
 from magnetar_runtime.roles import ANONYMOUS
+from magnetar_runtime.tasks import TaskSet
 
 log = logging.getLogger("magnetar.broker.pulsar")
 
@@ -67,7 +68,7 @@ class Connection:
         self.connected = False
         self.refused: MagnetarError | None = None   # the CONNECT's authentication failure
         self.last_heard = time.monotonic()
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks = TaskSet(f"pulsar connection {self.peer}", log)
         self._closers: list = []                # role modules' cleanup, run at close
         self.handlers = handlers_factory(self)   # Type -> async handler(frame)
 
@@ -86,15 +87,7 @@ class Connection:
 
     def spawn(self, coro) -> asyncio.Task:
         """A task of this connection: cancelled when it closes, failures logged."""
-        task = asyncio.create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task) -> None:
-        self.tasks.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            log.error("pulsar connection %s: task failed: %r", self.peer, exc, exc_info=exc)
+        return self.tasks.spawn(coro)
 
     def on_close(self, closer) -> None:
         self._closers.append(closer)
@@ -315,7 +308,7 @@ class Connection:
 
     async def _close(self, reason: str) -> None:
         log.info("pulsar connection %s closed: %s", self.peer, reason)
-        for task in list(self.tasks):
+        for task in self.tasks:
             task.cancel()
         for closer in self._closers:
             try:

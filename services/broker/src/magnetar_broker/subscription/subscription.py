@@ -162,9 +162,12 @@ class Subscription:
 
     # ---------------------------------------------------------------- dispatch
 
-    async def fetch(self, consumer: Consumer, max_messages: int) -> list[pb.DeliveredEntry]:
+    async def fetch(self, consumer: Consumer, max_messages: int, seeks: int = 0) -> list[pb.DeliveredEntry]:
+        """Deliver up to ``max_messages`` to ``consumer``; ``seeks``: the consumer's seek
+        count its fetch carried (nothing for a fetch a seek or a rewind overtook while it
+        waited for the lock: its client drops what it brings)."""
         async with self.lock:
-            if consumer.closed or not self._may_receive(consumer):
+            if consumer.closed or seeks < consumer.seeks or not self._may_receive(consumer):
                 return []
             out: list[pb.DeliveredEntry] = []
             budget = max(max_messages, 1)
@@ -316,6 +319,11 @@ class Subscription:
             consumer.rate_redeliver.add(time.monotonic(), moved, 0)
         self.log.wake()
         return moved
+
+    def rewind(self) -> int:
+        """Take back for redelivery, count + 1, everything every consumer holds
+        unacknowledged (the abort of a cumulative transactional ack); how many."""
+        return sum(self.deliveries.release(consumer_id, None, count=True) for consumer_id in list(self.consumers))
 
     def redelivered(self, messages: int) -> None:
         """Count messages taken back for redelivery (nack, ack timeout, redeliver-unacked,

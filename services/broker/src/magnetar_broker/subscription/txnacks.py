@@ -44,6 +44,7 @@ class Holder(Protocol):
 
     async def check_positions(self, what: str, positions: Sequence[PositionLike]) -> None: ...
     def redelivered(self, messages: int) -> None: ...
+    def rewind(self) -> int: ...
 
 
 class TxnAcks:
@@ -266,7 +267,14 @@ class TxnAcks:
                 await self._requeue(individual, cumulative)
 
     async def _requeue(self, individual: list[tuple[int, int]], cumulative: tuple[int, int] | None) -> None:
-        """An aborted transaction's acknowledged messages go back out, count + 1."""
+        """An aborted transaction's acknowledged messages go back out, count + 1.  One
+        that acknowledged cumulatively also rewinds the subscription (Exclusive and
+        Failover; cumulative acks exist on no other type): everything its consumers hold
+        unacknowledged goes out again too, count + 1, so the consumer gets every message
+        after the durable position again, in order.  Pulsar's PendingAckHandleImpl
+        calls redeliverUnacknowledgedMessages there, which rewinds the single active
+        consumer's cursor to its mark-delete position (its client drops its queue first)."""
+        rewound = self.sub.rewind() if cumulative else 0
         masks: dict[int, int] = {}
         for entry_id, index in individual:
             if index == WHOLE:
@@ -288,7 +296,7 @@ class TxnAcks:
         for entry_id, mask in masks.items():
             if mask:
                 self.sub.deliveries.requeue(entry_id, mask)
-        self.sub.redelivered(sum(m.bit_count() for m in masks.values()))
+        self.sub.redelivered(rewound + sum(m.bit_count() for m in masks.values()))
 
 
 def apply_acks(cursor: Cursor, individual: list[tuple[int, int]], cumulative: tuple[int, int] | None) -> None:
