@@ -11,31 +11,17 @@ import asyncio
 import pytest
 
 from magnetar_broker.commands import Fetch, Redeliver
-from magnetar_broker.txnend import LocalEnds, end_on_participant
+from magnetar_broker.txnend import end_on_participant
 from magnetar_coordinator import metrics as coordinator_metrics
-from magnetar_coordinator.service import CoordinatorService
-from magnetar_coordinator.settings import CoordinatorSettings
-from magnetar_coordinator.store import CoordinatorStore
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import InvalidTxnStatusError, TransactionConflict
 from magnetar_protocol.txnid import TxnID
+from tests.component import conftest
+from tests.component.conftest import new_txn
 
 TOPIC = "persistent://public/default/component-txn"
-
-
-@pytest.fixture
-async def coordinator(broker, pool, database_url):
-    settings = CoordinatorSettings(database_url=database_url, coordinator_id=0)
-    store = CoordinatorStore(pool, 0, "component")
-    service = CoordinatorService(store, settings, local=LocalEnds(broker.service.ownership))
-    await service.claim_or_heartbeat()
-    assert service.ready
-    yield service
-    await service.stop()
-
-
-async def _new_txn(coordinator) -> pb.TxnId:
-    return (await coordinator.new_txn(pb.NewTxnRequest(timeout_ms=60000))).txn
+# The conftest's fixture, under the name other modules import from here.
+coordinator = conftest.coordinator
 
 
 async def test_two_phase_end_commits_the_partition_and_the_subscription_through_their_parts(
@@ -43,7 +29,7 @@ async def test_two_phase_end_commits_the_partition_and_the_subscription_through_
     consumer = await broker.subscribe(TOPIC, "s")
     producer = await broker.producer(TOPIC, "p")
     await broker.send(producer, b"before", first_seq=0)
-    txn = await _new_txn(coordinator)
+    txn = await new_txn(coordinator)
     await broker.send(producer, b"in txn", first_seq=1, txn=txn)
     [entry] = await broker.fetch(consumer)
     await broker.ack(consumer, entry.entry_id, txn=txn)
@@ -70,7 +56,7 @@ async def test_a_hosted_coordinator_ends_a_local_transaction_in_one_phase(broker
     producer = await broker.producer(TOPIC, "p")
     await broker.send(producer, b"first", first_seq=0)
     [first] = await broker.fetch(consumer)
-    txn = await _new_txn(coordinator)
+    txn = await new_txn(coordinator)
     await broker.send(producer, b"second", first_seq=1, txn=txn)
     await broker.ack(consumer, first.entry_id, txn=txn)
     one_phase = coordinator_metrics.ONE_PHASE._value.get()
@@ -95,7 +81,7 @@ async def test_an_aborted_transactions_acks_are_redelivered_and_a_conflicting_ac
     producer = await broker.producer(TOPIC, "p")
     await broker.send(producer, b"m", first_seq=0)
     [entry] = await broker.fetch(consumer)
-    txn, other = await _new_txn(coordinator), await _new_txn(coordinator)
+    txn, other = await new_txn(coordinator), await new_txn(coordinator)
     await broker.ack(consumer, entry.entry_id, txn=txn)
     with pytest.raises(TransactionConflict):
         await broker.ack(consumer, entry.entry_id, txn=other)
@@ -119,7 +105,7 @@ async def test_an_aborted_cumulative_ack_rewinds_the_consumer_to_its_mark_delete
         await broker.send(producer, f"m{i}".encode(), first_seq=i)
     delivered = await broker.fetch(consumer)
     assert [e.entry_id for e in delivered] == [0, 1, 2, 3, 4]
-    txn = await _new_txn(coordinator)
+    txn = await new_txn(coordinator)
     await broker.ack(consumer, 2, txn=txn, cumulative=True)  # 0..2 pending in it; 3, 4 held
     if path == "one-phase":
         await coordinator.end(pb.EndTxnRequest(txn=txn, action=pb.TXN_ABORT))

@@ -99,14 +99,16 @@ class ProducerHandlers:
             plog.access.enqueue(name)
             session.waiting.add((plog.name.full, name))
             return None
+        # The epoch is recorded before anyone is fenced: a broker that lost its lease
+        # meanwhile refuses the new producer and must not have fenced the old ones for it.
+        if decision.epoch is not None and decision.epoch != plog.access.topic_epoch:
+            await plog.persist_topic_epoch(decision.epoch)
         for producer_id in decision.fence:
             if producer := self.producers.get(producer_id):
                 self._fence_producer(producer)
         if decision.fence_waiters:
             plog.fenced_waiters.update(w for w in plog.access.waiters if w != name)
             plog.access.waiters.clear()
-        if decision.epoch is not None and decision.epoch != plog.access.topic_epoch:
-            await plog.persist_topic_epoch(decision.epoch)
         last = await plog.last_sequence_id(name)
         plog.check_open()
         producer = Producer(new_object_id(), name, session.session_id, mode, plog,

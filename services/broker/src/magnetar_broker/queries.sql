@@ -157,14 +157,16 @@ WHERE topic_id = $1 AND subscription = $4 AND EXISTS (SELECT 1 FROM owner)
 RETURNING 1;
 
 -- name: delete_subscription
+-- Whether this broker still held the lease (the row is deleted only then).
 WITH owner AS (
     SELECT 1 FROM topic_owners
     WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
     FOR SHARE
+), deleted AS (
+    DELETE FROM subscriptions
+    WHERE topic_id = $1 AND subscription = $4 AND EXISTS (SELECT 1 FROM owner)
 )
-DELETE FROM subscriptions
-WHERE topic_id = $1 AND subscription = $4 AND EXISTS (SELECT 1 FROM owner)
-RETURNING 1;
+SELECT EXISTS (SELECT 1 FROM owner);
 
 -- ---------------------------------------------------------------- transactions
 -- Every write here is one statement that takes the lease row FOR SHARE and writes only

@@ -453,7 +453,8 @@ class BrokerService:
             raise NotAllowedError(f"subscription {sub.name!r} has other consumers; close them first")
         self._drop_consumer(consumer, keep_reader=cmd.keep_reader and not cmd.unsubscribe)
         if cmd.unsubscribe and sub.durable:
-            await self.store.delete_subscription(sub.log.topic_id, sub.log.epoch, sub.name)
+            await sub.log.lease_checked("unsubscribing", self.store.delete_subscription(
+                sub.log.topic_id, sub.log.epoch, sub.name))
             sub.log.subscriptions.remove(sub.name, sub)
 
     def _drop_consumer(self, consumer: Consumer, keep_reader: bool = False) -> None:

@@ -360,9 +360,8 @@ class BrokerStore:
         ) is not None
 
     async def delete_subscription(self, topic_id: int, epoch: int, name: str) -> bool:
-        return await self.pool.fetchval(
-            Q["delete_subscription"], topic_id, self.broker_id, epoch, name
-        ) is not None
+        """Delete a durable subscription's row; False when the lease has moved."""
+        return await self.pool.fetchval(Q["delete_subscription"], topic_id, self.broker_id, epoch, name)
 
     # ---------------------------------------------------------------- storage lifecycle
 
