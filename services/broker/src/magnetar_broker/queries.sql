@@ -78,23 +78,28 @@ SELECT coalesce(max(entry_id) + 1, 0) FROM entries WHERE topic_id = $1;
 SELECT last_sequence_id FROM producer_sequences WHERE topic_id = $1 AND producer_name = $2;
 
 -- name: append_entries
--- $13: the topic epoch the writing exclusive producer holds (NULL for shared producers).
+-- :exclusive_epoch: the topic epoch the writing exclusive producer holds (NULL for shared
+-- producers).  The entries come as rows.EntryColumns (entry_*), the sequences as
+-- (sequence_producer, sequence_highest).
 WITH owner AS (
     SELECT topic_epoch FROM topic_owners
-    WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
+    WHERE topic_id = :topic_id AND broker_id = :broker_id AND epoch = :epoch
     FOR SHARE
 ), allowed AS (
-    SELECT 1 FROM owner WHERE $13::bigint IS NULL OR topic_epoch = $13::bigint
+    SELECT 1 FROM owner WHERE :exclusive_epoch::bigint IS NULL OR topic_epoch = :exclusive_epoch::bigint
 ), appended AS (
     INSERT INTO entries (topic_id, entry_id, producer_name, sequence_id, highest_sequence_id,
                          num_messages, publish_time, payload)
-    SELECT $1, e.* FROM unnest($4::bigint[], $5::text[], $6::bigint[], $7::bigint[],
-                               $8::integer[], $9::bigint[], $10::bytea[]) AS e
+    SELECT :topic_id, e.* FROM unnest(
+        :entry_entry_id::bigint[], :entry_producer::text[], :entry_lowest::bigint[],
+        :entry_highest::bigint[], :entry_messages::integer[], :entry_publish_time::bigint[],
+        :entry_payload::bytea[]) AS e
     WHERE EXISTS (SELECT 1 FROM allowed)
     RETURNING 1
 ), sequences AS (
     INSERT INTO producer_sequences (topic_id, producer_name, last_sequence_id)
-    SELECT $1, s.name, s.seq FROM unnest($11::text[], $12::bigint[]) AS s (name, seq)
+    SELECT :topic_id, s.name, s.seq
+    FROM unnest(:sequence_producer::text[], :sequence_highest::bigint[]) AS s (name, seq)
     WHERE EXISTS (SELECT 1 FROM allowed)
     ON CONFLICT (topic_id, producer_name) DO UPDATE
         SET last_sequence_id = greatest(producer_sequences.last_sequence_id,
@@ -177,11 +182,11 @@ SELECT EXISTS (SELECT 1 FROM owner);
 -- A group holding transactional work (txnbuffer.commit_group) in one statement, so one
 -- round trip and one commit: plain and marker entries, transactional (sidecar) entries,
 -- dedup sequences, partition outcomes and the discarded entries of aborted transactions,
--- all written only while this broker holds the lease at epoch $3 (row FOR SHARE) and, for
--- an exclusive producer's group, the topic epoch is still $4.  The ids of a transaction
+-- all written only while this broker holds the lease at its epoch (row FOR SHARE) and,
+-- for an exclusive producer's group, the topic epoch is still :exclusive_epoch.  The ids of a transaction
 -- both appended and discarded in one group are never both here (the caller drops the
 -- appends: a statement's DELETE does not see its own INSERTs).
--- A transaction's first send here registers this partition ($35, its full name) with
+-- A transaction's first send here registers this partition (:topic, its full name) with
 -- it in the same statement, as Kafka's KIP-890 has brokers do (the client makes no
 -- AddPartitionToTxn call): only while the transaction is OPEN, its row held FOR SHARE in
 -- id order, so an ending waits for this statement and then reads the registration, or
@@ -190,20 +195,18 @@ SELECT EXISTS (SELECT 1 FROM owner);
 -- batches an earlier owner of the partition buffered for it; a refused transaction's
 -- rows, dedup sequences included, are not written at all.  (record_pending_acks repeats
 -- these registration CTEs for a first ack; change both together.)
---   $5..$13 entries (entry_id, producer, sequence, highest, messages, publish time,
---   payload, txn most, txn least); $14..$21 txn entries (most, least, seq, producer,
---   sequence, highest, messages, payload); $22..$25 sequences (producer, highest, and the
---   txn most/least when it is a registering transaction's, else NULL); $26..$28 outcomes
---   (most, least, committed); $29/$30 discarded (most, least); $31..$34 registrations
---   (most, least, the sender's role, whether it may act for any owner).
+-- Rows come as one array per column, named after the planner's row types (EntryRow
+-- entry_*, BufferedRow buffered_*, SequenceRow sequence_*, OutcomeRow outcome_*,
+-- discarded TxnIDs discard_*, RegistrationRow registration_*).
 WITH owner AS (
     SELECT topic_epoch FROM topic_owners
-    WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
+    WHERE topic_id = :topic_id AND broker_id = :broker_id AND epoch = :epoch
     FOR SHARE
 ), allowed AS (
-    SELECT 1 FROM owner WHERE $4::bigint IS NULL OR topic_epoch = $4::bigint
+    SELECT 1 FROM owner WHERE :exclusive_epoch::bigint IS NULL OR topic_epoch = :exclusive_epoch::bigint
 ), reg AS (
-    SELECT * FROM unnest($31::bigint[], $32::bigint[], $33::text[], $34::bool[])
+    SELECT * FROM unnest(:registration_txn_most::bigint[], :registration_txn_least::bigint[],
+                         :registration_role::text[], :registration_any_owner::bool[])
          WITH ORDINALITY AS g (most, least, role, any_owner, i)
 ), reg_open AS (
     SELECT t.coordinator_id, t.txn_id, t.owner FROM transactions t
@@ -217,7 +220,7 @@ WITH owner AS (
     WHERE g.any_owner OR o.owner = g.role
 ), registered AS (
     INSERT INTO txn_partitions (coordinator_id, txn_id, topic)
-    SELECT most, least, $35 FROM reg_ok
+    SELECT most, least, :topic FROM reg_ok
     ON CONFLICT DO NOTHING
 ), refused AS (
     SELECT most, least FROM reg EXCEPT SELECT most, least FROM reg_ok
@@ -225,23 +228,25 @@ WITH owner AS (
     SELECT e.txn_most AS most, e.txn_least AS least, count(*)::integer AS batches,
            sum(e.num_messages)::bigint AS messages
     FROM reg_ok r JOIN txn_entries e
-      ON e.topic_id = $1 AND e.txn_most = r.most AND e.txn_least = r.least
+      ON e.topic_id = :topic_id AND e.txn_most = r.most AND e.txn_least = r.least
     GROUP BY 1, 2
 ), new_entries AS (
     INSERT INTO entries (topic_id, entry_id, producer_name, sequence_id, highest_sequence_id,
                          num_messages, publish_time, payload, txn_most, txn_least)
-    SELECT $1, e.* FROM unnest($5::bigint[], $6::text[], $7::bigint[], $8::bigint[],
-                               $9::integer[], $10::bigint[], $11::bytea[], $12::bigint[],
-                               $13::bigint[]) AS e
+    SELECT :topic_id, e.* FROM unnest(
+        :entry_entry_id::bigint[], :entry_producer::text[], :entry_lowest::bigint[],
+        :entry_highest::bigint[], :entry_messages::integer[], :entry_publish_time::bigint[],
+        :entry_payload::bytea[], :entry_txn_most::bigint[], :entry_txn_least::bigint[]) AS e
     WHERE EXISTS (SELECT 1 FROM allowed)
     RETURNING 1
 ), new_txn_entries AS (
     INSERT INTO txn_entries (topic_id, txn_most, txn_least, seq, producer_name, sequence_id,
                              highest_sequence_id, num_messages, payload)
-    SELECT $1, e.most, e.least, e.seq + coalesce(x.batches, 0), e.name, e.sequence,
+    SELECT :topic_id, e.most, e.least, e.seq + coalesce(x.batches, 0), e.name, e.sequence,
            e.highest, e.messages, e.payload
-    FROM unnest($14::bigint[], $15::bigint[], $16::integer[], $17::text[], $18::bigint[],
-                $19::bigint[], $20::integer[], $21::bytea[])
+    FROM unnest(:buffered_txn_most::bigint[], :buffered_txn_least::bigint[], :buffered_seq::integer[],
+                :buffered_producer::text[], :buffered_lowest::bigint[], :buffered_highest::bigint[],
+                :buffered_messages::integer[], :buffered_payload::bytea[])
          AS e (most, least, seq, name, sequence, highest, messages, payload)
     LEFT JOIN earlier x ON x.most = e.most AND x.least = e.least
     WHERE EXISTS (SELECT 1 FROM allowed)
@@ -249,8 +254,9 @@ WITH owner AS (
     RETURNING 1
 ), sequences AS (
     INSERT INTO producer_sequences (topic_id, producer_name, last_sequence_id)
-    SELECT $1, s.name, max(s.seq)
-    FROM unnest($22::text[], $23::bigint[], $24::bigint[], $25::bigint[])
+    SELECT :topic_id, s.name, max(s.seq)
+    FROM unnest(:sequence_producer::text[], :sequence_highest::bigint[],
+                :sequence_txn_most::bigint[], :sequence_txn_least::bigint[])
          AS s (name, seq, most, least)
     WHERE EXISTS (SELECT 1 FROM allowed)
       AND NOT EXISTS (SELECT 1 FROM refused r WHERE r.most = s.most AND r.least = s.least)
@@ -262,14 +268,14 @@ WITH owner AS (
     RETURNING 1
 ), outcomes AS (
     INSERT INTO txn_outcomes (topic_id, subscription, txn_most, txn_least, committed)
-    SELECT $1, '', o.most, o.least, o.committed
-    FROM unnest($26::bigint[], $27::bigint[], $28::boolean[]) AS o (most, least, committed)
+    SELECT :topic_id, '', o.most, o.least, o.committed
+    FROM unnest(:outcome_txn_most::bigint[], :outcome_txn_least::bigint[], :outcome_committed::boolean[]) AS o (most, least, committed)
     WHERE EXISTS (SELECT 1 FROM allowed)
     RETURNING 1
 ), discarded AS (
     DELETE FROM txn_entries d
-    USING unnest($29::bigint[], $30::bigint[]) AS x (most, least)
-    WHERE d.topic_id = $1 AND d.txn_most = x.most AND d.txn_least = x.least
+    USING unnest(:discard_most_bits::bigint[], :discard_least_bits::bigint[]) AS x (most, least)
+    WHERE d.topic_id = :topic_id AND d.txn_most = x.most AND d.txn_least = x.least
       AND EXISTS (SELECT 1 FROM allowed)
     RETURNING 1
 )
@@ -326,17 +332,18 @@ WHERE topic_id = $1 AND subscription = $2 AND txn_most = $3 AND txn_least = $4;
 
 -- name: record_pending_acks
 -- Transactional acks of a group in one statement, only while this broker holds the lease
--- at epoch $3: $4..$8 (entry, batch index, txn most, txn least, cumulative).  A
--- transaction's first ack on this subscription ($2 of topic $14) registers the
--- subscription with it here, by write_txn_group's rules (OPEN, row FOR SHARE in id
--- order, the owner's role or one that may act for any owner): $10..$13 (most, least,
--- role, may act for any owner).  A refused transaction's acks are not written; one row
+-- at :epoch: rows.PendingAckRow (ack_*).  A transaction's first ack on this subscription
+-- (:subscription of :topic) registers the subscription with it here, by
+-- write_txn_group's rules (OPEN, row FOR SHARE in id order, the owner's role or one that
+-- may act for any owner): rows.RegistrationRow (registration_*).  A refused transaction's acks are not written; one row
 -- per registration comes back, in order: registered, its outcome here, the
 -- coordinator's status, expired flag and owner.
 WITH owner AS (
-    SELECT 1 FROM topic_owners WHERE topic_id = $1 AND broker_id = $9 AND epoch = $3 FOR SHARE
+    SELECT 1 FROM topic_owners
+    WHERE topic_id = :topic_id AND broker_id = :broker_id AND epoch = :epoch FOR SHARE
 ), reg AS (
-    SELECT * FROM unnest($10::bigint[], $11::bigint[], $12::text[], $13::bool[])
+    SELECT * FROM unnest(:registration_txn_most::bigint[], :registration_txn_least::bigint[],
+                         :registration_role::text[], :registration_any_owner::bool[])
          WITH ORDINALITY AS g (most, least, role, any_owner, i)
 ), reg_open AS (
     SELECT t.coordinator_id, t.txn_id, t.owner FROM transactions t
@@ -350,15 +357,17 @@ WITH owner AS (
     WHERE g.any_owner OR o.owner = g.role
 ), registered AS (
     INSERT INTO txn_subscriptions (coordinator_id, txn_id, topic, subscription)
-    SELECT most, least, $14, $2 FROM reg_ok
+    SELECT most, least, :topic, :subscription FROM reg_ok
     ON CONFLICT DO NOTHING
 ), refused AS (
     SELECT most, least FROM reg EXCEPT SELECT most, least FROM reg_ok
 ), written AS (
     INSERT INTO pending_acks (topic_id, subscription, entry_id, batch_index, txn_most,
                               txn_least, cumulative)
-    SELECT $1, $2, a.* FROM unnest($4::bigint[], $5::integer[], $6::bigint[], $7::bigint[],
-                                   $8::boolean[]) AS a (entry_id, batch_index, most, least, cumulative)
+    SELECT :topic_id, :subscription, a.*
+    FROM unnest(:ack_entry_id::bigint[], :ack_batch_index::integer[], :ack_txn_most::bigint[],
+                :ack_txn_least::bigint[], :ack_cumulative::boolean[])
+         AS a (entry_id, batch_index, most, least, cumulative)
     WHERE EXISTS (SELECT 1 FROM owner)
       AND NOT EXISTS (SELECT 1 FROM refused r WHERE r.most = a.most AND r.least = a.least)
     ON CONFLICT (topic_id, subscription, entry_id, batch_index) DO UPDATE
@@ -370,7 +379,7 @@ SELECT (SELECT count(*) FROM owner) AS owned,
        ARRAY(SELECT EXISTS (SELECT 1 FROM reg_ok k WHERE k.most = g.most AND k.least = g.least)
              FROM reg g ORDER BY g.i) AS reg_ok,
        ARRAY(SELECT (SELECT committed FROM txn_outcomes o
-                     WHERE o.topic_id = $1 AND o.subscription = $2 AND o.txn_most = g.most
+                     WHERE o.topic_id = :topic_id AND o.subscription = :subscription AND o.txn_most = g.most
                        AND o.txn_least = g.least)
              FROM reg g ORDER BY g.i) AS reg_outcome,
        ARRAY(SELECT t.status FROM reg g LEFT JOIN transactions t
@@ -382,24 +391,29 @@ SELECT (SELECT count(*) FROM owner) AS owned,
 
 -- name: end_subscription_txns
 -- EndTxnOnSubscription for a group in one statement, only while this broker holds the
--- lease at epoch $3: the cursor (when $4, some committed: mark delete $5, acked state $6),
--- the transactions' pending acks removed and their outcomes ($7, $8, $9) recorded.
+-- lease at :epoch: the cursor (when :move_cursor, some committed: :mark_delete,
+-- :acked_state), the transactions' pending acks removed and their outcomes (ended_*)
+-- recorded.
 WITH owner AS (
-    SELECT 1 FROM topic_owners WHERE topic_id = $1 AND broker_id = $10 AND epoch = $3 FOR SHARE
+    SELECT 1 FROM topic_owners
+    WHERE topic_id = :topic_id AND broker_id = :broker_id AND epoch = :epoch FOR SHARE
 ), cursor AS (
-    UPDATE subscriptions SET mark_delete_entry = $5, acked_state = $6, updated_at = now()
-    WHERE topic_id = $1 AND subscription = $2 AND $4 AND EXISTS (SELECT 1 FROM owner)
+    UPDATE subscriptions SET mark_delete_entry = :mark_delete, acked_state = :acked_state,
+                             updated_at = now()
+    WHERE topic_id = :topic_id AND subscription = :subscription AND :move_cursor
+      AND EXISTS (SELECT 1 FROM owner)
     RETURNING 1
 ), released AS (
     DELETE FROM pending_acks p
-    USING unnest($7::bigint[], $8::bigint[]) AS t (most, least)
-    WHERE p.topic_id = $1 AND p.subscription = $2 AND p.txn_most = t.most
+    USING unnest(:ended_txn_most::bigint[], :ended_txn_least::bigint[]) AS t (most, least)
+    WHERE p.topic_id = :topic_id AND p.subscription = :subscription AND p.txn_most = t.most
       AND p.txn_least = t.least AND EXISTS (SELECT 1 FROM owner)
     RETURNING 1
 ), outcomes AS (
     INSERT INTO txn_outcomes (topic_id, subscription, txn_most, txn_least, committed)
-    SELECT $1, $2, o.most, o.least, o.committed
-    FROM unnest($7::bigint[], $8::bigint[], $9::boolean[]) AS o (most, least, committed)
+    SELECT :topic_id, :subscription, o.most, o.least, o.committed
+    FROM unnest(:ended_txn_most::bigint[], :ended_txn_least::bigint[], :ended_committed::boolean[])
+         AS o (most, least, committed)
     WHERE EXISTS (SELECT 1 FROM owner)
     RETURNING 1
 )

@@ -9,6 +9,16 @@ from typing import Any, NamedTuple
 import asyncpg
 
 from magnetar_broker.entry import Entry, EntryMeta
+from magnetar_broker.rows import (
+    BufferedRow,
+    EntryColumns,
+    EntryRow,
+    GroupRows,
+    OutcomeRow,
+    PendingAckRow,
+    RegistrationRow,
+    SequenceRow,
+)
 from magnetar_protocol.policies import Row
 from magnetar_protocol.txnid import TxnID
 from magnetar_storage.listeners import listeners_of
@@ -90,6 +100,13 @@ class SubscriptionBacklog(NamedTuple):
 def columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
     """Rows as the per-column arrays a statement unnests (``width`` empty ones if none)."""
     return [list(c) for c in zip(*rows)] if rows else [[] for _ in range(width)]
+
+
+def named_columns(prefix: str, rows: Sequence[Sequence[Any]], row_type: type) -> dict[str, list[Any]]:
+    """Rows of a NamedTuple ``row_type`` as the named inputs ``<prefix><field>`` of a
+    statement that unnests them, one array per field."""
+    fields: tuple[str, ...] = row_type._fields  # type: ignore[attr-defined]
+    return {prefix + name: column for name, column in zip(fields, columns(rows, len(fields)))}
 
 
 class BrokerStore:
@@ -207,15 +224,16 @@ class BrokerStore:
         value = await self.pool.fetchval(Q["last_sequence_id"], topic_id, producer_name)
         return -1 if value is None else value
 
-    async def append_entries(self, topic_id: int, epoch: int, columns: tuple, sequences: tuple,
-                             topic_epoch: int | None = None) -> tuple[bool, bool]:
-        """Write entries and dedup state in one statement.
+    async def append_entries(self, topic_id: int, epoch: int, columns: EntryColumns,
+                             sequences: dict[str, int], topic_epoch: int | None = None) -> tuple[bool, bool]:
+        """Write entries and dedup state (producer -> highest sequence id) in one statement.
 
         Returns (still owner, topic epoch matched); nothing is written unless both.
         """
-        row = await self.pool.fetchrow(
-            Q["append_entries"], topic_id, self.broker_id, epoch, *columns, *sequences, topic_epoch
-        )
+        row = await self.pool.fetchrow(*Q.bind("append_entries",
+            topic_id=topic_id, broker_id=self.broker_id, epoch=epoch, exclusive_epoch=topic_epoch,
+            **{"entry_" + name: column for name, column in columns._asdict().items()},
+            sequence_producer=list(sequences), sequence_highest=list(sequences.values())))
         return row["owned"] == 1, row["allowed"] == 1
 
     async def topic_epoch(self, topic_id: int) -> int:
@@ -261,48 +279,51 @@ class BrokerStore:
         return await (conn or self.pool).fetchval(Q["get_outcome"], topic_id, subscription, *txn)
 
     async def write_txn_group(self, topic_id: int, epoch: int, exclusive_epoch: int | None,
-                              rows: Any, topic: str = "", conn: Any = None) -> GroupWritten:
+                              rows: GroupRows, topic: str = "", conn: Any = None) -> GroupWritten:
         """One statement for a transactional group (queries.sql ``write_txn_group``)
-        writing ``rows`` (the planner's GroupRows):
+        writing ``rows`` (as the planner planned them):
         whether this broker still owns the lease and the exclusive producer's epoch held,
         and the answer to each registration; nothing is written unless both hold, and
         nothing of a refused registration's transaction.  The registrations
         are for ``topic``.  ``conn``: run it in that connection's transaction (a one-phase
         commit's)."""
-        row = await (conn or self.pool).fetchrow(
-            Q["write_txn_group"], topic_id, self.broker_id, epoch, exclusive_epoch,
-            *columns(rows.entries, 9), *columns(rows.txn_entries, 8), *columns(rows.sequences, 4),
-            *columns(rows.outcomes, 3), *columns(rows.discards, 2), *columns(rows.registrations, 4),
-            topic)
+        row = await (conn or self.pool).fetchrow(*Q.bind("write_txn_group",
+            topic_id=topic_id, broker_id=self.broker_id, epoch=epoch, exclusive_epoch=exclusive_epoch,
+            topic=topic, **named_columns("entry_", rows.entries, EntryRow),
+            **named_columns("buffered_", rows.txn_entries, BufferedRow),
+            **named_columns("sequence_", rows.sequences, SequenceRow),
+            **named_columns("outcome_", rows.outcomes, OutcomeRow),
+            **named_columns("discard_", rows.discards, TxnID),
+            **named_columns("registration_", rows.registrations, RegistrationRow)))
         registered = [Registration(*r) for r in zip(row["reg_ok"], row["reg_batches"], row["reg_messages"],
                                                     row["reg_status"], row["reg_expired"], row["reg_owner"])]
         return GroupWritten(bool(row["owned"]), bool(row["allowed"]), registered)
 
     async def record_pending_acks(self, topic_id: int, epoch: int, subscription: str,
-                                  rows: list[tuple], registrations: Sequence[tuple] = (),
+                                  rows: list[PendingAckRow], registrations: Sequence[RegistrationRow] = (),
                                   topic: str = "") -> AcksWritten:
-        """Transactional acks (entry, index, most, least, cumulative) in one statement,
-        with the registrations (most, least, role, may act for any owner) of first acks
-        here on ``topic``: whether the lease held, and the answer to each registration.
+        """Transactional acks in one statement, with the registrations of first acks here
+        on ``topic``: whether the lease held, and the answer to each registration.
         Nothing is written when the lease moved, nor for a refused transaction."""
-        row = await self.pool.fetchrow(
-            Q["record_pending_acks"], topic_id, subscription, epoch, *columns(rows, 5),
-            self.broker_id, *columns(registrations, 4), topic)
+        row = await self.pool.fetchrow(*Q.bind("record_pending_acks",
+            topic_id=topic_id, broker_id=self.broker_id, epoch=epoch, subscription=subscription, topic=topic,
+            **named_columns("ack_", rows, PendingAckRow),
+            **named_columns("registration_", registrations, RegistrationRow)))
         registered = [AckRegistration(*r) for r in zip(row["reg_ok"], row["reg_outcome"], row["reg_status"],
                                                        row["reg_expired"], row["reg_owner"])]
         return AcksWritten(bool(row["owned"]), registered)
 
     async def end_subscription_txns(self, topic_id: int, epoch: int, subscription: str,
                                     cursor: tuple[int, bytes] | None,
-                                    ended: list[tuple[int, int, bool]], conn=None) -> bool:
+                                    ended: list[OutcomeRow], conn=None) -> bool:
         """EndTxnOnSubscription of a group in one statement: the cursor (if given), the
         pending acks and the outcomes; False (nothing written) when the lease moved.
         ``conn``: run it in that connection's transaction (a one-phase commit's)."""
         mark_delete, state = cursor if cursor is not None else (0, b"")
-        return bool(await (conn or self.pool).fetchval(
-            Q["end_subscription_txns"], topic_id, subscription, epoch, cursor is not None,
-            mark_delete, state, [e[0] for e in ended], [e[1] for e in ended],
-            [e[2] for e in ended], self.broker_id))
+        return bool(await (conn or self.pool).fetchval(*Q.bind("end_subscription_txns",
+            topic_id=topic_id, broker_id=self.broker_id, epoch=epoch, subscription=subscription,
+            move_cursor=cursor is not None, mark_delete=mark_delete, acked_state=state,
+            **named_columns("ended_", ended, OutcomeRow))))
 
     async def load_pending_acks(self, topic_id: int, subscription: str) -> list[tuple]:
         return [tuple(r) for r in await self.pool.fetch(Q["load_pending_acks"], topic_id, subscription)]

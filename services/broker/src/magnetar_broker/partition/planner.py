@@ -38,6 +38,15 @@ from magnetar_broker.partition.txnrules import (
     not_owner_error,
     registration_refused,
 )
+from magnetar_broker.rows import (
+    BufferedRow,
+    EntryColumns,
+    EntryRow,
+    GroupRows,
+    OutcomeRow,
+    RegistrationRow,
+    SequenceRow,
+)
 from magnetar_protocol.errors import MagnetarError
 from magnetar_protocol.txnid import TxnID
 
@@ -77,22 +86,21 @@ class TxnEnd:
 class PlainPlan:
     """A group of plain appends: one entry each, in order."""
     first_id: int
-    # append_entries' per-column arrays: ids, producers, lowest, highest, counts, times, payloads
-    columns: tuple[Any, ...]
+    columns: EntryColumns
     sequences: dict[str, int]  # producer -> its highest sequence id in the group (dedup on)
 
     @property
     def next_entry_id(self) -> int:
-        return self.first_id + len(self.columns[0])
+        return self.first_id + len(self.columns.entry_id)
 
     def entries(self) -> list[Entry]:
-        ids, names, _, _, counts, times, payloads = self.columns
-        return [Entry(*row) for row in zip(ids, names, counts, times, payloads)]
+        c = self.columns
+        return [Entry(*row) for row in zip(c.entry_id, c.producer, c.messages, c.publish_time, c.payload)]
 
 
 def plan_plain(items: list[Append], next_entry_id: int, dedup: bool, now_ms: int) -> PlainPlan:
     ids = list(range(next_entry_id, next_entry_id + len(items)))
-    columns = (
+    columns = EntryColumns(
         ids,
         [i.producer_name for i in items],
         [i.lowest for i in items],
@@ -117,21 +125,7 @@ class FirstSends:
     actor: Actor
     buf: TxnBuf = field(default_factory=TxnBuf)
     items: list[int] = field(default_factory=list)  # their places in the group
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
-
-
-@dataclass
-class GroupRows:
-    """What the group's statement writes (store.write_txn_group), by table."""
-    # (entry id, producer, lowest, highest, messages, publish time, payload, txn most, txn least)
-    entries: list[tuple[Any, ...]] = field(default_factory=list)
-    # (txn most, txn least, batch no, producer, lowest, highest, messages, payload)
-    txn_entries: list[tuple[Any, ...]] = field(default_factory=list)
-    # (producer, highest, txn most, txn least): the txn None unless it registers here
-    sequences: list[tuple[Any, ...]] = field(default_factory=list)
-    outcomes: list[tuple[Any, ...]] = field(default_factory=list)       # (txn most, txn least, commit)
-    discards: list[TxnID] = field(default_factory=list)       # aborted: drop their sidecar rows
-    registrations: list[tuple[Any, ...]] = field(default_factory=list)  # (txn most, txn least, role, superuser)
+    rows: list[BufferedRow] = field(default_factory=list)
 
 
 @dataclass
@@ -154,7 +148,7 @@ def plan_group(items: list[Any], txns: Mapping[TxnID, TxnBuf], next_entry_id: in
     staged: dict[TxnID, TxnBuf] = {}
     fresh: dict[TxnID, FirstSends] = {}
     rows = GroupRows()
-    txn_rows: list[tuple[Any, ...]] = []
+    txn_rows: list[BufferedRow] = []
     sequences: dict[tuple[Any, ...], int] = {}
     markers: dict[int, TxnID] = {}
     next_id = next_entry_id
@@ -177,9 +171,9 @@ def plan_group(items: list[Any], txns: Mapping[TxnID, TxnBuf], next_entry_id: in
                 results[i] = None if buf.committed == item.commit else ended_error(item.txn, buf.committed)
                 continue
             buf.committed = item.commit
-            rows.outcomes.append((*item.txn, item.commit))
+            rows.outcomes.append(OutcomeRow(*item.txn, item.commit))
             if item.commit and buf.messages:
-                rows.entries.append((next_id, "", 0, 0, buf.messages, now_ms, b"", *item.txn))
+                rows.entries.append(EntryRow(next_id, "", 0, 0, buf.messages, now_ms, b"", *item.txn))
                 markers[next_id] = item.txn
                 next_id += 1
             elif not item.commit:
@@ -194,8 +188,8 @@ def plan_group(items: list[Any], txns: Mapping[TxnID, TxnBuf], next_entry_id: in
             key = (item.producer_name, item.txn if registering else None)
             sequences[key] = max(sequences.get(key, -1), item.highest)
         if not transactional:
-            rows.entries.append((next_id, item.producer_name, item.lowest, item.highest,
-                                 item.num_messages, now_ms, item.batch, None, None))
+            rows.entries.append(EntryRow(next_id, item.producer_name, item.lowest, item.highest,
+                                         item.num_messages, now_ms, item.batch, None, None))
             results[i] = next_id
             next_id += 1
             continue
@@ -208,9 +202,9 @@ def plan_group(items: list[Any], txns: Mapping[TxnID, TxnBuf], next_entry_id: in
         if buf.committed is not None:
             results[i] = ended_error(item.txn, buf.committed)
             continue
-        (first.rows if registering else txn_rows).append(
-            (*item.txn, buf.batches, item.producer_name, item.lowest, item.highest,
-             item.num_messages, item.batch))
+        (first.rows if registering else txn_rows).append(BufferedRow(
+            item.txn[0], item.txn[1], buf.batches, item.producer_name, item.lowest, item.highest,
+            item.num_messages, item.batch))
         results[i] = buf.batches
         buf.batches += 1
         buf.messages += item.num_messages
@@ -223,11 +217,11 @@ def plan_group(items: list[Any], txns: Mapping[TxnID, TxnBuf], next_entry_id: in
     # A transaction appended to and aborted in this very group: its appends are not
     # written at all (one statement cannot delete the rows it inserts).
     discarded = set(rows.discards)
-    rows.txn_entries = [row for row in txn_rows if (row[0], row[1]) not in discarded]
+    rows.txn_entries = [row for row in txn_rows if (row.txn_most, row.txn_least) not in discarded]
     for first in fresh.values():
         rows.txn_entries += first.rows
-    rows.sequences = [(name, seq, *(txn or (None, None))) for (name, txn), seq in sequences.items()]
-    rows.registrations = [(*txn, *first.actor) for txn, first in fresh.items()]
+    rows.sequences = [SequenceRow(name, seq, *(txn or (None, None))) for (name, txn), seq in sequences.items()]
+    rows.registrations = [RegistrationRow(*txn, *first.actor) for txn, first in fresh.items()]
     return GroupPlan(results, rows, staged, fresh, sequences, markers, next_id, now_ms)
 
 

@@ -113,8 +113,8 @@ class Writer:
         plan = plan_plain(items, self.next_entry_id, self.dedup.enabled, int(time.time() * 1000))
         try:
             owned, allowed = await self.store.append_entries(
-                self.lease.topic_id, self.lease.epoch, plan.columns,
-                (list(plan.sequences), list(plan.sequences.values())), self.access.exclusive_epoch(),
+                self.lease.topic_id, self.lease.epoch, plan.columns, plan.sequences,
+                self.access.exclusive_epoch(),
             )
         except MagnetarError:
             raise

@@ -19,6 +19,7 @@ from magnetar_broker.partition.txnrules import (
     not_owner_error,
     registration_refused,
 )
+from magnetar_broker.rows import OutcomeRow, PendingAckRow, RegistrationRow
 from magnetar_broker.store import AckRegistration
 from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
 from magnetar_broker.subscription.dispatch import SUB_NAMES, Deliveries
@@ -114,7 +115,7 @@ class TxnAcks:
         Returns the places to check again: items that clashed with a transaction's first
         ack in this round, when some first ack was refused (its positions are free again,
         so the clash may have been with nothing)."""
-        rows: list[tuple[Any, ...]] = []
+        rows: list[PendingAckRow] = []
         accepted: list[Any] = []
         first_acks: dict[TxnID, tuple[str, bool]] = {}  # register in this write
         clashed: list[int] = []
@@ -140,14 +141,15 @@ class TxnAcks:
                 self.pending.add(txn, wanted, cumulative)
                 if txn not in self._registered:
                     first_acks.setdefault(txn, actor)
-            rows += [(e, i, txn[0], txn[1], cumulative) for e, i in wanted]
+            rows += [PendingAckRow(e, i, txn[0], txn[1], cumulative) for e, i in wanted]
             accepted.append((place, wanted, cumulative, txn))
         refused: dict[TxnID, MagnetarError] = {}
         if rows:
             written = await self.sub.log.lease_checked(
                 "recording transactional acks", self.sub.log.store.record_pending_acks(
                     self.sub.log.topic_id, self.sub.log.epoch, self.sub.name, rows,
-                    [(*txn, *actor) for txn, actor in first_acks.items()], self.sub.log.name.full),
+                    [RegistrationRow(*txn, *actor) for txn, actor in first_acks.items()],
+                    self.sub.log.name.full),
                 owned=lambda result: result.owned)
             for (txn, actor), answer in zip(first_acks.items(), written.registered):
                 if answer.ok:
@@ -248,7 +250,7 @@ class TxnAcks:
         state = (cursor.mark_delete, cursor.encode()) if cursor is not None else None
         if not await self.sub.log.store.end_subscription_txns(
                 self.sub.log.topic_id, self.sub.log.epoch, self.sub.name, state,
-                [(*txn, commit) for txn, commit in ends], conn=conn):
+                [OutcomeRow(*txn, commit) for txn, commit in ends], conn=conn):
             return None
         return decided
 
