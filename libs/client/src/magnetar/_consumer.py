@@ -1,6 +1,7 @@
 """The ``magnetar.asyncio`` consumer: one PartitionConsumer per partition feeding one
 receiver queue (a partitioned topic's messages are merged), grouped plain acks,
-delayed negative acks, and transactional acks that wait for the broker's answer.
+delayed negative acks (a fixed delay or a backoff), the ack timeout, and transactional
+acks that wait for the broker's answer.
 
 The sync API reads the receiver queue from the user's thread (a thread-safe C queue),
 so receiving and plain acks cost no hop to the client's thread.
@@ -11,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue as thread_queue
+import threading
 import time
 import uuid
 from collections.abc import Callable
 
-from magnetar._acks import ACK_GROUP_MAX, ACK_GROUP_S, NackTracker
+from magnetar._acks import ACK_GROUP_MAX, ACK_GROUP_S, NackTracker, UnackedTracker
 from magnetar._errors import AlreadyClosed
 from magnetar._message import Message, UndecodableEntry
 from magnetar._partition_consumer import PartitionConsumer
@@ -45,7 +47,14 @@ class Consumer:
         self.space = _Room(self.loop, self.queue, options["receiver_queue_size"])
         self.closed = False
         self.on_close: Callable[[Consumer], None] | None = None  # the client forgets a closed consumer
-        self._nacks = NackTracker(options["nack_delay_ms"] / 1000)
+        self._nacks = NackTracker(options["nack_delay_ms"] / 1000, options.get("nack_backoff"))
+        # The ack timeout (off unless set): received messages not acknowledged within it
+        # are redelivered.  Receives and acks come from any thread, hence the lock; it
+        # is taken only when the timeout is on.
+        self._unacked: UnackedTracker | None = None
+        if options.get("ack_timeout_ms"):
+            self._unacked = UnackedTracker(options["ack_timeout_ms"] / 1000, options["tick_ms"] / 1000)
+        self._unacked_lock = threading.Lock()
         self._ack_wake = asyncio.Event()  # a full group: flush now
         # An idle consumer's flusher sleeps until an ack comes: the first plain ack after
         # a flush signals it (once per group, from any thread), instead of the flusher
@@ -70,6 +79,8 @@ class Consumer:
             p.start()
         self._tasks = [self.loop.create_task(self._ack_flusher()),
                        self.loop.create_task(self._nack_sender())]
+        if self._unacked is not None:
+            self._tasks.append(self.loop.create_task(self._ack_timeout_ticker()))
         self.watch.start()
         return self
 
@@ -122,6 +133,8 @@ class Consumer:
                 continue
             self.space.notify()
             if self._accept(msg):
+                if self._unacked is not None:
+                    self._track(msg)
                 return msg
 
     def receive_from_thread(self, timeout_millis: int | None = None) -> Message:
@@ -141,7 +154,41 @@ class Consumer:
                 continue
             self.space.notify()
             if self._accept(msg):
+                if self._unacked is not None:
+                    self._track(msg)
                 return msg
+
+    # ---------------------------------------------------------------- the ack timeout
+
+    def _track(self, msg: Message) -> None:
+        info = msg._info
+        with self._unacked_lock:
+            self._unacked.add((info.partition, info.entry_id, msg._index))
+
+    def _untrack(self, part: PartitionConsumer, entry: int, index: int, cumulative: bool = False) -> None:
+        if self._unacked is None:
+            return
+        with self._unacked_lock:
+            if cumulative:
+                self._unacked.remove_through(part.partition, entry, index)
+            else:
+                self._unacked.remove((part.partition, entry, index))
+
+    async def _ack_timeout_ticker(self) -> None:
+        """Each tick, redeliver what was received longer than the ack timeout ago and
+        not acknowledged (Pulsar's UnAckedMessageTracker); the broker counts the
+        redelivery."""
+        tracker = self._unacked
+        assert tracker is not None
+        while not self.closed:
+            await asyncio.sleep(tracker.tick_s)
+            with self._unacked_lock:
+                expired = tracker.tick()
+            by_partition: dict[int, list[tuple[int, int]]] = {}
+            for partition, entry, index in expired:
+                by_partition.setdefault(partition, []).append((entry, index))
+            for partition, positions in by_partition.items():
+                await self._redeliver(self._part(partition), positions, "ack timeout")
 
     # ---------------------------------------------------------------- acks
 
@@ -161,6 +208,8 @@ class Consumer:
     def ack_nowait(self, msg_or_id, cumulative: bool = False) -> None:
         """A plain ack, grouped (any thread)."""
         part, entry, index, size = self._position(msg_or_id)
+        if self._unacked is not None:
+            self._untrack(part, entry, index, cumulative)
         if cumulative:
             self._check_cumulative()
             part.acks.cumulative(entry, index)
@@ -187,6 +236,9 @@ class Consumer:
             self._check_cumulative()
         part, entry, index, _ = self._position(msg_or_id)
         await txn.ack(part, pb.Position(entry_id=entry, batch_index=index), cumulative)
+        # Pending in the transaction now: the broker holds it for the transaction and
+        # redelivers it if the transaction aborts, so the ack timeout lets it be.
+        self._untrack(part, entry, index, cumulative)
 
     async def acknowledge_cumulative(self, msg_or_id, txn=None) -> None:
         """Acknowledge everything up to and including the message (Exclusive and Failover
@@ -212,10 +264,13 @@ class Consumer:
         await asyncio.gather(*(p.send_acks() for p in self.parts if len(p.acks)))
 
     def negative_acknowledge(self, msg_or_id) -> None:
-        """Have the message redelivered after ``negative_ack_redelivery_delay_ms``
-        (event loop; the sync API hops here)."""
+        """Have the message redelivered after ``negative_ack_redelivery_delay_ms``, or
+        after the backoff's delay for its redelivery count (event loop; the sync API hops
+        here)."""
         part, entry, index, _ = self._position(msg_or_id)
-        self._nacks.add(part.partition, (entry, index), time.monotonic())
+        self._untrack(part, entry, index)
+        count = msg_or_id.redelivery_count() if type(msg_or_id) is Message else 0
+        self._nacks.add(part.partition, (entry, index), time.monotonic(), count)
 
     async def _nack_sender(self) -> None:
         while not self.closed:
@@ -225,18 +280,22 @@ class Consumer:
                 await asyncio.sleep(0.05 if due is None else min(due - now, 0.5))
                 continue
             for partition, positions in self._nacks.take_due(now).items():
-                part = self._part(partition)
-                req = pb.RedeliverRequest(positions=[pb.Position(entry_id=e, batch_index=i)
-                                                     for e, i in positions])
-                try:
-                    await part.call("/v1/consumers/redeliver", req, pb.RedeliverResponse)
-                except MagnetarError as exc:  # redelivered anyway when the session lapses
-                    log.info("negative ack on %s not delivered: %s", part.topic, exc)
+                await self._redeliver(self._part(partition), positions, "negative ack")
+
+    async def _redeliver(self, part: PartitionConsumer, positions: list[tuple[int, int]], why: str) -> None:
+        req = pb.RedeliverRequest(positions=[pb.Position(entry_id=e, batch_index=i) for e, i in positions])
+        try:
+            await part.call("/v1/consumers/redeliver", req, pb.RedeliverResponse)
+        except MagnetarError as exc:  # redelivered anyway when the session lapses
+            log.info("%s on %s not delivered: %s", why, part.topic, exc)
 
     async def redeliver_unacknowledged_messages(self) -> None:
         """Have every unacknowledged message of this consumer redelivered now, those
         received and those still queued here (dropped first, as Pulsar's client does, so
         each comes once, in order)."""
+        if self._unacked is not None:
+            with self._unacked_lock:
+                self._unacked.clear()
         for part in self.parts:
             part.drop_queued()
             try:
@@ -271,6 +330,9 @@ class Consumer:
                 part.not_seeking.set()
             part.returned = None
             self._known_last.pop(part.partition, None)
+        if self._unacked is not None:  # what it held goes out again from the new position
+            with self._unacked_lock:
+                self._unacked.clear()
         self.space.notify()
 
     def has_reached_end_of_topic(self) -> bool:

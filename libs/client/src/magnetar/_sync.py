@@ -105,7 +105,9 @@ class Client:
 
     def subscribe(self, topic: str, subscription_name: str, **options: Any) -> "Consumer":
         """A consumer; options as ``magnetar.asyncio.Client.subscribe`` (consumer_type,
-        initial_position, consumer_name, receiver_queue_size, negative_ack_redelivery_delay_ms)."""
+        initial_position, consumer_name, receiver_queue_size, negative_ack_redelivery_delay_ms,
+        negative_ack_redelivery_backoff, unacked_messages_timeout_ms, tick_duration_ms,
+        dead_letter_policy)."""
         return Consumer(self._io, self._io.run(
             self._client.subscribe(topic, subscription_name, _threaded=True, **options)))
 

@@ -30,9 +30,11 @@ from magnetar._reader import Reader
 from magnetar._transaction import Transaction, check_timeout, open_transaction
 from magnetar._transport import Transport
 from magnetar._types import (
+    ConsumerDeadLetterPolicy,
     ConsumerType,
     InitialPosition,
     MessageId,
+    MultiplierRedeliveryBackoff,
     PartitionsRoutingMode,
     ProducerAccessMode,
     Result,
@@ -46,9 +48,22 @@ Tracked = TypeVar("Tracked", Producer, Consumer)  # what a client closes with it
 
 __all__ = ["Client", "Producer", "Consumer", "Reader", "Message", "MessageId", "Transaction",
            "TxnID", "ConsumerType", "InitialPosition", "ProducerAccessMode",
+           "MultiplierRedeliveryBackoff", "ConsumerDeadLetterPolicy",
            "PartitionsRoutingMode", "Result", "TransactionState", "Transport"]
 
 __all__ += _errors.__all__  # the one hierarchy of magnetar_protocol.errors, plus two
+
+
+def check_ack_timeout(timeout_ms: int | None, tick_ms: int) -> int:
+    """The ack timeout in ms (0: off), or ValueError.  At least a second, as Pulsar's Java
+    client requires (the C++ one, under the Python wheel, 10 s); the tick at least 100 ms."""
+    if timeout_ms is None or timeout_ms == 0:
+        return 0
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 1000:
+        raise ValueError(f"unacked_messages_timeout_ms must be at least 1000 (or None/0: off), got {timeout_ms!r}")
+    if isinstance(tick_ms, bool) or not isinstance(tick_ms, int) or tick_ms < 100:
+        raise ValueError(f"tick_duration_ms must be at least 100, got {tick_ms!r}")
+    return timeout_ms
 
 
 class Client:
@@ -136,18 +151,38 @@ class Client:
                         initial_position: InitialPosition = InitialPosition.Latest,
                         consumer_name: str | None = None, receiver_queue_size: int = 1000,
                         negative_ack_redelivery_delay_ms: int = 60000, priority_level: int = 0,
+                        unacked_messages_timeout_ms: int | None = None, tick_duration_ms: int = 1000,
+                        negative_ack_redelivery_backoff: MultiplierRedeliveryBackoff | None = None,
+                        dead_letter_policy: ConsumerDeadLetterPolicy | None = None,
                         _threaded: bool = False) -> Consumer:
-        """A consumer of ``subscription_name`` on ``topic`` (merging every partition)."""
+        """A consumer of ``subscription_name`` on ``topic`` (merging every partition).
+
+        ``unacked_messages_timeout_ms``: received messages not acknowledged within it are
+        redelivered (None or 0: never; at least 1000), checked every ``tick_duration_ms``
+        (Pulsar's ack-timeout tick).  ``negative_ack_redelivery_backoff``: a
+        ``MultiplierRedeliveryBackoff`` whose delay grows with the redelivery count, in
+        place of the fixed ``negative_ack_redelivery_delay_ms``.  ``dead_letter_policy``:
+        a ``ConsumerDeadLetterPolicy``; the broker moves a message redelivered more often
+        than it allows to the dead-letter topic (docs/client.md)."""
         self._check_open()
         if not subscription_name or not isinstance(subscription_name, str):
             raise ValueError("subscription_name is required")
+        ack_timeout = check_ack_timeout(unacked_messages_timeout_ms, tick_duration_ms)
+        if negative_ack_redelivery_backoff is not None \
+                and not isinstance(negative_ack_redelivery_backoff, MultiplierRedeliveryBackoff):
+            raise TypeError("negative_ack_redelivery_backoff must be a magnetar.MultiplierRedeliveryBackoff")
+        if dead_letter_policy is not None and not isinstance(dead_letter_policy, ConsumerDeadLetterPolicy):
+            raise TypeError("dead_letter_policy must be a magnetar.ConsumerDeadLetterPolicy")
         full, partitions = await self.core.partitions(topic)
         options = {"subscription": subscription_name, "consumer_type": ConsumerType(consumer_type),
                    "initial_position": InitialPosition(initial_position), "durable": True,
                    "consumer_name": consumer_name or "",
                    "receiver_queue_size": max(receiver_queue_size, 1),
                    "priority_level": priority_level,
-                   "nack_delay_ms": max(negative_ack_redelivery_delay_ms, 0)}
+                   "nack_delay_ms": max(negative_ack_redelivery_delay_ms, 0),
+                   "nack_backoff": negative_ack_redelivery_backoff,
+                   "ack_timeout_ms": ack_timeout, "tick_ms": tick_duration_ms,
+                   "dead_letter_policy": dead_letter_policy}
         consumer = await Consumer(self.core, full, partitions, options, _threaded).start()
         return self._track(consumer)
 
