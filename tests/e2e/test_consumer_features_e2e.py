@@ -5,11 +5,19 @@ topics moved on the broker, and delayed delivery.  Each test has topics of its o
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import json
+import logging
+import urllib.error
+import urllib.request
 
+import pulsar
 import pytest
 
 import magnetar
 import magnetar.asyncio as magnetar_aio
+from magnetar.admin_cli import run as admin_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.shared_cluster]
 
@@ -110,3 +118,149 @@ def test_the_nack_backoff_grows_with_the_redelivery_count(client):
     consumer.negative_acknowledge(fresh)  # count 0: 100 ms
     order = [m.data() for m in receive_all(consumer, 2)]
     assert order == [b"new", b"old"]
+
+
+def test_the_broker_moves_a_message_past_the_dead_letter_limit(client):
+    topic = "persistent://public/default/dlq-client"
+    policy = magnetar.ConsumerDeadLetterPolicy(max_redeliver_count=2, initial_subscription_name="triage")
+    consumer = client.subscribe(topic, "s", consumer_type=magnetar.ConsumerType.Shared, initial_position=EARLIEST,
+                                negative_ack_redelivery_delay_ms=100, dead_letter_policy=policy)
+    producer = client.create_producer(topic, batching_enabled=False)
+    sent = producer.send(b"poison", properties={"order": "7"}, partition_key="customer-1")
+    producer.send(b"fine")
+    counts = []
+    while True:
+        try:
+            msg = consumer.receive(timeout_millis=3000)
+        except magnetar.Timeout:
+            break
+        if msg.data() == b"fine":
+            consumer.acknowledge(msg)
+            continue
+        counts.append(msg.redelivery_count())
+        consumer.negative_acknowledge(msg)
+    assert counts == [0, 1, 2]  # max_redeliver_count redeliveries, then moved
+    # The initial subscription existed before the copy was written: it reads it.
+    triage = client.subscribe(f"{topic}-s-DLQ", "triage")
+    copy = triage.receive(timeout_millis=10_000)
+    assert copy.data() == b"poison" and copy.partition_key() == "customer-1"
+    assert copy.properties() == {"order": "7", "REAL_TOPIC": topic,
+                                 "ORIGIN_MESSAGE_ID": f"0:{sent.entry_id()}:-1"}
+    triage.acknowledge(copy)
+
+
+def test_a_dead_letter_topic_that_cannot_be_written_is_refused_at_subscribe(client):
+    for topic, error in [("persistent://public/no-such-namespace/dlq", magnetar.NamespaceNotFound),
+                         ("persistent://public/default/bad..name", magnetar.InvalidTopicName)]:
+        with pytest.raises(error):
+            client.subscribe("dlq-refused", "s", consumer_type=magnetar.ConsumerType.Shared,
+                             dead_letter_policy=magnetar.ConsumerDeadLetterPolicy(1, dead_letter_topic=topic))
+    with pytest.raises(ValueError):
+        magnetar.ConsumerDeadLetterPolicy(0)
+
+
+# ---------------------------------------------------------------- an operator's policy, the Pulsar wheel
+
+
+def cli(cluster, *argv: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = admin_cli(["--admin-url", cluster.admin_url, *argv])
+    return code, out.getvalue() + err.getvalue()
+
+
+def admin(cluster, method: str, path: str, body=None) -> tuple[int, object]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(cluster.admin_url + path, data=data, method=method,
+                                 headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def wheel(cluster) -> pulsar.Client:
+    return pulsar.Client(cluster.pulsar_service_url, operation_timeout_seconds=10,
+                         logger=logging.getLogger("pulsar-client"))
+
+
+def nack_until_gone(consumer, receive_error, timeout_ms: int = 3000) -> list[int]:
+    """Receive and nack until nothing comes any more; the redelivery counts seen."""
+    counts = []
+    while True:
+        try:
+            msg = consumer.receive(timeout_millis=timeout_ms)
+        except receive_error:
+            return counts
+        counts.append(msg.redelivery_count())
+        consumer.negative_acknowledge(msg)
+
+
+def test_an_operators_policy_moves_on_the_broker_for_a_pulsar_wheel_consumer(cluster, client):
+    topic = "persistent://public/default/dlq-operator"
+    assert cli(cluster, "topics", "create", topic)[0] == 0
+    code, out = cli(cluster, "topics", "set-dead-letter-policy", topic, "-s", "s", "--max-redeliver-count", "1",
+                    "--initial-subscription-name", "audit")
+    assert code == 0, out
+    code, out = cli(cluster, "--output", "json", "topics", "get-dead-letter-policy", topic, "-s", "s")
+    assert code == 0 and json.loads(out) == {"maxRedeliverCount": 1, "deadLetterTopic": None,
+                                             "initialSubscriptionName": "audit", "retryLetterTopic": None}
+    pc = wheel(cluster)
+    try:
+        consumer = pc.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+                                initial_position=pulsar.InitialPosition.Earliest,
+                                negative_ack_redelivery_delay_ms=100)
+        pc.create_producer(topic, batching_enabled=False).send(b"poison", properties={"k": "v"})
+        # The wheel has no dead-letter policy of its own here: the broker's moves it.
+        assert nack_until_gone(consumer, pulsar.Timeout) == [0, 1]
+    finally:
+        pc.close()
+    copy = client.subscribe(f"{topic}-s-DLQ", "audit").receive(timeout_millis=10_000)
+    assert copy.data() == b"poison" and copy.properties()["k"] == "v"
+    assert copy.properties()["REAL_TOPIC"] == topic
+    stats = admin(cluster, "GET", "/admin/v2/persistent/public/default/dlq-operator/stats")[1]
+    assert stats["subscriptions"]["s"]["msgDeadLettered"] == 1
+    code, out = cli(cluster, "topics", "remove-dead-letter-policy", topic, "-s", "s")
+    assert code == 0, out
+    assert admin(cluster, "GET", "/admin/v2/persistent/public/default/dlq-operator/subscription/s/"
+                                 "deadLetterPolicy") == (200, None)
+
+
+def test_the_wheels_own_client_side_dead_letter_policy_over_the_pulsar_protocol(cluster, client):
+    topic = "persistent://public/default/dlq-wheel"
+    dlq = f"{topic}-dead"
+    pc = wheel(cluster)
+    try:
+        consumer = pc.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+                                initial_position=pulsar.InitialPosition.Earliest,
+                                negative_ack_redelivery_delay_ms=100,
+                                dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(
+                                    max_redeliver_count=2, dead_letter_topic=dlq, initial_subscription_name="init"))
+        pc.create_producer(topic, batching_enabled=False).send(b"poison")
+        # The client moves it itself (produce, then ack): it relies on the counts.
+        assert nack_until_gone(consumer, pulsar.Timeout) == [0, 1, 2]
+        # Its dead-letter producer created "init" (PRODUCER's initial_subscription_name)
+        # before producing, so it holds the copy.
+        reader = pc.subscribe(dlq, "init", consumer_type=pulsar.ConsumerType.Shared)
+        copy = reader.receive(timeout_millis=10_000)
+        assert copy.data() == b"poison"
+        assert copy.properties()["REAL_TOPIC"] == topic and "ORIGIN_MESSAGE_ID" in copy.properties()
+        reader.acknowledge(copy)
+    finally:
+        pc.close()
+
+
+def test_bad_dead_letter_policies_are_refused_by_the_admin_api(cluster):
+    path = "/admin/v2/persistent/public/default/dlq-bad/subscription/s/deadLetterPolicy"
+    assert admin(cluster, "POST", path, {"maxRedeliverCount": 1})[0] == 404  # no such topic yet
+    assert admin(cluster, "PUT", "/admin/v2/persistent/public/default/dlq-bad")[0] == 204
+    for body, status in [({"maxRedeliverCount": 0}, 400), ({}, 400), ({"maxRedeliverCount": "3"}, 400),
+                         ({"maxRedeliverCount": 1, "surprise": 1}, 400),
+                         ({"maxRedeliverCount": 1, "deadLetterTopic": "bad..name"}, 400),
+                         ({"maxRedeliverCount": 1, "initialSubscriptionName": "a/b"}, 400),
+                         ({"maxRedeliverCount": 1, "deadLetterTopic": "persistent://public/nope/x"}, 404)]:
+        got, answer = admin(cluster, "POST", path, body)
+        assert got == status, (body, answer)
+    assert admin(cluster, "GET", path) == (200, None)  # nothing was written

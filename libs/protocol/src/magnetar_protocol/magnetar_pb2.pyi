@@ -398,7 +398,7 @@ class CloseProducerResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("session_id", "topic", "subscription", "sub_type", "initial_position", "consumer_name", "priority_level", "durable", "start_position", "start_inclusive")
+    __slots__ = ("session_id", "topic", "subscription", "sub_type", "initial_position", "consumer_name", "priority_level", "durable", "start_position", "start_inclusive", "dead_letter_policy")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -409,6 +409,7 @@ class SubscribeRequest(_message.Message):
     DURABLE_FIELD_NUMBER: _ClassVar[int]
     START_POSITION_FIELD_NUMBER: _ClassVar[int]
     START_INCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_POLICY_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     topic: str
     subscription: str
@@ -419,7 +420,20 @@ class SubscribeRequest(_message.Message):
     durable: bool
     start_position: Position
     start_inclusive: bool
-    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., subscription: _Optional[str] = ..., sub_type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ..., durable: _Optional[bool] = ..., start_position: _Optional[_Union[Position, _Mapping]] = ..., start_inclusive: _Optional[bool] = ...) -> None: ...
+    dead_letter_policy: DeadLetterPolicy
+    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., subscription: _Optional[str] = ..., sub_type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ..., durable: _Optional[bool] = ..., start_position: _Optional[_Union[Position, _Mapping]] = ..., start_inclusive: _Optional[bool] = ..., dead_letter_policy: _Optional[_Union[DeadLetterPolicy, _Mapping]] = ...) -> None: ...
+
+class DeadLetterPolicy(_message.Message):
+    __slots__ = ("max_redeliver_count", "dead_letter_topic", "initial_subscription_name", "retry_letter_topic")
+    MAX_REDELIVER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_SUBSCRIPTION_NAME_FIELD_NUMBER: _ClassVar[int]
+    RETRY_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    max_redeliver_count: int
+    dead_letter_topic: str
+    initial_subscription_name: str
+    retry_letter_topic: str
+    def __init__(self, max_redeliver_count: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., initial_subscription_name: _Optional[str] = ..., retry_letter_topic: _Optional[str] = ...) -> None: ...
 
 class SubscribeResponse(_message.Message):
     __slots__ = ("consumer_id",)
@@ -552,6 +566,42 @@ class CloseConsumerRequest(_message.Message):
 class CloseConsumerResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class DeadLetterAppendRequest(_message.Message):
+    __slots__ = ("topic", "initial_subscription", "producer_name", "batch", "num_messages", "source_topic_id", "source_topic", "source_broker", "source_epoch", "subscription", "mark_delete", "acked_state", "deliver_at_time")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    NUM_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_BROKER_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    MARK_DELETE_FIELD_NUMBER: _ClassVar[int]
+    ACKED_STATE_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_TIME_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    initial_subscription: str
+    producer_name: str
+    batch: bytes
+    num_messages: int
+    source_topic_id: int
+    source_topic: str
+    source_broker: str
+    source_epoch: int
+    subscription: str
+    mark_delete: int
+    acked_state: bytes
+    deliver_at_time: int
+    def __init__(self, topic: _Optional[str] = ..., initial_subscription: _Optional[str] = ..., producer_name: _Optional[str] = ..., batch: _Optional[bytes] = ..., num_messages: _Optional[int] = ..., source_topic_id: _Optional[int] = ..., source_topic: _Optional[str] = ..., source_broker: _Optional[str] = ..., source_epoch: _Optional[int] = ..., subscription: _Optional[str] = ..., mark_delete: _Optional[int] = ..., acked_state: _Optional[bytes] = ..., deliver_at_time: _Optional[int] = ...) -> None: ...
+
+class DeadLetterAppendResponse(_message.Message):
+    __slots__ = ("entry_id",)
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    entry_id: int
+    def __init__(self, entry_id: _Optional[int] = ...) -> None: ...
 
 class CursorState(_message.Message):
     __slots__ = ("entries",)

@@ -1,4 +1,5 @@
-"""Storage-lifecycle policies (Pulsar's retention, messageTTL and backlogQuota): their
+"""Storage-lifecycle policies (Pulsar's retention, messageTTL and backlogQuota) and a
+subscription's dead-letter policy: their
 JSON shapes, validation and how a topic's effective policy is resolved.  Pure: no I/O;
 the admin validates bodies with it and brokers resolve what they read with it.
 
@@ -112,6 +113,44 @@ def parse_backlog_quota(body, quota_type: str | None = None) -> BacklogQuota:
     if size == -1 and time_s == -1:
         raise PolicyError("backlogQuota: set limitSize (bytes) or limitTime (seconds); both are -1")
     return BacklogQuota(size, time_s, policy)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A subscription's dead-letter policy as an operator sets it (Pulsar's
+    DeadLetterPolicy fields): a message redelivered more than ``max_redeliver_count``
+    times moves to ``dead_letter_topic`` ("" = ``<topic>-<subscription>-DLQ``), on which
+    ``initial_subscription_name`` is created first ("" = none)."""
+    max_redeliver_count: int
+    dead_letter_topic: str = ""
+    initial_subscription_name: str = ""
+    retry_letter_topic: str = ""
+
+    def as_json(self) -> dict:
+        return {"maxRedeliverCount": self.max_redeliver_count,
+                "deadLetterTopic": self.dead_letter_topic or None,
+                "initialSubscriptionName": self.initial_subscription_name or None,
+                "retryLetterTopic": self.retry_letter_topic or None}
+
+
+def parse_dead_letter(body) -> DeadLetter:
+    fields = ("maxRedeliverCount", "deadLetterTopic", "initialSubscriptionName", "retryLetterTopic")
+    if not isinstance(body, dict):
+        raise PolicyError('deadLetterPolicy: the body must be {"maxRedeliverCount": N, "deadLetterTopic": '
+                          '"...", "initialSubscriptionName": "..."} (the last two optional)')
+    unknown = set(body) - set(fields)
+    if unknown:
+        raise PolicyError(f"deadLetterPolicy: unknown field(s) {sorted(unknown)}")
+    count = _int(body, "maxRedeliverCount", 1, "deadLetterPolicy")
+    if count > 2**31 - 1:
+        raise PolicyError(f"deadLetterPolicy: maxRedeliverCount {count} is out of range")
+    texts = []
+    for key in fields[1:]:
+        value = body.get(key)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise PolicyError(f"deadLetterPolicy: {key} must be a non-empty string or null, not {value!r}")
+        texts.append(value or "")
+    return DeadLetter(count, *texts)
 
 
 @dataclass(frozen=True, slots=True)

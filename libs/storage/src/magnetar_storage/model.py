@@ -346,3 +346,21 @@ storage_policies = Table(
     CheckConstraint("(retention_time_minutes IS NULL) = (retention_size_mb IS NULL)"),
     CheckConstraint("(backlog_policy IS NULL) = (backlog_limit_size IS NULL)"),
 )
+
+# ---------------------------------------------------------------- dead-letter policies (0010)
+
+dead_letter_policies = Table(
+    "dead_letter_policies",
+    metadata,
+    Column("tenant", Text, nullable=False),
+    Column("namespace", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("subscription", Text, nullable=False),
+    Column("max_redeliver_count", Integer, CheckConstraint("max_redeliver_count > 0"), nullable=False),
+    Column("dead_letter_topic", Text, nullable=False, server_default=text("''")),
+    Column("initial_subscription_name", Text, nullable=False, server_default=text("''")),
+    Column("retry_letter_topic", Text, nullable=False, server_default=text("''")),
+    Column("updated_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("topic", "subscription"),
+    _namespace_fk(),
+)

@@ -23,6 +23,7 @@ OWNER: dict[str, str] = {
     "topic_permissions": "admin",
     "subscription_permissions": "admin",
     "storage_policies": "admin",
+    "dead_letter_policies": "admin",
     # The partition log and its leases.
     "brokers": "broker",
     "topic_owners": "broker",

@@ -1,6 +1,7 @@
 """Storage-lifecycle policy routes on Pulsar's admin v2 paths (docs/admin.md): retention,
 messageTTL and backlogQuota per namespace and per topic, the namespace's whole policy
-object, and expire-messages.  Bodies are validated by magnetar_protocol.policies (400
+object, expire-messages, and a subscription's dead-letter policy (Magnetar's own path:
+Pulsar sets it only in clients).  Bodies are validated by magnetar_protocol.policies (400
 with the reason; nothing is written)."""
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from magnetar_protocol.policies import (
     Retention,
     Row,
     parse_backlog_quota,
+    parse_dead_letter,
     parse_retention,
     parse_ttl,
 )
+from magnetar_protocol.topics import TopicName
 
 NS = "/admin/v2/namespaces/{tenant}/{namespace}"
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
@@ -36,6 +39,12 @@ QUOTA_DOC = body_doc({"type": "object", "properties": {
     "limitTime": {"type": "integer", "minimum": -1, "description": "seconds"},
     "policy": {"type": "string", "enum": list(QUOTA_POLICIES)}}},
     example={"limitSize": 10737418240, "limitTime": -1, "policy": "producer_request_hold"})
+DEAD_LETTER_DOC = body_doc({"type": "object", "required": ["maxRedeliverCount"], "properties": {
+    "maxRedeliverCount": {"type": "integer", "minimum": 1},
+    "deadLetterTopic": {"type": "string", "description": "default: <topic>-<subscription>-DLQ"},
+    "initialSubscriptionName": {"type": "string", "description": "created on the dead-letter topic first"},
+    "retryLetterTopic": {"type": "string", "description": "default: <topic>-<subscription>-RETRY"}}},
+    example={"maxRedeliverCount": 5, "initialSubscriptionName": "triage"})
 Seconds = Annotated[int, Path(ge=0, le=MAX_VALUE, description="seconds")]
 
 
@@ -158,6 +167,44 @@ def policy_routes() -> APIRouter:
 
     level_routes(NS, ns_scope, "namespaces")
     level_routes(TOPIC, topic_scope, "topics")
+
+    # ---------------------------------------------------------------- dead-letter policy
+
+    @r.get(TOPIC + "/subscription/{subscription}/deadLetterPolicy", tags=["topics"],
+           summary="The subscription's dead-letter policy set by an operator (null: none)")
+    async def get_dead_letter(tenant: str, namespace: str, topic: str, subscription: str,
+                              service: Service) -> dict | None:
+        _, _, full = await topic_scope(service, tenant, namespace, topic)
+        policy = await service.store.dead_letter_policy(full, bodies.subscription(subscription))
+        return None if policy is None else policy.as_json()
+
+    @r.post(TOPIC + "/subscription/{subscription}/deadLetterPolicy", tags=["topics"], **NO_CONTENT,
+            openapi_extra=DEAD_LETTER_DOC,
+            summary="Move messages redelivered more than maxRedeliverCount times to a dead-letter topic, "
+                    "whatever client consumes (the copy and the ack in one SQL transaction)")
+    async def set_dead_letter(tenant: str, namespace: str, topic: str, subscription: str,
+                              service: Service, body: Body) -> Response:
+        _, _, full = await topic_scope(service, tenant, namespace, topic)
+        sub = bodies.subscription(subscription)
+        policy = _checked(parse_dead_letter, None if body is bodies.MISSING else body)
+        if policy.initial_subscription_name:
+            bodies.subscription(policy.initial_subscription_name)
+        for target in filter(None, (policy.dead_letter_topic, policy.retry_letter_topic)):
+            # The broker writes there for this subscription: a topic whose tenant the
+            # caller administers too, in a namespace that exists.
+            name = TopicName.parse(target)
+            await service.require_tenant_admin(name.tenant)
+            await service.store.deduplication(name.tenant, name.namespace)  # 404 without the namespace
+        await service.store.set_dead_letter_policy(TopicName.parse(full), sub, policy)
+        return Response(status_code=204)
+
+    @r.delete(TOPIC + "/subscription/{subscription}/deadLetterPolicy", tags=["topics"], **NO_CONTENT,
+              summary="Remove the subscription's dead-letter policy (consumers' own ones apply again)")
+    async def remove_dead_letter(tenant: str, namespace: str, topic: str, subscription: str,
+                                 service: Service) -> Response:
+        _, _, full = await topic_scope(service, tenant, namespace, topic)
+        await service.store.remove_dead_letter_policy(full, bodies.subscription(subscription))
+        return Response(status_code=204)
 
     # ---------------------------------------------------------------- expire-messages
 

@@ -371,3 +371,27 @@ SELECT partitions FROM partitioned_topics WHERE topic = $1 FOR UPDATE;
 -- name: grow_partitioned
 -- update-partitioned-topic: grow only (the caller checked under the row lock).
 UPDATE partitioned_topics SET partitions = $2 WHERE topic = $1 AND partitions < $2;
+
+
+-- ---------------------------------------------------------------- dead-letter policies (0010)
+-- Per subscription of a topic (or partitioned topic: its full name covers its partitions).
+
+-- name: get_dead_letter_policy
+SELECT max_redeliver_count, dead_letter_topic, initial_subscription_name, retry_letter_topic
+FROM dead_letter_policies WHERE topic = $1 AND subscription = $2;
+
+-- name: set_dead_letter_policy
+INSERT INTO dead_letter_policies (tenant, namespace, topic, subscription, max_redeliver_count,
+                                  dead_letter_topic, initial_subscription_name, retry_letter_topic)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (topic, subscription) DO UPDATE
+    SET max_redeliver_count = excluded.max_redeliver_count,
+        dead_letter_topic = excluded.dead_letter_topic,
+        initial_subscription_name = excluded.initial_subscription_name,
+        retry_letter_topic = excluded.retry_letter_topic, updated_at = now();
+
+-- name: delete_dead_letter_policy
+DELETE FROM dead_letter_policies WHERE topic = $1 AND subscription = $2 RETURNING 1;
+
+-- name: delete_topic_dead_letter_policies
+DELETE FROM dead_letter_policies WHERE topic = $1;

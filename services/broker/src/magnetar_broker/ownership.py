@@ -12,11 +12,13 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from magnetar_broker import metrics
 from magnetar_broker.partition.log import PartitionLog
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
+from magnetar_broker.subscription.subscription import refresh_dead_letter_policies
 from magnetar_protocol.errors import (
     InvalidTopicName,
     NamespaceNotFound,
@@ -45,6 +47,9 @@ class Ownership:
         self.logs: dict[str, PartitionLog] = {}
         self._loading: dict[str, asyncio.Lock] = {}
         self._on_lost = on_lost
+        # Where the subscriptions of the partitions loaded here write their dead-letter
+        # moves (subscription/deadletters.Sink; the service's, set once it exists).
+        self.dead_letter_sink: Any = None
 
     # ---------------------------------------------------------------- topics
 
@@ -123,6 +128,7 @@ class Ownership:
                 roles=self.roles,
             )
             await plog.load()
+            plog.dead_letter_sink = self.dead_letter_sink
             self.logs[name.full] = plog
             metrics.OWNED_TOPICS.set(len(self.logs))
             log.info("serving %s (epoch %d, next entry %d)", name.full, epoch, plog.next_entry_id)
@@ -155,6 +161,14 @@ class Ownership:
         await self._refresh_policies()
 
     async def _refresh_policies(self) -> None:
+        logs = [p for p in self.logs.values() if not p.closed]
+        if logs:
+            # Operators' dead-letter policies, set through the admin API meanwhile: one
+            # query for every partition served here.
+            rows = await self.store.dead_letter_policies(
+                sorted({n for p in logs for n in (p.name.full, p.name.base.full)}))
+            for plog in logs:
+                refresh_dead_letter_policies(plog, rows)
         namespaces = {(p.name.tenant, p.name.namespace) for p in self.logs.values()}
         for tenant, namespace in namespaces:
             policy = (await self.store.namespace(tenant, namespace)).deduplication

@@ -601,3 +601,12 @@ SELECT s.subscription, s.mark_delete_entry, s.acked_state,
        (SELECT coalesce(sum(length(e.payload)), 0)::bigint FROM entries e
         WHERE e.topic_id = s.topic_id AND e.entry_id > s.mark_delete_entry) AS bytes
 FROM subscriptions s WHERE s.topic_id = $1;
+
+-- ---------------------------------------------------------------- dead-letter policies (0010)
+
+-- name: dead_letter_policies
+-- The operators' dead-letter policies of the partitions $1 (their own names and their
+-- partitioned topics' names, which cover them).
+SELECT topic, subscription, max_redeliver_count, dead_letter_topic, initial_subscription_name,
+       retry_letter_topic
+FROM dead_letter_policies WHERE topic = ANY($1::text[]);

@@ -23,6 +23,7 @@ from magnetar_broker.commands import (
     Seek,
     Subscribe,
 )
+from magnetar_broker.deadletter_ops import DeadLetterMoves
 from magnetar_broker.lifecycle import StorageLifecycle
 from magnetar_broker.ownership import Ownership
 from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
@@ -33,6 +34,7 @@ from magnetar_broker.sessions import Session, SessionRegistry, new_object_id
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
 from magnetar_broker.subscription.cursor import Cursor
+from magnetar_broker.subscription.deadrules import DeadLetterPolicy
 from magnetar_broker.subscription.subscription import FROM_EARLIEST, FROM_LATEST, Consumer, Subscription, durable
 from magnetar_broker.topic_metrics import PartitionSample, export
 from magnetar_protocol import magnetar_pb2 as pb
@@ -50,7 +52,8 @@ from magnetar_protocol.listeners import choose_pulsar_url, choose_url, listener_
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.loops import BackgroundLoop
-from magnetar_runtime.permissions import CONSUME, LOOKUP
+from magnetar_runtime.permissions import CONSUME, LOOKUP, PRODUCE
+from magnetar_runtime.rpc import RpcClient
 
 log = logging.getLogger("magnetar.broker")
 
@@ -101,6 +104,11 @@ class BrokerService:
                                       settings.terminate_txn_wait_ms / 1000)
         self.producer_handlers = ProducerHandlers(self.sessions, self.authz, self.ownership,
                                                   self.producers, self.broker_id, settings)
+        # Broker-to-broker calls (a dead-letter move to a partition another broker owns),
+        # made with this broker's own credentials.
+        self.rpc = RpcClient(headers=self.auth.headers())
+        self.dead_letters = DeadLetterMoves(self.ownership, store, self.broker_id, self.rpc)
+        self.ownership.dead_letter_sink = self.dead_letters
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -138,6 +146,7 @@ class BrokerService:
         await self.session_loop.stop()
         await self.dedup_expiry_loop.stop()
         await self.topic_metrics_loop.stop()
+        await self.rpc.close()
         log.info("broker %s stopped", self.broker_id)
 
     def _topic_lost(self, plog: PartitionLog) -> None:
@@ -345,12 +354,25 @@ class BrokerService:
             sub = await durable(plog, sub_name, FROM_EARLIEST if cmd.earliest else FROM_LATEST)
         else:
             sub = await plog.subscriptions.get_or_open(sub_name, lambda: self._open_reader(plog, sub_name, cmd))
+        if cmd.dead_letter is not None:
+            await self._check_dead_letter_topic(name, sub_name, cmd.dead_letter)
         consumer = Consumer(new_object_id(), cmd.consumer_name or f"consumer-{uuid.uuid4().hex[:6]}",
                             cmd.session_id, cmd.priority, sub, role=role)
         sub.add_consumer(consumer, cmd.sub_type)
+        if cmd.dead_letter is not None:
+            sub.dead.client_policy = cmd.dead_letter  # the latest subscriber's (the admin's wins)
         self.consumers[consumer.consumer_id] = consumer
         session.consumers.add(consumer.consumer_id)
         return consumer
+
+    async def _check_dead_letter_topic(self, name: TopicName, subscription: str, policy: DeadLetterPolicy) -> None:
+        """Refuse, before anything is moved, a dead-letter topic the caller could not
+        produce to itself: a malformed name (400), no such namespace (404), no produce
+        permission (403).  The topic is created now when auto-creation allows it."""
+        for topic in {policy.dlq_topic(name.base.full, subscription)}:
+            target = TopicName.parse(topic)
+            await self.authz.require(target, PRODUCE)
+            await self.ownership.partitions(target)
 
     async def _open_reader(self, plog: PartitionLog, name: str, cmd: Subscribe) -> Subscription:
         """A reader's subscription (not durable), at its start position."""

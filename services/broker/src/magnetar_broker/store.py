@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -95,6 +96,16 @@ class SubscriptionBacklog(NamedTuple):
     messages: int           # messages after it
     nbytes: int             # their bytes
     acked_state: bytes      # the stored individual acks
+
+
+class DeadLetterRow(NamedTuple):
+    """An operator's dead-letter policy of a subscription (migration 0010)."""
+    topic: str              # the topic's, or its partitioned topic's, full name
+    subscription: str
+    max_redeliver_count: int
+    dead_letter_topic: str
+    initial_subscription_name: str
+    retry_letter_topic: str
 
 
 def columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
@@ -380,9 +391,35 @@ class BrokerStore:
             Q["save_cursor"], topic_id, self.broker_id, epoch, name, mark_delete, state
         ) is not None
 
+    async def save_cursor_for(self, conn: Any, topic_id: int, broker_id: str, epoch: int, name: str,
+                              mark_delete: int, state: bytes) -> bool:
+        """``save_cursor`` in ``conn``'s transaction, checked against ``broker_id``'s lease
+        (a dead-letter move written by the destination's owner for the source's)."""
+        return await conn.fetchval(Q["save_cursor"], topic_id, broker_id, epoch, name, mark_delete,
+                                   state) is not None
+
+    async def create_subscription_in(self, conn: Any, topic_id: int, epoch: int, name: str,
+                                     mark_delete: int) -> None:
+        """A durable subscription at ``mark_delete`` unless it exists (lease-checked), in
+        ``conn``'s transaction."""
+        await conn.execute(Q["create_subscription"], topic_id, self.broker_id, epoch, name, mark_delete)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        """A connection in a SQL transaction of its own, for writes of several parts that
+        must commit together (a dead-letter move); committed when the block ends, rolled
+        back when it raises."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield conn
+
     async def delete_subscription(self, topic_id: int, epoch: int, name: str) -> bool:
         """Delete a durable subscription's row; False when the lease has moved."""
         return await self.pool.fetchval(Q["delete_subscription"], topic_id, self.broker_id, epoch, name)
+
+    async def dead_letter_policies(self, topics: list[str]) -> list[DeadLetterRow]:
+        """The operators' dead-letter policies of ``topics`` (full names: partitions and
+        their partitioned topics)."""
+        return [DeadLetterRow(*r.values()) for r in await self.pool.fetch(Q["dead_letter_policies"], topics)]
 
     # ---------------------------------------------------------------- storage lifecycle
 

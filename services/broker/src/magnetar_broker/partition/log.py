@@ -114,6 +114,9 @@ class PartitionLog:
         # Subscriptions by name, opened by subscription/ through the registry's one
         # get-or-open (what they are is not this package's business).
         self.subscriptions: Registry[Any] = Registry()
+        # Where its subscriptions' dead letters go (subscription/deadletters.Sink, given by
+        # the broker that loads it): not this package's business either.
+        self.dead_letter_sink: Any = None
         # The parts.
         self.dedup_state = DedupState(dedup, self._load_sequence)
         self.txnbuf = TxnBuffer(store, topic_id, name.full, roles)

@@ -76,7 +76,8 @@ class Producers:
             session_id=self.conn.session_id, topic=cmd.topic,
             name=cmd.producer_name if cmd.HasField("producer_name") else "",
             access_mode=cmd.producer_access_mode, client_producer_id=cmd.producer_id,
-            topic_epoch=cmd.topic_epoch if cmd.HasField("topic_epoch") else None)
+            topic_epoch=cmd.topic_epoch if cmd.HasField("topic_epoch") else None,
+            initial_subscription=cmd.initial_subscription_name)
         try:
             created = await self.service.create_producer(create)
         except Exception as exc:

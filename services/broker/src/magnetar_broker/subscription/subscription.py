@@ -20,8 +20,11 @@ from magnetar_broker import metrics
 from magnetar_broker.entry import Entry
 from magnetar_broker.partition.batchcheck import PositionLike
 from magnetar_broker.rates import Rate
+from magnetar_broker.store import DeadLetterRow
 from magnetar_broker.subscription.backlog import lowest_bits
 from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
+from magnetar_broker.subscription.deadletters import DeadLetters
+from magnetar_broker.subscription.deadrules import DeadLetterPolicy
 from magnetar_broker.subscription.dispatch import (
     SUB_NAMES,
     Deliveries,
@@ -90,6 +93,7 @@ class Subscription:
         # so a later state is never overwritten by an earlier one.
         self.persist_lock = asyncio.Lock()
         self.txn = TxnAcks(self)  # acknowledgements inside transactions
+        self.dead = DeadLetters(self)  # moves to its dead-letter topic
         self.rate_out = Rate(time.monotonic())  # msgRateOut / msgThroughputOut
         self.bytes_out = 0
         self.rate_redeliver = Rate(time.monotonic())  # msgRateRedeliver
@@ -112,6 +116,8 @@ class Subscription:
             cursor.ack_cumulative(log.first_entry_id - 1, WHOLE)
         sub = cls(log, name, cursor, durable=True)
         sub.txn.pending.load(await log.store.load_pending_acks(log.topic_id, name))
+        rows = await log.store.dead_letter_policies(sorted({log.name.full, log.name.base.full}))
+        sub.dead.admin_policy = admin_dead_letter_policies(log, rows).get(name)
         return sub
 
     # ---------------------------------------------------------------- consumers
@@ -198,14 +204,20 @@ class Subscription:
             if entry is None:
                 self.deliveries.acked(entry_id, WHOLE)
                 continue
-            mask = self.deliveries.redeliver[entry_id] & self.cursor.unacked_mask(entry_id, entry.num_messages)
+            mask = self.deliveries.redeliver.get(entry_id, 0) & self.cursor.unacked_mask(entry_id, entry.num_messages)
             mask &= ~self.txn.pending.mask(entry_id, entry.num_messages)
             mask &= self._routed_to(consumer, entry)
+            if mask and self.dead.policy is not None:
+                # Redelivered more often than the dead-letter policy allows: moved instead.
+                indices = mask_indices(mask)
+                mask = self.dead.take_doomed(entry_id, mask, indices,
+                                             self.deliveries.counts_for(entry_id, indices))
             if self.sub_type == pb.SUB_SHARED and mask.bit_count() > budget:
                 mask = lowest_bits(mask, budget)
             if mask:
                 budget -= self._deliver(consumer, entry, mask, out, redelivered=True)
-            elif not self.deliveries.redeliver[entry_id] & self.cursor.unacked_mask(entry_id, entry.num_messages):
+            elif not self.deliveries.redeliver.get(entry_id, 0) & self.cursor.unacked_mask(entry_id,
+                                                                                         entry.num_messages):
                 self.deliveries.acked(entry_id, WHOLE)
         return budget
 
@@ -311,6 +323,10 @@ class Subscription:
             await self._saver.submit(None)
             self.log.quota_acked()  # once the cursor is stored: the check reads it
 
+    def held_in_transactions(self, entry_id: int, num_messages: int) -> int:
+        """The entry's messages a transaction's acknowledgement holds."""
+        return self.txn.pending.mask(entry_id, num_messages)
+
     def redeliver(self, consumer: Consumer, positions: Sequence[PositionLike]) -> int:
         chosen = None if not positions else [(p.entry_id, p.batch_index) for p in positions]
         moved = self.deliveries.release(consumer.consumer_id, chosen, count=True)
@@ -343,6 +359,7 @@ class Subscription:
             self.cursor.reset(entry_id - 1)
             self.cursor.ack_first(entry_id, batch_index)
             self.deliveries.clear()
+            self.dead.forget()
             self.read_position = self.cursor.mark_delete + 1
         self.log.wake()
         if self.durable:
@@ -405,6 +422,9 @@ class Subscription:
             "unackedMessages": sum(self.deliveries.unacked.values()),
             "msgRedeliverPending": sum(m.bit_count() for m in self.deliveries.redeliver.values()),
             "pendingAckedMessages": self.txn.pending.count(),
+            "deadLetterPolicy": None if self.dead.policy is None else self.dead.policy.as_json(),
+            "msgDeadLettered": self.dead.moved,
+            "msgDeadLetterPending": self.dead.pending(),
             "ongoingTxns": sorted(str(TxnID(*t)) for t in self.txn.pending.transactions()),
             "consumers": [
                 {"consumerName": c.name, "consumerId": c.consumer_id, "priorityLevel": c.priority,
@@ -415,6 +435,23 @@ class Subscription:
                 for c in self.consumers.values()
             ],
         }
+
+
+def admin_dead_letter_policies(log: PartitionView, rows: Sequence[DeadLetterRow]) -> dict[str, DeadLetterPolicy]:
+    """{subscription: policy} of the operators' policies ``rows`` that cover ``log`` (set
+    on its topic, or on the partitioned topic it is a partition of)."""
+    names = {log.name.full, log.name.base.full}
+    return {row.subscription: DeadLetterPolicy(row.max_redeliver_count, row.dead_letter_topic,
+                                               row.initial_subscription_name, row.retry_letter_topic)
+            for row in rows if row.topic in names}
+
+
+def refresh_dead_letter_policies(log: PartitionView, rows: Sequence[DeadLetterRow]) -> None:
+    """Give each durable subscription served on ``log`` its operator's policy (or none)."""
+    policies = admin_dead_letter_policies(log, rows)
+    for sub in list(log.subscriptions.values()):
+        if isinstance(sub, Subscription) and sub.durable:
+            sub.dead.admin_policy = policies.get(sub.name)
 
 
 FROM_LATEST = "latest"      # a new subscription starts after the last entry

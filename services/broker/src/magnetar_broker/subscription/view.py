@@ -49,3 +49,7 @@ class PartitionView(Lease, Protocol):
     # where subscriptions are served (the one get-or-open)
     @property
     def subscriptions(self) -> Registry[Any]: ...
+
+    # where a subscription's dead letters are written (deadletters.Sink; None: nowhere yet)
+    @property
+    def dead_letter_sink(self) -> Any: ...
