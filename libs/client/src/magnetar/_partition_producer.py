@@ -284,6 +284,8 @@ class PartitionProducer(Batcher):
                              highest_sequence_id=batch.highest)
         if batch.txn is not None:
             req.txn.CopyFrom(batch.txn.txn_id.to_wire())
+        if batch.deliver_at:
+            req.deliver_at_time = batch.deliver_at
         return req
 
     def _settle_ok(self, batch: Batch, reply: pb.SendResponse) -> None:

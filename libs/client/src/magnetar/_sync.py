@@ -14,10 +14,11 @@ import concurrent.futures
 import threading
 from collections import deque
 from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from magnetar import asyncio as aio
-from magnetar._batch import message_fields
+from magnetar._batch import delivery_time, message_fields
 from magnetar._errors import AlreadyClosed
 from magnetar._message import Message
 from magnetar._producer import check_sequence_id
@@ -178,37 +179,42 @@ class Producer:
 
     def send(self, data: bytes, properties: dict[Any, Any] | None = None, partition_key: str | None = None,
              sequence_id: int | None = None, event_timestamp: int | None = None,
-             txn: "Transaction | None" = None, ordering_key: bytes | str | None = None) -> MessageId:
+             txn: "Transaction | None" = None, ordering_key: bytes | str | None = None,
+             deliver_at: int | None = None, deliver_after: timedelta | None = None) -> MessageId:
         """Send and wait for the broker's receipt; the message's MessageId (entry id -1
-        for a dropped duplicate or a transactional send)."""
+        for a dropped duplicate or a transactional send).  ``deliver_at`` (ms since the
+        epoch) or ``deliver_after`` (a timedelta): delayed delivery (Shared and
+        Key_Shared subscriptions; docs/client.md)."""
         self._io.check_thread()
         waiter = _Waiter()
         self._queue(data, waiter, properties, partition_key, sequence_id, event_timestamp,
-                    txn, True, ordering_key)
+                    txn, True, ordering_key, delivery_time(deliver_at, deliver_after))
         return waiter.result()
 
     def send_async(self, data: bytes, callback: Callable[[Any, MessageId | None], None],
                    properties: dict[Any, Any] | None = None,
                    partition_key: str | None = None, sequence_id: int | None = None,
                    event_timestamp: int | None = None, txn: "Transaction | None" = None,
-                   ordering_key: bytes | str | None = None) -> None:
+                   ordering_key: bytes | str | None = None, deliver_at: int | None = None,
+                   deliver_after: timedelta | None = None) -> None:
         """Queue a message; ``callback(result, msg_id)`` runs on the client's thread with
         ``magnetar.Result.Ok`` and the MessageId, or the exception and None.  Blocks
         while ``max_pending_messages`` are pending (``block_if_queue_full=False``: raises
         ProducerQueueIsFull).  Payload errors (TypeError, MessageTooBig) raise here."""
         self._queue(data, callback, properties, partition_key, sequence_id, event_timestamp,
-                    txn, False, ordering_key)
+                    txn, False, ordering_key, delivery_time(deliver_at, deliver_after))
 
     def _queue(self, data: bytes, callback: Callable[[Any, MessageId | None], None],
                properties: dict[Any, Any] | None, partition_key: str | None, sequence_id: int | None,
                event_timestamp: int | None, txn: Transaction | None, seal: bool,
-               ordering_key: bytes | str | None = None) -> None:
+               ordering_key: bytes | str | None = None, deliver_at: int | None = None) -> None:
         p = self._p
         if type(data) is not bytes or p.closed or len(data) > p.max_message_size:
             data = p.check(data)
         fields = None
-        if properties is not None or partition_key is not None or event_timestamp or ordering_key is not None:
-            fields = message_fields(properties, partition_key, event_timestamp, ordering_key)
+        if properties is not None or partition_key is not None or event_timestamp or ordering_key is not None \
+                or deliver_at:
+            fields = message_fields(properties, partition_key, event_timestamp, ordering_key, deliver_at)
         if sequence_id is not None:
             check_sequence_id(sequence_id)
         inner_txn = None

@@ -334,13 +334,14 @@ class CreateProducerResponse(_message.Message):
     def __init__(self, producer_id: _Optional[int] = ..., producer_name: _Optional[str] = ..., last_sequence_id: _Optional[int] = ..., topic_epoch: _Optional[int] = ..., max_message_size: _Optional[int] = ..., waiting: _Optional[bool] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("producer_id", "batch", "num_messages", "sequence_id", "highest_sequence_id", "txn", "session_id")
+    __slots__ = ("producer_id", "batch", "num_messages", "sequence_id", "highest_sequence_id", "txn", "deliver_at_time", "session_id")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     NUM_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     HIGHEST_SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     TXN_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_TIME_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     batch: bytes
@@ -348,8 +349,9 @@ class SendRequest(_message.Message):
     sequence_id: int
     highest_sequence_id: int
     txn: TxnId
+    deliver_at_time: int
     session_id: str
-    def __init__(self, producer_id: _Optional[int] = ..., batch: _Optional[bytes] = ..., num_messages: _Optional[int] = ..., sequence_id: _Optional[int] = ..., highest_sequence_id: _Optional[int] = ..., txn: _Optional[_Union[TxnId, _Mapping]] = ..., session_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, producer_id: _Optional[int] = ..., batch: _Optional[bytes] = ..., num_messages: _Optional[int] = ..., sequence_id: _Optional[int] = ..., highest_sequence_id: _Optional[int] = ..., txn: _Optional[_Union[TxnId, _Mapping]] = ..., deliver_at_time: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("entry_id", "duplicate", "last_sequence_id", "partition")

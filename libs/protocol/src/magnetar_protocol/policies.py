@@ -154,6 +154,55 @@ def parse_dead_letter(body) -> DeadLetter:
 
 
 @dataclass(frozen=True, slots=True)
+class DelayedDelivery:
+    """Pulsar's delayed_delivery policy (DelayedDeliveryPolicies): ``active`` false delivers
+    delayed messages at once; a delayed message goes out at most ``tick_ms`` after its
+    time; a producer may ask for at most ``max_delay_ms`` (0: no limit)."""
+    active: bool = True
+    tick_ms: int = 1000
+    max_delay_ms: int = 0
+
+    def as_json(self) -> dict:
+        return {"active": self.active, "tickTime": self.tick_ms, "maxDeliveryDelayInMillis": self.max_delay_ms}
+
+    def delay_problem(self, deliver_at: int, now_ms: int) -> str | None:
+        """Why a send asking for delivery at ``deliver_at`` (ms) is refused, or None."""
+        if deliver_at < 0:
+            return f"deliver_at_time {deliver_at} is negative"
+        if self.max_delay_ms and deliver_at - now_ms > self.max_delay_ms:
+            return (f"delivery in {deliver_at - now_ms} ms exceeds the maximum delivery delay of "
+                    f"{self.max_delay_ms} ms (the namespace's delayed_delivery policy)")
+        return None
+
+
+def parse_delayed_delivery(body) -> DelayedDelivery:
+    """Pulsar's DelayedDeliveryPolicies body: {"active": bool, "tickTime": ms,
+    "maxDeliveryDelayInMillis": ms}; tickTime and the limit optional."""
+    if not isinstance(body, dict):
+        raise PolicyError('delayedDelivery: the body must be {"active": true|false, "tickTime": ms, '
+                          '"maxDeliveryDelayInMillis": ms}')
+    unknown = set(body) - {"active", "tickTime", "maxDeliveryDelayInMillis"}
+    if unknown:
+        raise PolicyError(f"delayedDelivery: unknown field(s) {sorted(unknown)}")
+    active = body.get("active")
+    if not isinstance(active, bool):
+        raise PolicyError(f"delayedDelivery: active must be true or false, not {active!r}")
+    tick = _int(body, "tickTime", 1, "delayedDelivery", 1000)
+    limit = _int(body, "maxDeliveryDelayInMillis", 0, "delayedDelivery", 0)
+    return DelayedDelivery(active, tick, limit)
+
+
+def resolve_delayed(default: DelayedDelivery, namespace: Row | None, topic: Row | None) -> DelayedDelivery:
+    """The topic's delayed_delivery policy over its namespace's over the broker's settings."""
+    for row in (topic, namespace):
+        if row is not None and row.delayed_delivery_active is not None:
+            return DelayedDelivery(row.delayed_delivery_active,
+                                   row.delayed_delivery_tick_ms or default.tick_ms,
+                                   row.delayed_delivery_max_delay_ms or 0)
+    return default
+
+
+@dataclass(frozen=True, slots=True)
 class Row:
     """One storage_policies row (namespace or topic level); None = not set there."""
     retention_time_minutes: int | None = None
@@ -162,6 +211,9 @@ class Row:
     backlog_limit_size: int | None = None
     backlog_limit_time: int | None = None
     backlog_policy: str | None = None
+    delayed_delivery_active: bool | None = None      # migration 0011
+    delayed_delivery_tick_ms: int | None = None
+    delayed_delivery_max_delay_ms: int | None = None
 
 
 def resolve(default_retention: Retention, default_ttl_s: int, namespace: Row | None,

@@ -33,6 +33,7 @@ OWNER: dict[str, str] = {
     "txn_entries": "broker",
     "txn_outcomes": "broker",
     "pending_acks": "broker",
+    "delayed_deliveries": "broker",
     # Transactions.
     "coordinators": "coordinator",
     "transactions": "coordinator",
@@ -66,6 +67,7 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("admin", "txn_entries"): _ADMIN_DELETES_TOPIC,
     ("admin", "txn_outcomes"): _ADMIN_DELETES_TOPIC,
     ("admin", "pending_acks"): _ADMIN_DELETES_TOPIC,
+    ("admin", "delayed_deliveries"): _ADMIN_DELETES_TOPIC,
     ("coordinator", "transaction_keys"): "a keyed transaction claims (and its end frees) the "
                                          "key's one active-transaction slot in the statement "
                                          "that creates (ends) the transaction, so two can never "

@@ -29,7 +29,7 @@ Q = load_queries("magnetar_admin")
 
 # Tables keyed by topic_id, children first; `topics` goes last.
 _TOPIC_ROWS = ("delete_entries", "delete_txn_entries", "delete_txn_outcomes", "delete_pending_acks",
-               "delete_producer_sequences", "delete_subscriptions", "delete_topic_owners",
+               "delete_delayed_deliveries", "delete_producer_sequences", "delete_subscriptions", "delete_topic_owners",
                "delete_topics")
 
 

@@ -65,7 +65,8 @@ def seek_command(req: pb.SeekRequest) -> Seek:
 def batch_command(req: pb.SendRequest) -> Batch:
     return Batch(producer_id=req.producer_id, payload=req.batch, num_messages=req.num_messages,
                  sequence_id=req.sequence_id, highest_sequence_id=req.highest_sequence_id,
-                 txn=TxnID.from_wire(req.txn) if req.HasField("txn") else None, session_id=req.session_id)
+                 txn=TxnID.from_wire(req.txn) if req.HasField("txn") else None, session_id=req.session_id,
+                 deliver_at=req.deliver_at_time)
 
 
 def sent_reply(sent: Sent) -> pb.SendResponse:

@@ -236,15 +236,17 @@ class BrokerStore:
         return -1 if value is None else value
 
     async def append_entries(self, topic_id: int, epoch: int, columns: EntryColumns,
-                             sequences: dict[str, int], topic_epoch: int | None = None) -> tuple[bool, bool]:
-        """Write entries and dedup state (producer -> highest sequence id) in one statement.
+                             sequences: dict[str, int], topic_epoch: int | None = None,
+                             delays: list[int | None] | None = None) -> tuple[bool, bool]:
+        """Write entries and dedup state (producer -> highest sequence id) in one statement;
+        ``delays``: each entry's delivery time (None: no entry is delayed).
 
         Returns (still owner, topic epoch matched); nothing is written unless both.
         """
         row = await self.pool.fetchrow(*Q.bind("append_entries",
             topic_id=topic_id, broker_id=self.broker_id, epoch=epoch, exclusive_epoch=topic_epoch,
             **{"entry_" + name: column for name, column in columns._asdict().items()},
-            sequence_producer=list(sequences), sequence_highest=list(sequences.values())))
+            sequence_producer=list(sequences), sequence_highest=list(sequences.values()), delays=delays))
         return row["owned"] == 1, row["allowed"] == 1
 
     async def topic_epoch(self, topic_id: int) -> int:
@@ -267,7 +269,7 @@ class BrokerStore:
         out = []
         for r in rows:
             if r[5] is None:
-                out.append(Entry(r[0], r[1], r[2], r[3], r[4]))
+                out.append(Entry(r[0], r[1], r[2], r[3], r[4], deliver_at=r[7] or 0))
             else:
                 txn = TxnID(r[5], r[6])
                 out.append(Entry(r[0], r[1], r[2], r[3], await self.txn_payload(topic_id, txn), txn))
@@ -305,7 +307,8 @@ class BrokerStore:
             **named_columns("sequence_", rows.sequences, SequenceRow),
             **named_columns("outcome_", rows.outcomes, OutcomeRow),
             **named_columns("discard_", rows.discards, TxnID),
-            **named_columns("registration_", rows.registrations, RegistrationRow)))
+            **named_columns("registration_", rows.registrations, RegistrationRow),
+            delays=rows.delays))
         registered = [Registration(*r) for r in zip(row["reg_ok"], row["reg_batches"], row["reg_messages"],
                                                     row["reg_status"], row["reg_expired"], row["reg_owner"])]
         return GroupWritten(bool(row["owned"]), bool(row["allowed"]), registered)
@@ -415,6 +418,37 @@ class BrokerStore:
     async def delete_subscription(self, topic_id: int, epoch: int, name: str) -> bool:
         """Delete a durable subscription's row; False when the lease has moved."""
         return await self.pool.fetchval(Q["delete_subscription"], topic_id, self.broker_id, epoch, name)
+
+    # ---------------------------------------------------------------- delayed delivery (0011)
+
+    async def save_cursor_with_delays(self, topic_id: int, epoch: int, name: str, mark_delete: int, state: bytes,
+                                      upserts: list[tuple[int, int, bytes, int]], deletes: list[tuple[int, int]],
+                                      clear_through: int | None) -> bool:
+        """``save_cursor`` and the subscription's delayed rows in one statement (queries.sql
+        ``save_cursor_with_delays``); False when this broker no longer holds the lease."""
+        return bool(await self.pool.fetchval(
+            Q["save_cursor_with_delays"], topic_id, self.broker_id, epoch, name, mark_delete, state,
+            *columns(upserts, 4), *columns(deletes, 2), clear_through))
+
+    async def due_delays(self, topic_id: int, name: str, until_ms: int, after: tuple[int, int],
+                         limit: int) -> list[tuple[int, int, bytes, int]]:
+        """(deliver_at, entry, indices, messages) of the rows due by ``until_ms`` after the
+        key ``after``, in key order."""
+        rows = await self.pool.fetch(Q["due_delays"], topic_id, name, until_ms, *after, limit)
+        return [(r[0], r[1], bytes(r[2]), r[3]) for r in rows]
+
+    async def next_delay(self, topic_id: int, name: str, after: tuple[int, int]) -> int | None:
+        return await self.pool.fetchval(Q["next_delay"], topic_id, name, *after)
+
+    async def delayed_count(self, topic_id: int, name: str, now_ms: int) -> int:
+        return await self.pool.fetchval(Q["delayed_count"], topic_id, name, now_ms)
+
+    async def delayed_delivery_policies(self, namespaces: list[str]) -> list[tuple[tuple[str, str, str], Row]]:
+        """The delayed_delivery policy rows of the namespaces ("tenant/namespace"), as
+        ((tenant, namespace, topic), Row)."""
+        rows = await self.pool.fetch(Q["delayed_delivery_policies"], namespaces)
+        return [((r[0], r[1], r[2]), Row(delayed_delivery_active=r[3], delayed_delivery_tick_ms=r[4],
+                                         delayed_delivery_max_delay_ms=r[5])) for r in rows]
 
     async def dead_letter_policies(self, topics: list[str]) -> list[DeadLetterRow]:
         """The operators' dead-letter policies of ``topics`` (full names: partitions and

@@ -183,7 +183,7 @@ class Producers:
                if cmd.HasField("txnid_most_bits") or cmd.HasField("txnid_least_bits") else None)
         return Batch(producer_id=producer.magnetar_id, payload=batch.SerializeToString(), num_messages=count,
                      sequence_id=cmd.sequence_id, highest_sequence_id=highest, txn=txn,
-                     session_id=self.conn.session_id)
+                     session_id=self.conn.session_id, deliver_at=frame.metadata.deliver_at_time)
 
     async def _pump(self, producer: PulsarProducer) -> None:
         try:

@@ -23,7 +23,7 @@ from magnetar_broker import metrics
 from magnetar_broker.entry import Entry
 from magnetar_broker.subscription.cursor import Cursor
 from magnetar_broker.subscription.deadrules import DeadLetterPolicy, copy_messages, doomed_mask
-from magnetar_broker.subscription.dispatch import Deliveries, mask_indices
+from magnetar_broker.subscription.dispatch import mask_indices
 from magnetar_broker.subscription.view import PartitionView
 from magnetar_protocol.errors import ConnectError, MagnetarError, PersistenceError, Timeout, UnknownError
 
@@ -73,10 +73,11 @@ class Holder(Protocol):
     log: PartitionView
     name: str
     cursor: Cursor
-    deliveries: Deliveries
     persist_lock: asyncio.Lock
 
     def held_in_transactions(self, entry_id: int, num_messages: int) -> int: ...
+    def unacked_mask(self, entry_id: int, num_messages: int) -> int: ...
+    def acknowledge(self, entry_id: int, index: int, num_messages: int) -> None: ...
 
 
 class DeadLetters:
@@ -162,7 +163,7 @@ class DeadLetters:
                 if entry is None or entry.payload is None:
                     continue  # trimmed meanwhile (acknowledged, or expired by TTL)
                 # Acknowledged meanwhile, or held by a transaction's ack: not to move.
-                live = mask & sub.cursor.unacked_mask(entry_id, entry.num_messages)
+                live = mask & sub.unacked_mask(entry_id, entry.num_messages)
                 live &= ~sub.held_in_transactions(entry_id, entry.num_messages)
                 if not live:
                     continue
@@ -184,8 +185,7 @@ class DeadLetters:
             # cursor write can start.
             for entry, indices in moving:
                 for index in indices:
-                    sub.cursor.ack(entry.entry_id, index, entry.num_messages)
-                    sub.deliveries.acked(entry.entry_id, index)
+                    sub.acknowledge(entry.entry_id, index, entry.num_messages)
         self.moved += count
         metrics.DEAD_LETTERED.inc(count)
         sub.log.wake()

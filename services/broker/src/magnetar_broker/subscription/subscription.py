@@ -25,6 +25,7 @@ from magnetar_broker.subscription.backlog import lowest_bits
 from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
 from magnetar_broker.subscription.deadletters import DeadLetters
 from magnetar_broker.subscription.deadrules import DeadLetterPolicy
+from magnetar_broker.subscription.delayed import Delays
 from magnetar_broker.subscription.dispatch import (
     SUB_NAMES,
     Deliveries,
@@ -94,6 +95,7 @@ class Subscription:
         self.persist_lock = asyncio.Lock()
         self.txn = TxnAcks(self)  # acknowledgements inside transactions
         self.dead = DeadLetters(self)  # moves to its dead-letter topic
+        self.delays = Delays(self)     # its delayed messages, kept apart until their time
         self.rate_out = Rate(time.monotonic())  # msgRateOut / msgThroughputOut
         self.bytes_out = 0
         self.rate_redeliver = Rate(time.monotonic())  # msgRateRedeliver
@@ -118,6 +120,7 @@ class Subscription:
         sub.txn.pending.load(await log.store.load_pending_acks(log.topic_id, name))
         rows = await log.store.dead_letter_policies(sorted({log.name.full, log.name.base.full}))
         sub.dead.admin_policy = admin_dead_letter_policies(log, rows).get(name)
+        await sub.delays.load()
         return sub
 
     # ---------------------------------------------------------------- consumers
@@ -177,6 +180,8 @@ class Subscription:
                 return []
             out: list[pb.DeliveredEntry] = []
             budget = max(max_messages, 1)
+            if self.delays.has_due(int(time.time() * 1000)):
+                await self.delays.load_due(int(time.time() * 1000))
             budget = await self._take_redeliveries(consumer, budget, out)
             if budget > 0 and len(self.deliveries.redeliver) < MAX_PARKED_MESSAGES:
                 await self._take_new(consumer, budget, out)
@@ -204,7 +209,7 @@ class Subscription:
             if entry is None:
                 self.deliveries.acked(entry_id, WHOLE)
                 continue
-            mask = self.deliveries.redeliver.get(entry_id, 0) & self.cursor.unacked_mask(entry_id, entry.num_messages)
+            mask = self.deliveries.redeliver.get(entry_id, 0) & self.unacked_mask(entry_id, entry.num_messages)
             mask &= ~self.txn.pending.mask(entry_id, entry.num_messages)
             mask &= self._routed_to(consumer, entry)
             if mask and self.dead.policy is not None:
@@ -216,12 +221,13 @@ class Subscription:
                 mask = lowest_bits(mask, budget)
             if mask:
                 budget -= self._deliver(consumer, entry, mask, out, redelivered=True)
-            elif not self.deliveries.redeliver.get(entry_id, 0) & self.cursor.unacked_mask(entry_id,
-                                                                                         entry.num_messages):
+            elif not self.deliveries.redeliver.get(entry_id, 0) & self.unacked_mask(entry_id, entry.num_messages):
                 self.deliveries.acked(entry_id, WHOLE)
         return budget
 
     async def _take_new(self, consumer: Consumer, budget: int, out: list[Any]) -> None:
+        delaying = self.delays.honoured()
+        now_ms = int(time.time() * 1000)
         while budget > 0:
             entries = await self.log.read(self.read_position, min(READ_AHEAD_ENTRIES, budget))
             if not entries:
@@ -232,6 +238,10 @@ class Subscription:
                 due = self.cursor.unacked_mask(entry.entry_id, entry.num_messages)
                 due &= ~self.deliveries.pending_mask(entry.entry_id)
                 due &= ~self.txn.pending.mask(entry.entry_id, entry.num_messages)
+                if due and delaying:
+                    due = self.delays.defer(entry, due, now_ms)
+                    if self.delays._records:
+                        self._save_soon()  # the new rows, and the cursor passing them
                 if not due:
                     continue
                 mine = due & self._routed_to(consumer, entry)
@@ -315,13 +325,35 @@ class Subscription:
             if cumulative:
                 self.cursor.ack_cumulative(p.entry_id, p.batch_index)
                 self.deliveries.acked_cumulative(p.entry_id, p.batch_index)
+                if self.delays.held:
+                    self.delays.acked_through(p.entry_id - 1)
+                    self.delays.acked(p.entry_id, p.batch_index)
             else:
                 self.cursor.ack(p.entry_id, p.batch_index)
                 self.deliveries.acked(p.entry_id, p.batch_index)
+                if self.delays.held:
+                    self.delays.acked(p.entry_id, p.batch_index)
         self.log.wake()
         if self.durable:
             await self._saver.submit(None)
             self.log.quota_acked()  # once the cursor is stored: the check reads it
+
+    def unacked_mask(self, entry_id: int, num_messages: int) -> int:
+        """The entry's messages not acknowledged: the cursor's, and due delayed messages
+        (the cursor passed those when it kept them apart)."""
+        mask = self.cursor.unacked_mask(entry_id, num_messages)
+        if self.delays.held:
+            mask |= self.delays.held_mask(entry_id)
+        return mask
+
+    def acknowledge(self, entry_id: int, index: int, num_messages: int) -> None:
+        """Acknowledge one message in memory (a dead-letter move wrote it): the cursor,
+        dispatch, and a due delayed message's row (stored with the next cursor write)."""
+        self.cursor.ack(entry_id, index, num_messages)
+        self.deliveries.acked(entry_id, index)
+        if self.delays.held:
+            self.delays.acked(entry_id, index)
+            self._save_soon()
 
     def held_in_transactions(self, entry_id: int, num_messages: int) -> int:
         """The entry's messages a transaction's acknowledgement holds."""
@@ -360,6 +392,7 @@ class Subscription:
             self.cursor.ack_first(entry_id, batch_index)
             self.deliveries.clear()
             self.dead.forget()
+            self.delays.reset()
             self.read_position = self.cursor.mark_delete + 1
         self.log.wake()
         if self.durable:
@@ -376,6 +409,8 @@ class Subscription:
                 return 0
             self.cursor.ack_cumulative(entry_id, WHOLE)
             self.deliveries.acked_cumulative(entry_id, WHOLE)
+            if self.delays.pending or self.delays.held:
+                self.delays.acked_through(entry_id)
             self.read_position = max(self.read_position, entry_id + 1)
         self.log.wake()
         if self.durable:
@@ -388,11 +423,31 @@ class Subscription:
         if self.durable:
             await self._saver.submit(None)
 
+    def _save_soon(self) -> None:
+        """Store the cursor without waiting (its failure loses the partition: logged there)."""
+        if self.durable:
+            self._saver.submit(None).add_done_callback(lambda f: f.cancelled() or f.exception())
+
     async def _save(self, items: list[None]) -> list[None]:
         async with self.persist_lock:
-            ok = await self.log.store.save_cursor(
-                self.log.topic_id, self.log.epoch, self.name, self.cursor.mark_delete,
-                self.cursor.encode())
+            changes = self.delays.take()
+            if changes is None:
+                ok = await self.log.store.save_cursor(
+                    self.log.topic_id, self.log.epoch, self.name, self.cursor.mark_delete,
+                    self.cursor.encode())
+            else:
+                # Delayed rows with the cursor, in one statement: the cursor passes new
+                # ones (acknowledges their messages) only where they are stored.
+                cursor = self.cursor
+                if changes.records:
+                    cursor = cursor.copy()
+                    self.delays.acknowledge(cursor, changes.records)
+                ok = await self.log.store.save_cursor_with_delays(
+                    self.log.topic_id, self.log.epoch, self.name, cursor.mark_delete, cursor.encode(),
+                    [(r.deliver_at, r.entry_id, r.indices(), r.mask.bit_count()) for r in changes.upserts],
+                    changes.deletes, changes.clear_through)
+                if ok:
+                    await self.delays.saved(changes)
         if not ok:
             self.log.lose("fenced while saving a cursor")
             raise NotOwner(f"{self.log.name.full} moved to another broker; look it up again")
@@ -422,6 +477,8 @@ class Subscription:
             "unackedMessages": sum(self.deliveries.unacked.values()),
             "msgRedeliverPending": sum(m.bit_count() for m in self.deliveries.redeliver.values()),
             "pendingAckedMessages": self.txn.pending.count(),
+            "msgDelayed": self.delays.pending,
+            "delayedDeliveryActive": self.delays.honoured(),
             "deadLetterPolicy": None if self.dead.policy is None else self.dead.policy.as_json(),
             "msgDeadLettered": self.dead.moved,
             "msgDeadLetterPending": self.dead.pending(),
