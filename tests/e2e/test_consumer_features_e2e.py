@@ -11,6 +11,7 @@ import json
 import logging
 import urllib.error
 import urllib.request
+from datetime import timedelta
 
 import pulsar
 import pytest
@@ -18,6 +19,7 @@ import pytest
 import magnetar
 import magnetar.asyncio as magnetar_aio
 from magnetar.admin_cli import run as admin_cli
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.shared_cluster]
 
@@ -264,3 +266,103 @@ def test_bad_dead_letter_policies_are_refused_by_the_admin_api(cluster):
         got, answer = admin(cluster, "POST", path, body)
         assert got == status, (body, answer)
     assert admin(cluster, "GET", path) == (200, None)  # nothing was written
+
+
+# ---------------------------------------------------------------- delayed delivery
+
+
+def test_shared_and_key_shared_wait_for_the_delivery_time_exclusive_does_not(client):
+    topic = "persistent://public/default/delayed-types"
+    consumers = {t: client.subscribe(topic, t.name, consumer_type=t, initial_position=EARLIEST) for t in TYPES}
+    producer = client.create_producer(topic, batching_enabled=False)
+    delayed = producer.send(b"later", deliver_after=timedelta(seconds=1.5))
+    producer.send(b"now")
+    for t, consumer in consumers.items():
+        got = [consumer.receive(timeout_millis=10_000) for _ in range(2)]
+        for m in got:
+            consumer.acknowledge(m)
+        order = [m.data() for m in got]
+        # Shared and Key_Shared hold it back until its time; Exclusive and Failover
+        # deliver at once, in order (Pulsar's rule).
+        expected = [b"now", b"later"] if t in (magnetar.ConsumerType.Shared, magnetar.ConsumerType.KeyShared) \
+            else [b"later", b"now"]
+        assert order == expected, t
+        assert got[order.index(b"later")].message_id() == delayed
+        assert got[order.index(b"later")].deliver_at_time() > 0
+
+
+def test_the_wheels_deliver_after_is_honoured_and_counted_in_msg_delayed(cluster, client):
+    topic = "persistent://public/default/delayed-wheel"
+    pc = wheel(cluster)
+    try:
+        consumer = pc.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+                                initial_position=pulsar.InitialPosition.Earliest)
+        producer = pc.create_producer(topic, batching_enabled=False)
+        producer.send(b"later", deliver_after=timedelta(seconds=30))
+        producer.send(b"now")
+        first = consumer.receive(timeout_millis=10_000)
+        assert first.data() == b"now"
+        consumer.acknowledge(first)
+        stats = wait_until(lambda: (s := admin(cluster, "GET", "/admin/v2/persistent/public/default/delayed-wheel/"
+                                                             "stats")[1]["subscriptions"]["s"])["msgDelayed"] == 1
+                           and s, 10, "msgDelayed 1")
+        assert stats["msgBacklog"] == 1 and stats["msgBacklogNoDelayed"] == 0
+    finally:
+        pc.close()
+
+
+def test_a_delayed_message_in_a_transaction_waits_for_the_commit_and_its_time_and_an_aborted_one_never_comes(
+        client):
+    topic = "persistent://public/default/delayed-txn"
+    consumer = client.subscribe(topic, "s", consumer_type=magnetar.ConsumerType.Shared, initial_position=EARLIEST)
+    producer = client.create_producer(topic)
+    aborted = client.new_transaction()
+    producer.send(b"never", deliver_after=timedelta(seconds=1), txn=aborted)
+    aborted.abort()
+    with client.new_transaction() as txn:
+        producer.send(b"delayed", deliver_after=timedelta(seconds=1.5), txn=txn)
+        producer.send(b"at commit", txn=txn)
+    first, second = receive_all(consumer, 2)
+    assert [first.data(), second.data()] == [b"at commit", b"delayed"]
+    consumer.acknowledge(first)
+    consumer.acknowledge(second)
+    # Both delivery times have passed: the aborted message would be due as well.
+    with pytest.raises(magnetar.Timeout):
+        consumer.receive(timeout_millis=1500)
+
+
+def test_bad_delivery_times_raise_and_a_policy_sets_the_horizon_or_turns_delays_off(cluster, client):
+    topic = "persistent://public/default/delayed-policy"
+    producer = client.create_producer(topic, batching_enabled=False)
+    with pytest.raises(ValueError):
+        producer.send(b"x", deliver_after=timedelta(seconds=-1))
+    with pytest.raises(ValueError):
+        producer.send(b"x", deliver_at=-5)
+    assert cli(cluster, "topics", "set-delayed-delivery", topic, "--enable", "--maxDelay", "1m")[0] == 0
+
+    stored = []
+
+    def refused() -> bool:  # the brokers pick the policy up within a heartbeat
+        try:
+            stored.append(producer.send(b"too late", deliver_after=timedelta(hours=2)))
+        except magnetar.NotAllowedError as exc:
+            return "exceeds the maximum delivery delay" in str(exc)
+        return False
+
+    wait_until(refused, 10, "a send past the horizon refused")
+    consumer = client.subscribe(topic, "s", consumer_type=magnetar.ConsumerType.Shared, initial_position=EARLIEST)
+    assert cli(cluster, "topics", "set-delayed-delivery", topic, "--disable")[0] == 0
+    code, out = cli(cluster, "--output", "json", "topics", "get-delayed-delivery", topic)
+    assert json.loads(out) == {"active": False, "tickTime": 1000, "maxDeliveryDelayInMillis": 0}
+    # Turned off: what waited (sent before the horizon applied) and what comes is
+    # delivered at once.
+    def sent() -> bool:  # once the brokers have the new policy (no horizon: 0)
+        try:
+            producer.send(b"in an hour", deliver_after=timedelta(hours=1))
+        except magnetar.NotAllowedError:
+            return False
+        return True
+
+    wait_until(sent, 10, "the policy without a horizon in force")
+    got = [consumer.receive(timeout_millis=15_000) for _ in range(len(stored) + 1)]
+    assert sorted(m.data() for m in got) == sorted([b"too late"] * len(stored) + [b"in an hour"])

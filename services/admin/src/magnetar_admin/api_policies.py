@@ -18,11 +18,13 @@ from magnetar_protocol.policies import (
     QUOTA_POLICIES,
     QUOTA_TYPES,
     BacklogQuota,
+    DelayedDelivery,
     PolicyError,
     Retention,
     Row,
     parse_backlog_quota,
     parse_dead_letter,
+    parse_delayed_delivery,
     parse_retention,
     parse_ttl,
 )
@@ -39,6 +41,10 @@ QUOTA_DOC = body_doc({"type": "object", "properties": {
     "limitTime": {"type": "integer", "minimum": -1, "description": "seconds"},
     "policy": {"type": "string", "enum": list(QUOTA_POLICIES)}}},
     example={"limitSize": 10737418240, "limitTime": -1, "policy": "producer_request_hold"})
+DELAYED_DOC = body_doc({"type": "object", "required": ["active"], "properties": {
+    "active": {"type": "boolean"}, "tickTime": {"type": "integer", "minimum": 1},
+    "maxDeliveryDelayInMillis": {"type": "integer", "minimum": 0}}},
+    example={"active": True, "tickTime": 1000, "maxDeliveryDelayInMillis": 86400000})
 DEAD_LETTER_DOC = body_doc({"type": "object", "required": ["maxRedeliverCount"], "properties": {
     "maxRedeliverCount": {"type": "integer", "minimum": 1},
     "deadLetterTopic": {"type": "string", "description": "default: <topic>-<subscription>-DLQ"},
@@ -93,7 +99,10 @@ def policy_routes() -> APIRouter:
         return {"retention_policies": retention_json(row),
                 "message_ttl_in_seconds": row.message_ttl_seconds,
                 "backlog_quota_map": quota_map_json(row),
-                "deduplicationEnabled": await service.store.deduplication(*scope[:2])}
+                "deduplicationEnabled": await service.store.deduplication(*scope[:2]),
+                "delayed_delivery_policies": None if row.delayed_delivery_active is None else DelayedDelivery(
+                    row.delayed_delivery_active, row.delayed_delivery_tick_ms or 1000,
+                    row.delayed_delivery_max_delay_ms or 0).as_json()}
 
     def level_routes(prefix: str, scope_of, tag: str) -> None:
         @r.get(prefix + "/retention", tags=[tag], summary="Retention set at this level (null: none)")
@@ -150,6 +159,32 @@ def policy_routes() -> APIRouter:
             scope = await scope_of(service, tenant, namespace, topic)
             quota = _checked(parse_backlog_quota, None if body is bodies.MISSING else body, quota_type)
             await service.store.set_backlog_quota(*scope, quota.limit_size, quota.limit_time, quota.policy)
+            return Response(status_code=204)
+
+        @r.get(prefix + "/delayedDelivery", tags=[tag],
+               summary="The delayed_delivery policy set at this level (null: none)")
+        async def get_delayed(service: Service, tenant: str, namespace: str, topic: str = "") -> dict | None:
+            scope = await scope_of(service, tenant, namespace, topic)
+            row = await service.store.storage_policies(*scope)
+            if row.delayed_delivery_active is None:
+                return None
+            return DelayedDelivery(row.delayed_delivery_active, row.delayed_delivery_tick_ms or 1000,
+                                   row.delayed_delivery_max_delay_ms or 0).as_json()
+
+        @r.post(prefix + "/delayedDelivery", tags=[tag], **NO_CONTENT, openapi_extra=DELAYED_DOC,
+                summary="Set delayed delivery (active; tickTime ms; maxDeliveryDelayInMillis, 0 = no limit)")
+        async def set_delayed(service: Service, body: Body, tenant: str, namespace: str,
+                              topic: str = "") -> Response:
+            scope = await scope_of(service, tenant, namespace, topic)
+            policy = _checked(parse_delayed_delivery, None if body is bodies.MISSING else body)
+            await service.store.set_delayed_delivery(*scope, policy.active, policy.tick_ms, policy.max_delay_ms)
+            return Response(status_code=204)
+
+        @r.delete(prefix + "/delayedDelivery", tags=[tag], **NO_CONTENT,
+                  summary="Remove the delayed_delivery policy at this level")
+        async def remove_delayed(service: Service, tenant: str, namespace: str, topic: str = "") -> Response:
+            scope = await scope_of(service, tenant, namespace, topic)
+            await service.store.set_delayed_delivery(*scope, None, None, None)
             return Response(status_code=204)
 
         @r.delete(prefix + "/backlogQuota", tags=[tag], **NO_CONTENT, summary="Remove the backlog quota here")

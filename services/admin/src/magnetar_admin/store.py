@@ -376,6 +376,10 @@ class AdminStore:
     async def set_message_ttl(self, tenant: str, namespace: str, topic: str, seconds: int | None) -> None:
         await self.pool.execute(Q["set_message_ttl"], tenant, namespace, topic, seconds)
 
+    async def set_delayed_delivery(self, tenant: str, namespace: str, topic: str, active: bool | None,
+                                   tick_ms: int | None, max_delay_ms: int | None) -> None:
+        await self.pool.execute(Q["set_delayed_delivery"], tenant, namespace, topic, active, tick_ms, max_delay_ms)
+
     async def dead_letter_policy(self, topic: str, subscription: str) -> DeadLetter | None:
         row = await self.pool.fetchrow(Q["get_dead_letter_policy"], topic, subscription)
         return DeadLetter(*row.values()) if row else None
