@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from magnetar_broker import metrics
 from magnetar_broker.commands import Fetch
 from magnetar_broker.partition.sends import Batch
 from magnetar_protocol import magnetar_pb2 as pb
@@ -85,6 +86,10 @@ async def test_a_shared_subscription_keeps_a_delayed_message_apart_until_its_tim
     await sub.save_now()
     assert await stored_delays(pool) == [(later, 1)]
     assert await pool.fetchval("SELECT mark_delete_entry FROM subscriptions") == later
+    await broker.service.export_topic_metrics()  # Pulsar's gauge, and the backlog counting it
+    rows = metrics.TOPIC_GAUGES_COLLECTOR.latest.rows
+    assert [v for _, v in rows["pulsar_subscription_delayed"]] == [1]
+    assert [v for _, v in rows["pulsar_msg_backlog"]] == [2]  # "now" (not acknowledged) and "later"
     assert await receive(broker, consumer, wait_ms=5000) == [b"later"]  # woken on its tick
     assert sub.stats()["msgDelayed"] == 0
     await broker.ack(consumer, later)  # stored with the cursor, which deletes its row

@@ -186,8 +186,11 @@ class BrokerService:
             stored_bytes, _ = await self.store.storage_stats(plog.topic_id)
             # Messages after each stored mark-delete position less those acknowledged
             # individually past it (Pulsar's msgBacklog), as the admin's stats count them.
-            backlogs = {name: (b.messages - await stored_acked_beyond(plog, b.mark_delete, decode_acks(b.acked_state)),
-                               b.nbytes)
+            # Delayed messages are past their cursor (kept apart until their time) and in
+            # the backlog all the same, as Pulsar counts them.
+            delayed = {name: sub.delays.pending for name, sub in plog.subscriptions.items() if sub.durable}
+            backlogs = {name: (b.messages - await stored_acked_beyond(plog, b.mark_delete, decode_acks(b.acked_state))
+                               + delayed.get(name, 0), b.nbytes)
                         for name, b in (await self.store.subscription_backlogs(plog.topic_id)).items()}
             rate_in, throughput_in = plog.rate_in.rates(now)
             rate_out, throughput_out = plog.rate_out.rates(now)  # gone readers' too, as the stats
@@ -200,6 +203,7 @@ class BrokerService:
                 "pulsar_subscriptions_count": len(backlogs),
                 "pulsar_producers_count": len(plog.producers),
                 "pulsar_consumers_count": sum(len(s.consumers) for s in plog.subscriptions.values()),
+                "pulsar_subscription_delayed": sum(delayed.values()),
             }, {name: b[0] for name, b in backlogs.items()}))
         metrics.TOPIC_GAUGES_COLLECTOR.latest = export(
             samples, self.settings.cluster_name, self.settings.metrics_per_topic, self.settings.metrics_max_topics)
