@@ -173,3 +173,21 @@ async def test_a_transactions_delayed_message_waits_for_its_commit_and_its_time(
     assert await receive(broker, consumer) == [b"soon"]  # the commit's undelayed message at once
     assert await receive_at_least(broker, consumer, 1) == [b"kept"]
     assert await receive(broker, consumer, wait_ms=300) == []  # the aborted one never
+
+
+async def test_a_due_delayed_message_acknowledged_in_a_transaction_goes_with_its_commit(broker, coordinator, pool):
+    from magnetar_broker.txnend import end_on_participant
+
+    consumer = await shared(broker)
+    producer = await broker.producer(TOPIC, "p")
+    entry = await send(broker, producer, [b"later"], 0, [now_ms() + 300])
+    assert await receive(broker, consumer) == []
+    assert await receive_at_least(broker, consumer, 1) == [b"later"]
+    txn = (await coordinator.new_txn(pb.NewTxnRequest(timeout_ms=60000))).txn
+    await broker.ack(consumer, entry, txn=txn)  # not "already acknowledged": its cursor only passed it
+    await coordinator.store.transition(txn.least_bits, pb.TXN_OPEN, pb.TXN_COMMITTING)
+    await end_on_participant(broker.service.ownership, TOPIC, "s", TxnID.from_wire(txn), True)
+    sub = (await broker.partition(TOPIC)).subscriptions.get("s")
+    await sub.save_now()
+    assert await stored_delays(pool) == []
+    assert await receive(broker, consumer) == []

@@ -121,6 +121,10 @@ class Delays:
             self._arm()
         return now_due
 
+    def unsaved(self) -> bool:
+        """Rows (or their changes) the next cursor write must store."""
+        return bool(self._writes) or self._clear_through is not None
+
     def _delivery_times(self, entry: Entry) -> list[int] | None:
         times = self._times.get(entry.entry_id)
         if times is None:
@@ -138,7 +142,7 @@ class Delays:
     async def load_due(self, now_ms: int) -> None:
         """Queue for dispatch the rows due by now (all of them when delays are not
         honoured any more), a page at a time, in time order."""
-        if self._writes or self._clear_through is not None or self._unstored:
+        if self.unsaved() or self._unstored:
             await self.sub.save_now()  # rows the next query must see are stored first
         until = now_ms if self.honoured() else EVERYTHING
         log = self.sub.log

@@ -54,6 +54,8 @@ MAX_UNACKED_PER_CONSUMER = 50_000
 # many, stop reading new entries until the slow consumer catches up (as Pulsar does).
 MAX_PARKED_MESSAGES = 20_000
 READ_AHEAD_ENTRIES = 64
+# Delayed messages one fetch keeps apart at most (the rows the next cursor write stores).
+DEFER_PER_FETCH = 10_000
 
 
 @dataclass(eq=False)
@@ -73,6 +75,26 @@ class Consumer:
     seeks: int = 0  # the highest seek count its client has sent (FetchRequest.seeks)
     # msgRateRedeliver: what it handed back (negative acks, ack timeout, redeliver-unacked).
     rate_redeliver: Rate = field(default_factory=lambda: Rate(time.monotonic()), repr=False)
+
+
+class AckedWithDelays:
+    """The cursor's acknowledgements, less the due delayed messages it passed."""
+
+    __slots__ = ("cursor", "delays")
+
+    def __init__(self, cursor: Cursor, delays: Delays) -> None:
+        self.cursor = cursor
+        self.delays = delays
+
+    @property
+    def mark_delete(self) -> int:
+        return self.cursor.mark_delete
+
+    def is_acked(self, entry_id: int, index: int) -> bool:
+        held = self.delays.held_mask(entry_id)
+        if held and (index == WHOLE or held >> index & 1):
+            return False
+        return self.cursor.is_acked(entry_id, index)
 
 
 class Subscription:
@@ -227,8 +249,21 @@ class Subscription:
 
     async def _take_new(self, consumer: Consumer, budget: int, out: list[Any]) -> None:
         delaying = self.delays.honoured()
-        now_ms = int(time.time() * 1000)
+        try:
+            await self._read_new(consumer, budget, out, delaying, int(time.time() * 1000))
+        finally:
+            if delaying and self.delays.unsaved():
+                self._save_soon()  # the new delayed rows, and the cursor passing them
+
+    async def _read_new(self, consumer: Consumer, budget: int, out: list[Any], delaying: bool, now_ms: int) -> None:
+        deferred = 0
         while budget > 0:
+            if deferred >= DEFER_PER_FETCH:
+                # Passing a long run of delayed messages: one fetch takes at most this
+                # many (the cursor write after it stores their rows), and wakes the
+                # long polls so the next one goes on.
+                self.log.wake()
+                return
             entries = await self.log.read(self.read_position, min(READ_AHEAD_ENTRIES, budget))
             if not entries:
                 return
@@ -239,9 +274,9 @@ class Subscription:
                 due &= ~self.deliveries.pending_mask(entry.entry_id)
                 due &= ~self.txn.pending.mask(entry.entry_id, entry.num_messages)
                 if due and delaying:
+                    kept = due
                     due = self.delays.defer(entry, due, now_ms)
-                    if self.delays._records:
-                        self._save_soon()  # the new rows, and the cursor passing them
+                    deferred += (kept & ~due).bit_count()
                 if not due:
                     continue
                 mine = due & self._routed_to(consumer, entry)
@@ -353,6 +388,20 @@ class Subscription:
         self.deliveries.acked(entry_id, index)
         if self.delays.held:
             self.delays.acked(entry_id, index)
+            self._save_soon()
+
+    @property
+    def acked(self) -> AckedWithDelays | Cursor:
+        """What transactional acks are checked against: the cursor, and the due delayed
+        messages it passed (acknowledgeable although the cursor says acknowledged)."""
+        return AckedWithDelays(self.cursor, self.delays) if self.delays.held else self.cursor
+
+    def acked_in_transaction(self, individual: list[tuple[int, int]]) -> None:
+        """A transaction that acknowledged these committed: due delayed messages among
+        them have their rows deleted with the next cursor write."""
+        if self.delays.held:
+            for entry_id, index in individual:
+                self.delays.acked(entry_id, index)
             self._save_soon()
 
     def held_in_transactions(self, entry_id: int, num_messages: int) -> int:
