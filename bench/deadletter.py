@@ -53,7 +53,7 @@ def one(client, cluster, url: str, pm: int | None, topic: str, messages: int, mo
                                 initial_position=magnetar.InitialPosition.Earliest, receiver_queue_size=2000,
                                 negative_ack_redelivery_delay_ms=0, dead_letter_policy=policy)
     producer = client.create_producer(topic, batching_max_publish_delay_ms=5, max_pending_messages=20000)
-    for i in range(messages):
+    for _ in range(messages):
         producer.send_async(b"x" * 100, lambda r, m: None)
     producer.flush()
     for _ in range(messages):
@@ -97,7 +97,8 @@ def main() -> None:
             report(f"round {r + 1}: dead-letter move", move)
             report(f"round {r + 1}: move / ack", {
                 "time": round(move["seconds"] / ack["seconds"], 2),
-                "broker CPU per message": round(move["broker_cpu_us_per_msg"] / max(ack["broker_cpu_us_per_msg"], 0.1), 2),
+                "broker CPU per message": round(move["broker_cpu_us_per_msg"]
+                                                / max(ack["broker_cpu_us_per_msg"], 0.1), 2),
                 "PostgreSQL CPU per message": round(move["postgres_cpu_us_per_msg"]
                                                     / max(ack["postgres_cpu_us_per_msg"], 0.1), 2)})
         client.close()
