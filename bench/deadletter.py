@@ -1,7 +1,7 @@
 """The cost of a dead-letter move against a plain acknowledgement, in the same run.
 
-Each round, on a topic of its own, a Shared consumer receives N messages and nacks them
-all (they come back with redelivery count 1); then, timed, it receives them again and
+Each round, on a topic of its own, a Shared consumer receives N messages and has them
+all redelivered (they come back with redelivery count 1); then, timed, it receives them again and
 either acknowledges them ("ack") or nacks them again, which, with
 ConsumerDeadLetterPolicy(max_redeliver_count=1), makes the broker move each to the
 dead-letter topic: the copy and the acknowledgement in one SQL transaction ("move").
@@ -57,7 +57,8 @@ def one(client, cluster, url: str, pm: int | None, topic: str, messages: int, mo
         producer.send_async(b"x" * 100, lambda r, m: None)
     producer.flush()
     for _ in range(messages):
-        consumer.negative_acknowledge(consumer.receive(timeout_millis=60_000))
+        consumer.receive(timeout_millis=60_000)
+    consumer.redeliver_unacknowledged_messages()  # all of them again, redelivery count 1
     sessions = {"broker": cluster.services["broker-0"].process.pid}
     before = cpu_seconds(sessions, pm)
     started = time.perf_counter()
