@@ -151,6 +151,66 @@ def test_the_broker_moves_a_message_past_the_dead_letter_limit(client):
     triage.acknowledge(copy)
 
 
+def test_reconsume_later_goes_through_the_retry_topic_then_to_the_dead_letter_topic(client):
+    topic = "persistent://public/default/retry-flow"
+    policy = magnetar.ConsumerDeadLetterPolicy(max_redeliver_count=2, initial_subscription_name="triage")
+
+    def subscribe():
+        return client.subscribe(topic, "s", consumer_type=magnetar.ConsumerType.Shared,
+                                initial_position=EARLIEST, dead_letter_policy=policy, enable_retry=True)
+
+    consumer = subscribe()
+    producer = client.create_producer(topic, batching_enabled=False)
+    sent = producer.send(b"later", properties={"order": "7"}, partition_key="customer-1")
+    msg = consumer.receive(timeout_millis=10_000)
+    origin = {"order": "7", "REAL_TOPIC": topic, "ORIGIN_MESSAGE_ID": f"0:{sent.entry_id()}:-1"}
+    for times in (1, 2):
+        consumer.reconsume_later(msg, timedelta(milliseconds=300))
+        msg = consumer.receive(timeout_millis=10_000)  # from the retry topic, merged in
+        assert (msg.topic_name(), msg.data(), msg.partition_key()) == (f"{topic}-s-RETRY", b"later", "customer-1")
+        assert msg.properties() == {**origin, "RECONSUMETIMES": str(times), "DELAY_TIME": "300"}
+        assert msg.deliver_at_time() > 0  # sent delayed
+    consumer.reconsume_later(msg, 300)  # a third time: past max_redeliver_count, dead
+    triage = client.subscribe(f"{topic}-s-DLQ", "triage")  # existed before the copy
+    dead = triage.receive(timeout_millis=10_000)
+    assert dead.data() == b"later" and dead.properties() == {**origin, "RECONSUMETIMES": "3",
+                                                            "DELAY_TIME": "300"}
+    # The original and both retry copies were acknowledged: nothing comes back, even to
+    # a new consumer of the subscription.
+    consumer.close()
+    consumer = subscribe()
+    with pytest.raises(magnetar.Timeout):
+        consumer.receive(timeout_millis=2000)
+    consumer.close()
+
+
+def test_reconsume_later_sends_and_acknowledges_in_one_transaction(client):
+    topic = "persistent://public/default/retry-atomic"
+    consumer = client.subscribe(topic, "s", consumer_type=magnetar.ConsumerType.Shared, initial_position=EARLIEST,
+                                dead_letter_policy=magnetar.ConsumerDeadLetterPolicy(3), enable_retry=True)
+    client.create_producer(topic).send(b"held")
+    msg = consumer.receive(timeout_millis=10_000)
+    with pytest.raises(ValueError):
+        consumer.reconsume_later(msg, -1)
+    held = client.new_transaction()
+    consumer.acknowledge(msg, held)  # pending in another transaction: the ack will conflict
+    with pytest.raises(magnetar.TransactionConflict):
+        consumer.reconsume_later(msg, 0)
+    held.abort()
+    # The copy was sent in the transaction that failed: aborted with it, never delivered.
+    reader = client.create_reader(f"{topic}-s-RETRY", magnetar.MessageId.earliest)
+    with pytest.raises(magnetar.Timeout):
+        reader.read_next(timeout_millis=2000)
+    again = consumer.receive(timeout_millis=10_000)  # the abort gave the original back
+    assert again.data() == b"held"
+    consumer.reconsume_later(again, 0)
+    assert reader.read_next(timeout_millis=10_000).properties()["RECONSUMETIMES"] == "1"
+    with pytest.raises(ValueError):
+        client.subscribe(topic, "t", enable_retry=True)  # reconsume_later needs a limit
+    consumer.close()
+    reader.close()
+
+
 def test_a_dead_letter_topic_that_cannot_be_written_is_refused_at_subscribe(client):
     for topic, error in [("persistent://public/no-such-namespace/dlq", magnetar.NamespaceNotFound),
                          ("persistent://public/default/bad..name", magnetar.InvalidTopicName)]:

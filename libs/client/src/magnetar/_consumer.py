@@ -23,7 +23,8 @@ from magnetar._message import Message, UndecodableEntry
 from magnetar._partition_consumer import PartitionConsumer
 from magnetar._partition_watch import PartitionWatch, connect_new
 from magnetar._reader import gather_last, has_more, initial_start
-from magnetar._types import ConsumerType, MessageId
+from magnetar._retryletter import RetryLetters
+from magnetar._types import ConsumerDeadLetterPolicy, ConsumerType, MessageId
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import MagnetarError, NotAllowedError, Timeout
 
@@ -34,7 +35,8 @@ class Consumer:
     """``magnetar.asyncio`` consumer (create it with ``await client.subscribe``); a
     reader uses one on a non-durable subscription."""
 
-    def __init__(self, core, topic: str, partitions: int, options: dict, threaded: bool = False):
+    def __init__(self, core, topic: str, partitions: int, options: dict, threaded: bool = False,
+                 merge_into: Consumer | None = None):
         self.core = core
         self.topic_name = topic
         self.options = options
@@ -42,9 +44,16 @@ class Consumer:
             options["consumer_name"] = f"c-{uuid.uuid4().hex[:8]}"
         self.parts = [PartitionConsumer(self, f"{topic}-partition-{i}" if partitions else topic,
                                         i if partitions else -1) for i in range(max(partitions, 1))]
-        self.queue = thread_queue.SimpleQueue() if threaded else asyncio.Queue()
         self.loop = asyncio.get_running_loop()
-        self.space = _Room(self.loop, self.queue, options["receiver_queue_size"])
+        if merge_into is not None:  # a retry topic's consumer feeds its consumer's queue
+            self.queue, self.space = merge_into.queue, merge_into.space
+        else:
+            self.queue = thread_queue.SimpleQueue() if threaded else asyncio.Queue()
+            self.space = _Room(self.loop, self.queue, options["receiver_queue_size"])
+        # enable_retry: the retry topic's consumer (same subscription) and reconsume_later's
+        # producers (_retryletter.py).
+        self.retry: Consumer | None = None
+        self.letters: RetryLetters | None = None
         self.closed = False
         self.on_close: Callable[[Consumer], None] | None = None  # the client forgets a closed consumer
         self._nacks = NackTracker(options["nack_delay_ms"] / 1000, options.get("nack_backoff"))
@@ -83,6 +92,31 @@ class Consumer:
             self._tasks.append(self.loop.create_task(self._ack_timeout_ticker()))
         self.watch.start()
         return self
+
+    async def start_retry(self, topic: str, partitions: int, letters: RetryLetters) -> None:
+        """Also consume the retry topic (``enable_retry``), into the same queue."""
+        policy = letters.policy  # the retry topic's dead letters go to the same DLQ
+        options = dict(self.options, dead_letter_policy=ConsumerDeadLetterPolicy(
+            policy.max_redeliver_count, letters.dlq_topic, policy.initial_subscription_name,
+            letters.retry_topic))
+        self.retry = await Consumer(self.core, topic, partitions, options, merge_into=self).start()
+        self.letters = letters
+
+    def _owner(self, msg_or_id) -> Consumer:
+        """This consumer, or its retry topic's for a message received from there."""
+        if self.retry is not None and type(msg_or_id) is Message:
+            part = msg_or_id._info.source
+            if part is not None and part.consumer is self.retry:
+                return self.retry
+        return self
+
+    async def reconsume_later(self, msg: Message, delay) -> None:
+        """Send the message to the retry topic, due after ``delay`` (a timedelta or ms),
+        or to the dead-letter topic once its ``RECONSUMETIMES`` passes the policy's
+        ``max_redeliver_count``, and acknowledge it: one transaction (_retryletter.py)."""
+        if self.letters is None:
+            raise NotAllowedError("reconsume_later needs subscribe(..., enable_retry=True)")
+        await self.letters.reconsume_later(self, msg, delay)
 
     async def _grow(self, count: int) -> None:
         """Subscribe to partitions added since this consumer started.  They start at
@@ -133,8 +167,9 @@ class Consumer:
                 continue
             self.space.notify()
             if self._accept(msg):
-                if self._unacked is not None:
-                    self._track(msg)
+                owner = self._owner(msg)
+                if owner._unacked is not None:
+                    owner._track(msg)
                 return msg
 
     def receive_from_thread(self, timeout_millis: int | None = None) -> Message:
@@ -154,8 +189,9 @@ class Consumer:
                 continue
             self.space.notify()
             if self._accept(msg):
-                if self._unacked is not None:
-                    self._track(msg)
+                owner = self._owner(msg)
+                if owner._unacked is not None:
+                    owner._track(msg)
                 return msg
 
     # ---------------------------------------------------------------- the ack timeout
@@ -207,6 +243,9 @@ class Consumer:
 
     def ack_nowait(self, msg_or_id, cumulative: bool = False) -> None:
         """A plain ack, grouped (any thread)."""
+        if (owner := self._owner(msg_or_id)) is not self:
+            owner.ack_nowait(msg_or_id, cumulative)
+            return
         part, entry, index, size = self._position(msg_or_id)
         if self._unacked is not None:
             self._untrack(part, entry, index, cumulative)
@@ -229,6 +268,9 @@ class Consumer:
     async def acknowledge(self, msg_or_id, txn=None, cumulative: bool = False) -> None:
         """Plain acks are grouped and return at once; a transactional ack waits for the
         broker (TransactionConflict and friends raise here)."""
+        if (owner := self._owner(msg_or_id)) is not self:
+            await owner.acknowledge(msg_or_id, txn, cumulative)
+            return
         if txn is None:
             self.ack_nowait(msg_or_id, cumulative)
             return
@@ -262,11 +304,16 @@ class Consumer:
     async def flush_acks(self) -> None:
         """Send the grouped plain acks now."""
         await asyncio.gather(*(p.send_acks() for p in self.parts if len(p.acks)))
+        if self.retry is not None:
+            await self.retry.flush_acks()
 
     def negative_acknowledge(self, msg_or_id) -> None:
         """Have the message redelivered after ``negative_ack_redelivery_delay_ms``, or
         after the backoff's delay for its redelivery count (event loop; the sync API hops
         here)."""
+        if (owner := self._owner(msg_or_id)) is not self:
+            owner.negative_acknowledge(msg_or_id)
+            return
         part, entry, index, _ = self._position(msg_or_id)
         self._untrack(part, entry, index)
         count = msg_or_id.redelivery_count() if type(msg_or_id) is Message else 0
@@ -302,6 +349,8 @@ class Consumer:
                 await part.redeliver_all()
             finally:
                 part.resume()
+        if self.retry is not None:
+            await self.retry.redeliver_unacknowledged_messages()
 
     # ---------------------------------------------------------------- positions
 
@@ -367,6 +416,10 @@ class Consumer:
         if self.closed:
             return
         self.closed = True
+        if self.retry is not None:
+            await self.retry.close(unsubscribe)
+        if self.letters is not None:
+            await self.letters.close()
         self.watch.stop()
         for task in self._tasks:
             task.cancel()

@@ -108,7 +108,7 @@ class Client:
         """A consumer; options as ``magnetar.asyncio.Client.subscribe`` (consumer_type,
         initial_position, consumer_name, receiver_queue_size, negative_ack_redelivery_delay_ms,
         negative_ack_redelivery_backoff, unacked_messages_timeout_ms, tick_duration_ms,
-        dead_letter_policy)."""
+        dead_letter_policy, enable_retry)."""
         return Consumer(self._io, self._io.run(
             self._client.subscribe(topic, subscription_name, _threaded=True, **options)))
 
@@ -311,6 +311,12 @@ class Consumer:
         self._check_open()
         self._c._position(message)  # a TypeError raises here, not on the client's thread
         self._io.loop.call_soon_threadsafe(self._c.negative_acknowledge, message)
+
+    def reconsume_later(self, message: Message, delay: timedelta | int) -> None:
+        """Send the message to the retry topic, due after ``delay`` (a timedelta or ms;
+        to the dead-letter topic past the policy's ``max_redeliver_count``), and
+        acknowledge it, in one transaction (needs ``enable_retry=True``)."""
+        self._io.run(self._c.reconsume_later(message, delay))
 
     def redeliver_unacknowledged_messages(self) -> None:
         """Have every unacknowledged message of this consumer redelivered now."""

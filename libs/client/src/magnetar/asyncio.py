@@ -27,6 +27,7 @@ from magnetar._keys import KeyConnection
 from magnetar._message import Message
 from magnetar._producer import Producer, producer_options
 from magnetar._reader import Reader
+from magnetar._retryletter import RetryLetters
 from magnetar._transaction import Transaction, check_timeout, open_transaction
 from magnetar._transport import Transport
 from magnetar._types import (
@@ -154,6 +155,7 @@ class Client:
                         unacked_messages_timeout_ms: int | None = None, tick_duration_ms: int = 1000,
                         negative_ack_redelivery_backoff: MultiplierRedeliveryBackoff | None = None,
                         dead_letter_policy: ConsumerDeadLetterPolicy | None = None,
+                        enable_retry: bool = False,
                         _threaded: bool = False) -> Consumer:
         """A consumer of ``subscription_name`` on ``topic`` (merging every partition).
 
@@ -163,7 +165,9 @@ class Client:
         ``MultiplierRedeliveryBackoff`` whose delay grows with the redelivery count, in
         place of the fixed ``negative_ack_redelivery_delay_ms``.  ``dead_letter_policy``:
         a ``ConsumerDeadLetterPolicy``; the broker moves a message redelivered more often
-        than it allows to the dead-letter topic (docs/client.md)."""
+        than it allows to the dead-letter topic (docs/client.md).  ``enable_retry``
+        (needs ``dead_letter_policy``): also consume the retry topic, for
+        ``reconsume_later``."""
         self._check_open()
         if not subscription_name or not isinstance(subscription_name, str):
             raise ValueError("subscription_name is required")
@@ -173,6 +177,9 @@ class Client:
             raise TypeError("negative_ack_redelivery_backoff must be a magnetar.MultiplierRedeliveryBackoff")
         if dead_letter_policy is not None and not isinstance(dead_letter_policy, ConsumerDeadLetterPolicy):
             raise TypeError("dead_letter_policy must be a magnetar.ConsumerDeadLetterPolicy")
+        if enable_retry and dead_letter_policy is None:
+            raise ValueError("enable_retry needs a dead_letter_policy (its max_redeliver_count "
+                             "bounds reconsume_later)")
         full, partitions = await self.core.partitions(topic)
         options = {"subscription": subscription_name, "consumer_type": ConsumerType(consumer_type),
                    "initial_position": InitialPosition(initial_position), "durable": True,
@@ -184,6 +191,15 @@ class Client:
                    "ack_timeout_ms": ack_timeout, "tick_ms": tick_duration_ms,
                    "dead_letter_policy": dead_letter_policy}
         consumer = await Consumer(self.core, full, partitions, options, _threaded).start()
+        if enable_retry:
+            assert dead_letter_policy is not None
+            letters = RetryLetters(self.core, full, subscription_name, dead_letter_policy)
+            try:
+                retry_full, retry_partitions = await self.core.partitions(letters.retry_topic)
+                await consumer.start_retry(retry_full, retry_partitions, letters)
+            except BaseException:
+                await consumer.close()
+                raise
         return self._track(consumer)
 
     async def create_reader(self, topic: str, start_message_id: MessageId,
