@@ -120,6 +120,12 @@ class DeadLetters:
     def _kick(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._run())
+            self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Future[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("dead-letter moves of %s subscription %r failed", self.sub.log.name.full, self.sub.name,
+                      exc_info=task.exception())
 
     async def _run(self) -> None:
         sub = self.sub
