@@ -19,7 +19,6 @@ from magnetar_protocol.errors import BadRequest, NotAllowedError
 from magnetar_protocol.policies import DelayedDelivery
 from magnetar_protocol.txnid import TxnID
 from tests.component.conftest import Broker
-from tests.component.test_transactions import coordinator  # noqa: F401 (the fixture)
 
 TOPIC = "persistent://public/default/delayed"
 FAST = DelayedDelivery(active=True, tick_ms=20, max_delay_ms=0)

@@ -13,6 +13,7 @@ copy and the acknowledgement are one Magnetar transaction: both or neither.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from magnetar._message import Message
@@ -68,8 +69,10 @@ def letter_properties(msg: Message, delay: int) -> tuple[dict[str, str], int]:
 class RetryLetters:
     """A consumer's retry and dead-letter producers (made on first use)."""
 
-    def __init__(self, core, topic: str, subscription: str, policy: ConsumerDeadLetterPolicy) -> None:
+    def __init__(self, core, topic: str, subscription: str, policy: ConsumerDeadLetterPolicy,
+                 open_consumer: Callable[[str, int, dict], Awaitable]) -> None:
         self.core = core
+        self._open_consumer = open_consumer  # (topic, partitions, options) -> a started consumer
         self.policy = policy
         self.subscription = subscription
         self.retry_topic = retry_topic(topic, subscription, policy)
@@ -89,13 +92,12 @@ class RetryLetters:
 
     async def _initial_subscription(self) -> None:
         """Created before the first dead letter, so it reads every one (Pulsar's)."""
-        from magnetar._consumer import Consumer  # the consumer imports this module
         full, partitions = await self.core.partitions(self.dlq_topic)
         options = {"subscription": self.policy.initial_subscription_name,
                    "consumer_type": ConsumerType.Shared, "initial_position": InitialPosition.Earliest,
                    "durable": True, "consumer_name": "", "receiver_queue_size": 1,
                    "priority_level": 0, "nack_delay_ms": 0}
-        consumer = await Consumer(self.core, full, partitions, options).start()
+        consumer = await self._open_consumer(full, partitions, options)
         await consumer.close()
 
     async def reconsume_later(self, consumer, msg: Message, delay: timedelta | int) -> None:

@@ -193,7 +193,8 @@ class Client:
         consumer = await Consumer(self.core, full, partitions, options, _threaded).start()
         if enable_retry:
             assert dead_letter_policy is not None
-            letters = RetryLetters(self.core, full, subscription_name, dead_letter_policy)
+            letters = RetryLetters(self.core, full, subscription_name, dead_letter_policy,
+                                   lambda t, n, o: Consumer(self.core, t, n, o).start())
             try:
                 retry_full, retry_partitions = await self.core.partitions(letters.retry_topic)
                 await consumer.start_retry(retry_full, retry_partitions, letters)

@@ -23,7 +23,7 @@ from magnetar_broker import metrics
 from magnetar_broker.entry import Entry
 from magnetar_broker.subscription.cursor import Cursor
 from magnetar_broker.subscription.deadrules import DeadLetterPolicy, copy_messages, doomed_mask
-from magnetar_broker.subscription.dispatch import mask_indices
+from magnetar_broker.subscription.dispatch import Deliveries, mask_indices
 from magnetar_broker.subscription.view import PartitionView
 from magnetar_protocol.errors import ConnectError, MagnetarError, PersistenceError, Timeout, UnknownError
 
@@ -74,6 +74,7 @@ class Holder(Protocol):
     name: str
     cursor: Cursor
     persist_lock: asyncio.Lock
+    deliveries: Deliveries
 
     def held_in_transactions(self, entry_id: int, num_messages: int) -> int: ...
     def unacked_mask(self, entry_id: int, num_messages: int) -> int: ...
