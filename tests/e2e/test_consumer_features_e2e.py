@@ -9,8 +9,6 @@ import contextlib
 import io
 import json
 import logging
-import urllib.error
-import urllib.request
 from datetime import timedelta
 
 import pulsar
@@ -19,6 +17,7 @@ import pytest
 import magnetar
 import magnetar.asyncio as magnetar_aio
 from magnetar.admin_cli import run as admin_cli
+from tests.e2e.helpers import admin
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.shared_cluster]
@@ -229,18 +228,6 @@ def cli(cluster, *argv: str) -> tuple[int, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = admin_cli(["--admin-url", cluster.admin_url, *argv])
     return code, out.getvalue() + err.getvalue()
-
-
-def admin(cluster, method: str, path: str, body=None) -> tuple[int, object]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(cluster.admin_url + path, data=data, method=method,
-                                 headers={"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
 
 
 def wheel(cluster) -> pulsar.Client:
