@@ -42,6 +42,7 @@ from magnetar_protocol.errors import (
     NotOwner,
     SubscriptionNotFound,
 )
+from magnetar_protocol.pulsar.stored import stored_messages
 from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.groupcommit import GroupCommit
 
@@ -244,11 +245,14 @@ class Subscription:
         hashes = self._keys.get(entry.entry_id)
         if hashes is None:
             try:
-                batch = pb.MessageBatch.FromString(entry.payload or b"")
+                # One message per batch index (a Pulsar entry stored as sent, opened;
+                # one that cannot be, by its entry's key: stored.stored_messages).
                 hashes = [key_hash(dispatch_key(m.ordering_key if m.HasField("ordering_key") else None,
                                                 m.partition_key if m.HasField("partition_key") else None))
-                          for m in batch.messages]
-            except (DecodeError, RuntimeWarning):
+                          for m in stored_messages(entry.payload or b"")]
+                if len(hashes) != entry.num_messages:
+                    raise DecodeError(f"{len(hashes)} messages in an entry of {entry.num_messages}")
+            except (DecodeError, RuntimeWarning, BadRequest):
                 # An undecodable entry (stored before batches were checked, or corrupted)
                 # goes whole to one consumer, whose client skips it (docs/security.md),
                 # instead of failing every fetch of the subscription.
