@@ -17,8 +17,9 @@ import pulsar
 import pytest
 
 import magnetar
+from magnetar_protocol import magnetar_pb2 as pb_magnetar
 from magnetar_protocol import pulsar_api_pb2 as pb
-from tests.e2e.pulsar_wire import Wire
+from tests.e2e.pulsar_wire import Wire, coordinators
 from tests.waiting import wait_until
 
 MAX_MESSAGE = 64 * 1024
@@ -145,3 +146,98 @@ def test_incomplete_chunks_expire_on_magnetars_consumer(cluster, client):
     assert consumer.receive(TIMEOUT_MS).data() == b"whole"
     # The two chunks were dropped and acknowledged once they expired.
     wait_until(lambda: backlog(cluster, topic, "s") == 1, 15, "the expired chunks acknowledged")
+
+
+# ---------------------------------------------------------------- encryption
+
+
+@pytest.fixture(scope="module")
+def rsa_keys(tmp_path_factory):
+    """An RSA key pair in PEM files, as a Pulsar application keeps its keys."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    folder = tmp_path_factory.mktemp("keys")
+    public, private = folder / "public.pem", folder / "private.pem"
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    return pulsar.CryptoKeyReader(str(public), str(private))
+
+
+def stored_payloads(cluster, topic: str) -> list[bytes]:
+    return [r[0] for r in cluster.query(
+        "SELECT e.payload FROM entries e JOIN topics t USING (topic_id) WHERE t.topic = $1 ORDER BY e.entry_id", topic)]
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_encrypted_messages_pass_through_between_two_wheel_clients(cluster, rsa_keys, batched, client):
+    topic = new_topic("encrypted")
+    sender = pulsar.Client(cluster.pulsar_service_url, operation_timeout_seconds=10)
+    receiver = pulsar.Client(cluster.pulsar_service_url, operation_timeout_seconds=10)
+    try:
+        consumer = receiver.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest,
+                                      crypto_key_reader=rsa_keys)
+        producer = sender.create_producer(topic, encryption_key="app-key", crypto_key_reader=rsa_keys,
+                                          batching_enabled=batched, batching_max_messages=4,
+                                          compression_type=pulsar.CompressionType.LZ4)
+        for i in range(6):
+            producer.send_async(f"secret-{i}".encode() * 8, None, properties={"i": str(i)},
+                                partition_key=f"k{i}")
+        producer.flush()
+        got = [consumer.receive(TIMEOUT_MS) for _ in range(6)]
+        assert [m.data() for m in got] == [f"secret-{i}".encode() * 8 for i in range(6)]
+        assert [m.properties() for m in got] == [{"i": str(i)} for i in range(6)]
+        for m in got:
+            consumer.acknowledge(m)
+        wait_until(lambda: backlog(cluster, topic, "s") == 0, 15, "every message acknowledged")
+        # The broker stored ciphertext: it never saw the data key.
+        assert not any(b"secret-" in p for p in stored_payloads(cluster, topic))
+    finally:
+        sender.close()
+        receiver.close()
+    # Magnetar's client hands an encrypted message over as it is, with how it was
+    # encrypted (the data key under "app-key", the cipher's IV): the wheel's metadata
+    # reached it unchanged.
+    reader = client.create_reader(topic, magnetar.MessageId.earliest)
+    first = reader.read_next(TIMEOUT_MS)
+    context = first.encryption_context()
+    assert context is not None and list(context.keys) == ["app-key"] and len(context.param) == 12
+    assert context.compression == "LZ4" and b"secret-" not in first.data()
+    assert context.batch_size == (4 if batched else None)
+
+
+def test_an_encrypted_message_travels_in_a_transaction_with_others(cluster, wheel, rsa_keys):
+    """A Java application's encrypted transactional send (the wheel has no transactions,
+    so a real encrypted entry is sent frame by frame): committed, it reaches a wheel
+    consumer that decrypts it, next to a plain message of the same transaction (two
+    frames of the transaction's one entry)."""
+    source, target = new_topic("enc-src"), new_topic("enc-txn")
+    producer = wheel.create_producer(source, encryption_key="app-key", crypto_key_reader=rsa_keys)
+    producer.send(b"sealed in a transaction", properties={"p": "1"})
+    [envelope] = pb_magnetar.MessageBatch.FromString(stored_payloads(cluster, source)[0]).messages
+    metadata = pb.MessageMetadata.FromString(envelope.pulsar_metadata)
+    wire = Wire(cluster.pulsar_service_url)
+    try:
+        [tc] = coordinators(wire).values()
+        txn = tc.new_txn()
+        name = wire.producer(target, 1, name="java-app")
+        metadata.producer_name, metadata.sequence_id = name, 0
+        send = pb.CommandSend(producer_id=1, sequence_id=0, num_messages=1, txnid_most_bits=txn[0],
+                              txnid_least_bits=txn[1])
+        wire.send(send, metadata, envelope.payload)
+        wire.wait_for(lambda f: f.type == pb.BaseCommand.SEND_RECEIPT)
+        wire.publish(1, name, 1, b"plain, same transaction", txn=txn)
+        tc.end_txn(txn, commit=True)
+    finally:
+        wire.close()
+    consumer = wheel.subscribe(target, "s", initial_position=pulsar.InitialPosition.Earliest,
+                               crypto_key_reader=rsa_keys)
+    got = [consumer.receive(TIMEOUT_MS) for _ in range(2)]
+    assert [m.data() for m in got] == [b"sealed in a transaction", b"plain, same transaction"]
+    assert got[0].properties() == {"p": "1"}
+    for m in got:
+        consumer.acknowledge(m)
+    wait_until(lambda: backlog(cluster, target, "s") == 0, 15, "the transaction's entry acknowledged")

@@ -58,9 +58,7 @@ class PulsarConsumer:
 class SplitEntry:
     """An entry delivered in several MESSAGE frames under one id (``_push``)."""
 
-    frames: int
     delivered: tuple[int, ...]   # the batch indices delivered; () = all
-    acked: int = 0               # frames acknowledged whole so far
 
 
 class Consumers:
@@ -196,9 +194,9 @@ class Consumers:
             sent += 1
         if sent > 1:
             # One entry in several frames under one id (a transaction's sends joined
-            # around an encrypted or chunked one): the client acks each frame alone and
-            # the acks cannot say which; the entry is acknowledged once every frame was.
-            consumer.split[entry.entry_id] = SplitEntry(frames=sent, delivered=tuple(sorted(due)) if due else ())
+            # around an encrypted or chunked one): their batch indices and ack sets are
+            # each frame's own, so an ack or a nack of the id is read as of the entry.
+            consumer.split[entry.entry_id] = SplitEntry(delivered=tuple(sorted(due)) if due else ())
         return len(entry.indices) or entry.num_messages
 
     def _closed_by_broker(self, consumer: PulsarConsumer, reason: str) -> None:
@@ -247,22 +245,14 @@ class Consumers:
             self.conn.send(pb.CommandAckResponse(consumer_id=cmd.consumer_id, request_id=request_id))
 
     def _split_ack(self, consumer: PulsarConsumer, mid: pb.MessageIdData, cumulative: bool) -> list[Position]:
-        """An ACK naming an entry sent in several frames: the entry's messages are
-        acknowledged once each frame was acknowledged whole (an ack of part of a frame
-        waits for the rest); a cumulative ack covers the entries before it at once."""
-        split = consumer.split[mid.entry_id]
-        whole = not mid.ack_set or not ids.words_to_indices(mid.ack_set)
-        out = [Position(mid.entry_id - 1, ids.WHOLE)] if cumulative and mid.entry_id > 0 else []
-        if whole:
-            split.acked += 1
-        if split.acked < split.frames:
-            return out
-        del consumer.split[mid.entry_id]
-        if cumulative:
+        """An ACK naming an entry sent in several frames (``_push``): the frames share
+        the entry's id, which the client cannot tell apart either (its ack grouping
+        merges acks of one id), so acknowledging any acknowledges what was delivered
+        of the entry (docs/pulsar-protocol.md, "Entries stored as sent")."""
+        split = consumer.split.pop(mid.entry_id)
+        if cumulative or not split.delivered:
             return [Position(mid.entry_id, ids.WHOLE)]
-        if not split.delivered:
-            return out + [Position(mid.entry_id, ids.WHOLE)]
-        return out + [Position(mid.entry_id, i) for i in split.delivered]
+        return [Position(mid.entry_id, i) for i in split.delivered]
 
     async def redeliver(self, frame) -> None:
         cmd = frame.body
