@@ -102,7 +102,7 @@ class PartitionConsumer:
             session_id=self.session_id, topic=self.topic, subscription=o["subscription"],
             sub_type=int(o["consumer_type"]), initial_position=self.initial_position,
             consumer_name=o["consumer_name"], priority_level=o["priority_level"],
-            durable=o["durable"])
+            durable=o["durable"], read_compacted=o.get("read_compacted", False))
         if not o["durable"]:
             position, inclusive = start_position(self.start_id or MessageId.earliest,
                                                  self.start_inclusive, self.returned)

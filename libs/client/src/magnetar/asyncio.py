@@ -142,10 +142,13 @@ class Client:
                         max_pending_chunked_message: int = 10,
                         auto_ack_oldest_chunked_message_on_queue_full: bool = False,
                         expire_time_of_incomplete_chunked_message_ms: int = 60000,
+                        is_read_compacted: bool = False,
                         _threaded: bool = False) -> Consumer:
         """A consumer of ``subscription_name`` on ``topic`` (merging every partition).
         Chunked messages (pulsar-client's options): at most ``max_pending_chunked_message``
-        incomplete at once, each for ``expire_time_of_incomplete_chunked_message_ms``."""
+        incomplete at once, each for ``expire_time_of_incomplete_chunked_message_ms``.
+        ``is_read_compacted``: the topic's compacted view, then what came after it
+        (Exclusive and Failover only, as Pulsar: else NotAllowedError)."""
         self._check_open()
         if not subscription_name or not isinstance(subscription_name, str):
             raise ValueError("subscription_name is required")
@@ -158,6 +161,7 @@ class Client:
                    "nack_delay_ms": max(negative_ack_redelivery_delay_ms, 0)}
         options |= chunk_options(max_pending_chunked_message, auto_ack_oldest_chunked_message_on_queue_full,
                                  expire_time_of_incomplete_chunked_message_ms)
+        options["read_compacted"] = bool(is_read_compacted)
         consumer = await Consumer(self.core, full, partitions, options, _threaded).start()
         return self._track(consumer)
 
@@ -166,6 +170,7 @@ class Client:
                             start_message_id_inclusive: bool = False,
                             max_pending_chunked_message: int = 10,
                             expire_time_of_incomplete_chunked_message_ms: int = 60000,
+                            is_read_compacted: bool = False,
                             _threaded: bool = False) -> Reader:
         """A reader of ``topic`` from ``start_message_id`` (``MessageId.earliest``,
         ``MessageId.latest`` or a message's id), on a subscription that leaves no trace."""
@@ -185,6 +190,7 @@ class Client:
                    "nack_delay_ms": 0}
         options |= chunk_options(max_pending_chunked_message, False,
                                  expire_time_of_incomplete_chunked_message_ms)
+        options["read_compacted"] = bool(is_read_compacted)
         consumer = await Consumer(self.core, full, partitions, options, _threaded).start()
         return Reader(self._track(consumer))
 

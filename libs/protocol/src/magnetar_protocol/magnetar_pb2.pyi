@@ -400,7 +400,7 @@ class CloseProducerResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("session_id", "topic", "subscription", "sub_type", "initial_position", "consumer_name", "priority_level", "durable", "start_position", "start_inclusive")
+    __slots__ = ("session_id", "topic", "subscription", "sub_type", "initial_position", "consumer_name", "priority_level", "durable", "start_position", "start_inclusive", "read_compacted")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -411,6 +411,7 @@ class SubscribeRequest(_message.Message):
     DURABLE_FIELD_NUMBER: _ClassVar[int]
     START_POSITION_FIELD_NUMBER: _ClassVar[int]
     START_INCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    READ_COMPACTED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     topic: str
     subscription: str
@@ -421,7 +422,8 @@ class SubscribeRequest(_message.Message):
     durable: bool
     start_position: Position
     start_inclusive: bool
-    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., subscription: _Optional[str] = ..., sub_type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ..., durable: _Optional[bool] = ..., start_position: _Optional[_Union[Position, _Mapping]] = ..., start_inclusive: _Optional[bool] = ...) -> None: ...
+    read_compacted: bool
+    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., subscription: _Optional[str] = ..., sub_type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ..., durable: _Optional[bool] = ..., start_position: _Optional[_Union[Position, _Mapping]] = ..., start_inclusive: _Optional[bool] = ..., read_compacted: _Optional[bool] = ...) -> None: ...
 
 class SubscribeResponse(_message.Message):
     __slots__ = ("consumer_id",)

@@ -100,7 +100,8 @@ class Consumers:
                 session_id=self.conn.session_id, topic=cmd.topic, subscription=cmd.subscription,
                 sub_type=SUB_TYPES.get(cmd.sub_type, cmd.sub_type), durable=cmd.durable,
                 earliest=cmd.initial_position == Sub.Earliest, consumer_name=cmd.consumer_name,
-                priority=cmd.priority_level, start=start, start_inclusive=start is not None))
+                priority=cmd.priority_level, start=start, start_inclusive=start is not None,
+                read_compacted=cmd.read_compacted))
 
         def subscribed(served: Consumer) -> pb.CommandSuccess:
             consumer = PulsarConsumer(cmd.consumer_id, served.consumer_id, served.subscription.log.partition_index,
@@ -323,7 +324,7 @@ class Consumers:
             consumer = self._get(cmd.consumer_id)
             last = await self.service.last_message_id(consumer.magnetar_id, self.conn.session_id)
             if last.last_entry_id is not None:
-                index = last.last_batch_size - 1 if last.last_batch_size > 1 else ids.WHOLE
+                index = last.index if last.last_batch_size > 1 else ids.WHOLE
                 last_id = ids.message_id(last.last_entry_id, consumer.partition, index)
             else:   # nothing yet: (-1, -1), which equals the client's "earliest"
                 last_id = pb.MessageIdData(ledger_id=ids.U64, entry_id=ids.U64, partition=consumer.partition)
