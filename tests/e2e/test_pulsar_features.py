@@ -8,6 +8,8 @@ cluster for the module; each test uses topics (and namespaces) of its own.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
 import json
 import logging
@@ -17,6 +19,7 @@ import pulsar
 import pytest
 
 import magnetar
+from magnetar.admin_cli import run as admin_cli
 from magnetar_protocol import magnetar_pb2 as pb_magnetar
 from magnetar_protocol import pulsar_api_pb2 as pb
 from tests.e2e.pulsar_wire import Wire, coordinators
@@ -241,3 +244,135 @@ def test_an_encrypted_message_travels_in_a_transaction_with_others(cluster, whee
     for m in got:
         consumer.acknowledge(m)
     wait_until(lambda: backlog(cluster, target, "s") == 0, 15, "the transaction's entry acknowledged")
+
+
+# ---------------------------------------------------------------- compaction
+
+
+def cli(cluster, *argv: str) -> tuple[int, str]:
+    """``magnetar-admin`` in this process (test_cli.py proves the console script)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = admin_cli(["--admin-url", cluster.admin_url, *argv])
+    return code, out.getvalue()
+
+
+def compact_and_wait(cluster, topic: str) -> None:
+    code, _ = cli(cluster, "topics", "compact", topic)
+    assert code == 0
+    wait_until(lambda: cli(cluster, "topics", "compaction-status", topic)[1].strip() == "SUCCESS", 30,
+               "the compaction to succeed", explain=lambda: cli(cluster, "topics", "compaction-status", topic))
+
+
+def test_compaction_with_tombstones_read_compacted_by_a_wheel_reader_and_consumer(cluster, wheel, client):
+    topic = new_topic("compacted")
+    producer = wheel.create_producer(topic, batching_enabled=True, batching_max_messages=3,
+                                     batching_max_publish_delay_ms=50)
+    for key, value in [("a", b"a1"), ("b", b"b1"), ("c", b"c1"), ("a", b"a2"), ("b", b""), (None, b"keyless"),
+                       ("c", b"c2")]:
+        if key is None:
+            producer.send_async(value, None)
+        else:
+            producer.send_async(value, None, partition_key=key)   # an empty value: a tombstone
+    producer.flush()
+    code, text = cli(cluster, "topics", "compaction-status", topic)
+    assert (code, text.strip()) == (0, "NOT_RUN")
+    compact_and_wait(cluster, topic)
+    producer.send(b"a3", partition_key="a")   # after the horizon: the tail
+
+    def latest(reader_or_consumer, count: int) -> list[tuple[str, bytes]]:
+        read = getattr(reader_or_consumer, "read_next", None) or reader_or_consumer.receive
+        return [(m.partition_key(), m.data()) for m in (read(TIMEOUT_MS) for _ in range(count))]
+
+    want = [("a", b"a2"), ("c", b"c2"), ("a", b"a3")]
+    reader = wheel.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    assert latest(reader, 3) == want
+    assert not reader.has_message_available()
+    consumer = wheel.subscribe(topic, "compacted-sub", consumer_type=pulsar.ConsumerType.Exclusive,
+                               initial_position=pulsar.InitialPosition.Earliest, is_read_compacted=True)
+    got = [consumer.receive(TIMEOUT_MS) for _ in range(3)]
+    assert [(m.partition_key(), m.data()) for m in got] == want
+    consumer.acknowledge_cumulative(got[-1])
+    wait_until(lambda: backlog(cluster, topic, "compacted-sub") == 0, 15, "the cumulative ack past the view")
+    # Magnetar's client reads the same view; without read_compacted, everything.
+    m_reader = client.create_reader(topic, magnetar.MessageId.earliest, is_read_compacted=True)
+    assert latest(m_reader, 3) == want
+    plain = wheel.create_reader(topic, pulsar.MessageId.earliest)
+    assert len([plain.read_next(TIMEOUT_MS) for _ in range(8)]) == 8
+    # A Shared subscription cannot read the view (Pulsar's rule, refused by the broker).
+    with pytest.raises(magnetar.NotAllowedError):
+        client.subscribe(topic, "shared", consumer_type=magnetar.ConsumerType.Shared, is_read_compacted=True)
+
+
+def test_encrypted_messages_are_not_compacted(cluster, rsa_keys):
+    topic = new_topic("compacted-encrypted")
+    c = pulsar.Client(cluster.pulsar_service_url, operation_timeout_seconds=10)
+    try:
+        producer = c.create_producer(topic, encryption_key="app-key", crypto_key_reader=rsa_keys)
+        for value in (b"v1", b"v2"):
+            producer.send(value, partition_key="k")
+        compact_and_wait(cluster, topic)
+        reader = c.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True, crypto_key_reader=rsa_keys)
+        assert [reader.read_next(TIMEOUT_MS).data() for _ in range(2)] == [b"v1", b"v2"]
+    finally:
+        c.close()
+
+
+def test_a_namespace_compaction_threshold_compacts_in_the_lifecycle_loop(cluster, client):
+    namespace = f"public/compaction-{next(_names)}"
+    admin(cluster, "PUT", f"/admin/v2/namespaces/{namespace}", {})
+    code, _ = cli(cluster, "namespaces", "set-compaction-threshold", namespace, "--threshold", "1K")
+    assert code == 0
+    topic = f"persistent://{namespace}/t"
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(40):
+        producer.send(f"value-{i}".encode() * 4, partition_key=f"k{i % 2}")
+    # No one asked: the broker's lifecycle loop found 1 KiB past the horizon.
+    wait_until(lambda: cli(cluster, "topics", "compaction-status", topic)[1].strip() == "SUCCESS", 30,
+               "the threshold to start a compaction")
+    reader = client.create_reader(topic, magnetar.MessageId.earliest, is_read_compacted=True)
+    first = [reader.read_next(TIMEOUT_MS).data() for _ in range(2)]
+    assert first == [b"value-38" * 4, b"value-39" * 4]
+
+
+@pytest.mark.cluster(brokers=1, registry=False, env={"MAGNETAR_COMPACTION_PAGE_ENTRIES": "2"})
+def test_a_broker_killed_mid_compaction_loses_nothing_and_the_next_run_finishes(cluster):
+    """SIGKILL between two pages of a compaction's view (failpoint
+    broker.compaction.after_page): the previous view and the log are whole, readers see
+    them, and a compaction after the restart switches to the right view."""
+    topic = new_topic("compaction-crash")
+    client = magnetar.Client(",".join(cluster.broker_urls))
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(6):
+            producer.send(f"v{i}".encode(), partition_key=f"k{i % 3}")
+        compact_and_wait(cluster, topic)   # view 1: v3, v4, v5
+        for i in range(6, 12):
+            producer.send(f"v{i}".encode(), partition_key=f"k{i % 3}")
+    finally:
+        client.close()
+    cluster.restart("broker-0", extra_env={"MAGNETAR_FAILPOINTS": "broker.compaction.after_page"})
+    assert cli(cluster, "topics", "compact", topic)[0] == 0
+    wait_until(lambda: not cluster.services["broker-0"].alive, 30, "the broker killed by its failpoint")
+    half = cluster.query("SELECT generation, count(*) FROM compacted_entries GROUP BY 1 ORDER BY 1")
+    assert [tuple(r) for r in half] == [(1, 3), (2, 2)]   # one page of the next view, not switched
+    cluster.start("broker-0", extra_env={"MAGNETAR_FAILPOINTS": ""})
+    client = magnetar.Client(",".join(cluster.broker_urls))
+    try:
+        def read(compacted: bool, count: int) -> list[bytes]:
+            reader = client.create_reader(topic, magnetar.MessageId.earliest, is_read_compacted=compacted)
+            got = [reader.read_next(TIMEOUT_MS).data() for _ in range(count)]
+            assert not reader.has_message_available()
+            reader.close()
+            return got
+
+        # The previous view, then the whole tail; and the log, whole.
+        assert read(True, 9) == [f"v{i}".encode() for i in range(3, 12)]
+        assert read(False, 12) == [f"v{i}".encode() for i in range(12)]
+        code, status = cli(cluster, "topics", "compaction-status", topic)
+        assert status.startswith("ERROR: interrupted")
+        compact_and_wait(cluster, topic)
+        assert read(True, 3) == [b"v9", b"v10", b"v11"]
+        assert [tuple(r) for r in cluster.query("SELECT DISTINCT generation FROM compacted_entries")] == [(2,)]
+    finally:
+        client.close()
