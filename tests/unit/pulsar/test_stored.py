@@ -79,3 +79,13 @@ def test_an_envelope_whose_metadata_does_not_parse_is_a_format_error():
         stored.message_count([bad])
     with pytest.raises(BatchFormatError):
         stored.stored_messages(mpb.MessageBatch(messages=[bad]))
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 16_383, 16_384, 2_097_152])
+def test_an_envelope_assembled_from_bytes_parses_as_the_protobuf_one(size):
+    # envelope_batch writes the payload field and lengths itself (one copy on the hot
+    # path); each varint length boundary must read back as protobuf's own encoding.
+    raw, metadata, _ = _plain_batch(2)
+    payload = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    data = stored.envelope_batch(raw, metadata, payload)
+    assert mpb.MessageBatch.FromString(data) == mpb.MessageBatch(messages=[stored.envelope(raw, metadata, payload)])

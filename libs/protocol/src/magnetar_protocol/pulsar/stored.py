@@ -1,12 +1,9 @@
 """Pulsar entries stored as their producer sent them, inside Magnetar's ``MessageBatch``.
 
-Some entries cannot be translated into ``SingleMessage`` values: an encrypted one (the
-broker never decrypts, so it cannot unpack the batch inside) and one chunk of a large
-message (a slice of the message's payload).  Such an entry is stored as *one*
-``SingleMessage`` whose ``pulsar_metadata`` holds the entry's ``MessageMetadata``
-exactly as sent and whose ``payload`` is the entry's payload exactly as sent: an
-*envelope*.  An envelope stands for all the messages of its entry
-(``num_messages_in_batch``, else 1), so the broker's counts, batch indices and acks are
+Every Pulsar entry is stored as *one* ``SingleMessage`` whose ``pulsar_metadata`` holds
+the entry's ``MessageMetadata`` exactly as sent and whose ``payload`` is the entry's
+payload exactly as sent (compressed as it came): an *envelope*.  An envelope stands for
+all the messages of its entry (``num_messages_in_batch``, else 1), so the broker's counts, batch indices and acks are
 the entry's, as on a Pulsar broker; it copies what the metadata says of the whole entry
 (sequence id, publish time, keys; for a single message its properties, event time and
 flags too), so code that reads only ``SingleMessage`` fields (routing, delayed delivery)
@@ -14,10 +11,10 @@ sees them.
 
 Readers: a Pulsar consumer gets the envelope back as the entry it was (metadata and
 payload byte for byte); ``stored_messages`` gives the broker one ``SingleMessage`` per
-batch index (an envelope it can open is opened, as the translation on write would have
-done; one it cannot stays whole at its first index, the others standing in with its
-keys); Magnetar's client opens what it can and hands the rest over as is
-(encrypted messages) or reassembles it (chunks).
+batch index (an envelope it can open is opened: decompressed and translated; one it
+cannot, an encrypted entry or one chunk of a large message, stays whole at its first
+index, the others standing in with its keys); Magnetar's client opens what it can and
+hands the rest over as is (encrypted messages) or reassembles it (chunks).
 
 Pure: no I/O.
 """
@@ -30,7 +27,7 @@ from google.protobuf.message import DecodeError
 
 from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
-from magnetar_protocol.pulsar.batches import BatchFormatError, to_message_batch, to_pulsar_entry
+from magnetar_protocol.pulsar.batches import BatchFormatError, copy_message_fields, to_message_batch, to_pulsar_entry
 from magnetar_protocol.pulsar.frames import DEFAULT_MAX_MESSAGE_SIZE
 
 
@@ -65,34 +62,52 @@ def is_last_chunk_or_whole(metadata: pb.MessageMetadata) -> bool:
 
 def envelope(raw_metadata: bytes, metadata: pb.MessageMetadata, payload: bytes) -> mpb.SingleMessage:
     """The ``SingleMessage`` storing one Pulsar entry as sent."""
-    message = mpb.SingleMessage(payload=payload, pulsar_metadata=raw_metadata,
-                                sequence_id=metadata.sequence_id, publish_time=metadata.publish_time)
-    # The entry's key (a batch's is its first message's, as the producer set it):
-    # Key_Shared routes an entry it cannot open by it, as Pulsar's broker does.
+    message = _head(raw_metadata, metadata)
+    message.payload = payload
+    return message
+
+
+def _head(raw_metadata: bytes, metadata: pb.MessageMetadata) -> mpb.SingleMessage:
+    """An envelope without its payload."""
+    message = mpb.SingleMessage(pulsar_metadata=raw_metadata, sequence_id=metadata.sequence_id,
+                                publish_time=metadata.publish_time)
+    if not metadata.HasField("num_messages_in_batch"):
+        # A single message: the metadata's fields are the message's (its text was
+        # checked by the frame decoder).
+        copy_message_fields(message, metadata, 0, metadata.deliver_at_time)
+        return message
+    # A batch's key is its first message's, as the producer set it: Key_Shared routes
+    # an entry it cannot open by it, as Pulsar's broker does.
     if metadata.HasField("partition_key"):
         message.partition_key = metadata.partition_key
     if metadata.HasField("ordering_key"):
         message.ordering_key = metadata.ordering_key
     if metadata.deliver_at_time:
         message.deliver_at_time = metadata.deliver_at_time
-    if not metadata.HasField("num_messages_in_batch"):
-        # A single message: the metadata's fields are the message's.
-        if metadata.event_time:
-            message.event_time = metadata.event_time
-        if metadata.null_value:
-            message.null_value = True
-        if metadata.null_partition_key:
-            message.null_partition_key = True
-        if metadata.partition_key_b64_encoded:
-            message.partition_key_b64_encoded = True
-        for kv in metadata.properties:
-            message.properties[kv.key] = kv.value
     return message
 
 
 def envelope_batch(raw_metadata: bytes, metadata: pb.MessageMetadata, payload: bytes) -> bytes:
-    """A serialized ``MessageBatch`` holding one Pulsar entry as sent."""
-    return mpb.MessageBatch(messages=[envelope(raw_metadata, metadata, payload)]).SerializeToString()
+    """A serialized ``MessageBatch`` holding one Pulsar entry as sent.  Assembled from
+    bytes around the payload, copied once (the listener's hot path: building the
+    protobuf objects copied it three times, 80 µs for 100 KB against 10): a field may
+    come in any order in protobuf's encoding, so the payload goes after the rest."""
+    head = _head(raw_metadata, metadata).SerializeToString()
+    size = len(head) + 1 + _varint_size(len(payload)) + len(payload)
+    return b"".join((b"\x0a", _varint(size), head, b"\x0a", _varint(len(payload)), payload))
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _varint_size(n: int) -> int:
+    return max(1, (n.bit_length() + 6) // 7)
 
 
 def metadata_of(message: mpb.SingleMessage) -> pb.MessageMetadata:
