@@ -341,7 +341,7 @@ storage_policies = Table(
     Column("backlog_policy", Text, CheckConstraint(
         "backlog_policy IN ('producer_request_hold', 'producer_exception', 'consumer_backlog_eviction')")),
     Column("updated_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
-    Column("compaction_threshold", BigInteger, CheckConstraint("compaction_threshold >= 0")),  # migration 0010
+    Column("compaction_threshold", BigInteger, CheckConstraint("compaction_threshold >= 0")),  # migration 0012
     PrimaryKeyConstraint("tenant", "namespace", "topic"),
     _namespace_fk(),
     CheckConstraint("(retention_time_minutes IS NULL) = (retention_size_mb IS NULL)"),
@@ -349,7 +349,7 @@ storage_policies = Table(
 )
 
 
-# Migration 0010: topic compaction (docs/operations.md).
+# Migration 0012: topic compaction (docs/operations.md).
 compactions = Table(
     "compactions",
     metadata,

@@ -440,7 +440,7 @@ FROM storage_policies
 WHERE tenant = $1 AND namespace = $2 AND topic IN ('', $3);
 
 -- ---------------------------------------------------------------- compaction
--- Topic compaction (migration 0010, docs/operations.md; the rule: partition/survivors.py).
+-- Topic compaction (migration 0012, docs/operations.md; the rule: partition/survivors.py).
 -- Every write is lease-checked like the log's: only the owner at epoch $3 writes.
 
 -- name: compaction_state
