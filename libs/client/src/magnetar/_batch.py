@@ -51,7 +51,7 @@ class Batch:
     """Messages bound for one send: parallel lists, plus the encoded bytes once sealed."""
 
     __slots__ = ("payloads", "seqs", "callbacks", "fields", "size", "lowest", "highest", "txn",
-                 "created", "data")
+                 "created", "data", "chunk_part")
 
     def __init__(self, txn, lowest: int, created: float) -> None:
         self.payloads: list[bytes] = []
@@ -64,6 +64,9 @@ class Batch:
         self.txn = txn
         self.created = created
         self.data = b""
+        # A chunk before its message's last: its settling releases no slot and runs no
+        # user callback (the last chunk's does, for the message).
+        self.chunk_part = False
 
     def __len__(self) -> int:
         return len(self.payloads)

@@ -161,10 +161,12 @@ class Consumer:
     def ack_nowait(self, msg_or_id, cumulative: bool = False) -> None:
         """A plain ack, grouped (any thread)."""
         part, entry, index, size = self._position(msg_or_id)
+        extra = msg_or_id._extra if type(msg_or_id) is Message else ()
         if cumulative:
             self._check_cumulative()
-            part.acks.cumulative(entry, index)
-        elif part.acks.add(entry, index, size) == ACK_GROUP_MAX:
+            part.acks.cumulative(*max([(entry, index), *extra]))
+        elif part.acks.add(entry, index, size) == ACK_GROUP_MAX or any(
+                part.acks.add(e, i, 0) == ACK_GROUP_MAX for e, i in extra):
             self.loop.call_soon_threadsafe(self._ack_wake.set)
         # Queued first, flag read second; the flusher clears the flag before it takes
         # the acks: so an ack is either in the flush or signals the next one.
@@ -186,7 +188,12 @@ class Consumer:
         if cumulative:
             self._check_cumulative()
         part, entry, index, _ = self._position(msg_or_id)
-        await txn.ack(part, pb.Position(entry_id=entry, batch_index=index), cumulative)
+        extra = msg_or_id._extra if type(msg_or_id) is Message else ()
+        if cumulative:
+            entry, index = max([(entry, index), *extra])
+            extra = ()
+        for e, i in ((entry, index), *extra):   # a chunked message: every chunk
+            await txn.ack(part, pb.Position(entry_id=e, batch_index=i), cumulative)
 
     async def acknowledge_cumulative(self, msg_or_id, txn=None) -> None:
         """Acknowledge everything up to and including the message (Exclusive and Failover
@@ -215,7 +222,9 @@ class Consumer:
         """Have the message redelivered after ``negative_ack_redelivery_delay_ms``
         (event loop; the sync API hops here)."""
         part, entry, index, _ = self._position(msg_or_id)
-        self._nacks.add(part.partition, (entry, index), time.monotonic())
+        now = time.monotonic()
+        for position in ((entry, index), *(msg_or_id._extra if type(msg_or_id) is Message else ())):
+            self._nacks.add(part.partition, position, now)
 
     async def _nack_sender(self) -> None:
         while not self.closed:
@@ -342,6 +351,16 @@ class Consumer:
     def is_connected(self) -> bool:
         """Whether every partition has a live consumer."""
         return not self.closed and all(p.consumer_id for p in self.parts)
+
+
+def chunk_options(max_pending: int, auto_ack_oldest: bool, expire_ms: int) -> dict:
+    """Validated options for chunked messages (pulsar-client's names and defaults)."""
+    for name, value in (("max_pending_chunked_message", max_pending),
+                        ("expire_time_of_incomplete_chunked_message_ms", expire_ms)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0 (0: no limit), got {value!r}")
+    return {"max_pending_chunks": max_pending, "auto_ack_oldest_chunk": bool(auto_ack_oldest),
+            "chunk_expiry_ms": expire_ms}
 
 
 class _Room:

@@ -1,5 +1,5 @@
 """Storage-lifecycle policy routes on Pulsar's admin v2 paths (docs/admin.md): retention,
-messageTTL and backlogQuota per namespace and per topic, the namespace's whole policy
+messageTTL, backlogQuota and compactionThreshold per namespace and per topic, the namespace's whole policy
 object, and expire-messages.  Bodies are validated by magnetar_protocol.policies (400
 with the reason; nothing is written)."""
 
@@ -21,6 +21,7 @@ from magnetar_protocol.policies import (
     Retention,
     Row,
     parse_backlog_quota,
+    parse_compaction_threshold,
     parse_retention,
     parse_ttl,
 )
@@ -84,6 +85,7 @@ def policy_routes() -> APIRouter:
         return {"retention_policies": retention_json(row),
                 "message_ttl_in_seconds": row.message_ttl_seconds,
                 "backlog_quota_map": quota_map_json(row),
+                "compaction_threshold": row.compaction_threshold,
                 "deduplicationEnabled": await service.store.deduplication(*scope[:2])}
 
     def level_routes(prefix: str, scope_of, tag: str) -> None:
@@ -126,6 +128,32 @@ def policy_routes() -> APIRouter:
         async def remove_ttl(service: Service, tenant: str, namespace: str, topic: str = "") -> Response:
             scope = await scope_of(service, tenant, namespace, topic)
             await service.store.set_message_ttl(*scope, None)
+            return Response(status_code=204)
+
+        @r.get(prefix + "/compactionThreshold", tags=[tag],
+               summary="compactionThreshold in bytes set at this level (null: none)")
+        async def get_compaction_threshold(service: Service, tenant: str, namespace: str,
+                                           topic: str = "") -> int | None:
+            scope = await scope_of(service, tenant, namespace, topic)
+            return (await service.store.storage_policies(*scope)).compaction_threshold
+
+        @r.post(prefix + "/compactionThreshold", tags=[tag], **NO_CONTENT,
+                openapi_extra=body_doc({"type": "integer", "minimum": 0}, example=104857600),
+                summary="Set compactionThreshold: bytes past the compaction horizon that start a "
+                        "compaction (0 = off)")
+        async def set_compaction_threshold(service: Service, body: Body, tenant: str, namespace: str,
+                                           topic: str = "") -> Response:
+            scope = await scope_of(service, tenant, namespace, topic)
+            threshold = _checked(parse_compaction_threshold, None if body is bodies.MISSING else body)
+            await service.store.set_compaction_threshold(*scope, threshold)
+            return Response(status_code=204)
+
+        @r.delete(prefix + "/compactionThreshold", tags=[tag], **NO_CONTENT,
+                  summary="Remove compactionThreshold at this level")
+        async def remove_compaction_threshold(service: Service, tenant: str, namespace: str,
+                                              topic: str = "") -> Response:
+            scope = await scope_of(service, tenant, namespace, topic)
+            await service.store.set_compaction_threshold(*scope, None)
             return Response(status_code=204)
 
         @r.get(prefix + "/backlogQuotaMap", tags=[tag],

@@ -21,6 +21,9 @@ class Entry:
     # A marker committed by this broker: its batches, still in memory, joined on first
     # read rather than at commit (a commit's cost stays independent of its size).
     parts: tuple[bytes, ...] | None = None
+    # An entry of the compacted view (partition/compacted.py): the mask of its batch
+    # indices in the view (the others were compacted away); None for the log's entries.
+    kept: int | None = None
 
     def size(self) -> int:
         """Bytes held in memory."""

@@ -62,6 +62,9 @@ class Append:
     highest: int
     num_messages: int
     batch: bytes
+    # False for a chunk before its message's last: it records no sequence id (Pulsar
+    # judges a chunked message by its last chunk; every chunk carries its id).
+    judged: bool = field(default=True, kw_only=True)
 
 
 @dataclass(slots=True)
@@ -112,7 +115,8 @@ def plan_plain(items: list[Append], next_entry_id: int, dedup: bool, now_ms: int
     sequences: dict[str, int] = {}
     if dedup:
         for i in items:
-            sequences[i.producer_name] = max(sequences.get(i.producer_name, -1), i.highest)
+            if i.judged:
+                sequences[i.producer_name] = max(sequences.get(i.producer_name, -1), i.highest)
     return PlainPlan(next_entry_id, columns, sequences)
 
 
@@ -184,7 +188,7 @@ def plan_group(items: list[Any], txns: Mapping[TxnID, TxnBuf], next_entry_id: in
         if transactional and (refusal := _not_owner(item, registering, txns, fresh, topic)):
             results[i] = refusal
             continue
-        if dedup:
+        if dedup and item.judged:
             key = (item.producer_name, item.txn if registering else None)
             sequences[key] = max(sequences.get(key, -1), item.highest)
         if not transactional:
