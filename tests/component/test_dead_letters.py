@@ -10,12 +10,14 @@ import pytest
 
 from magnetar_broker.commands import Redeliver
 from magnetar_broker.deadletter_ops import APPEND_PATH
+from magnetar_broker.partition.sends import Batch
 from magnetar_broker.service import BrokerService
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
 from magnetar_broker.subscription.deadrules import DeadLetterPolicy
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.cursorstate import decode_acks
+from magnetar_protocol.pulsar import batches, stored
 from magnetar_protocol.topics import TopicName
 from tests.component.conftest import Broker
 from tests.waiting import async_wait_until
@@ -157,3 +159,25 @@ async def test_the_dead_letter_partition_served_by_another_broker_writes_the_mov
     assert [m.payload for m in await dlq_messages(pool)] == [b"x"]
     assert target.next_entry_id == 1  # its writer applied the copy
     assert await stored_cursor(pool) == (0, {})
+
+
+async def test_a_pulsar_batch_stored_as_sent_is_moved_message_by_message(broker, pool):
+    """A Pulsar producer's entry is an envelope: the move opens it as Magnetar's readers
+    do, each copy keeping its payload and properties."""
+    producer = await broker.producer(TOPIC, "p")
+    consumer = await shared_consumer(broker, DeadLetterPolicy(1))
+    inner = pb.MessageBatch(messages=[pb.SingleMessage(payload=f"w{i}".encode(), sequence_id=i,
+                                                       properties={"n": str(i)}) for i in range(2)])
+    metadata, payload = batches.to_pulsar_entry(inner, producer_name="p", publish_time=1, batched=True)
+    [sent] = await broker.service.publish(broker.session, [Batch(
+        producer_id=producer, payload=stored.envelope_batch(metadata.SerializeToString(), metadata, payload),
+        num_messages=2, sequence_id=0, highest_sequence_id=1)])
+    assert not isinstance(sent, Exception)
+    await nack_until_moved(broker, consumer, 3)
+    sub = broker.service.consumers[consumer].subscription
+    await async_wait_until(lambda: sub.dead.moved == 2, 10, "both messages moved")
+    assert [(m.payload, dict(m.properties)) for m in await dlq_messages(pool)] == [
+        (b"w0", {"n": "0", "REAL_TOPIC": TOPIC, "ORIGIN_MESSAGE_ID": "0:0:-1:0"}),
+        (b"w1", {"n": "1", "REAL_TOPIC": TOPIC, "ORIGIN_MESSAGE_ID": "0:0:-1:1"})]
+    assert (await stored_cursor(pool))[0] == 0
+

@@ -17,6 +17,7 @@ from magnetar_broker.partition.sends import Batch
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import BadRequest, NotAllowedError
 from magnetar_protocol.policies import DelayedDelivery
+from magnetar_protocol.pulsar import batches, stored
 from magnetar_protocol.txnid import TxnID
 from tests.component.conftest import Broker
 
@@ -190,3 +191,24 @@ async def test_a_due_delayed_message_acknowledged_in_a_transaction_goes_with_its
     await sub.save_now()
     assert await stored_delays(pool) == []
     assert await receive(broker, consumer) == []
+
+
+async def test_a_pulsar_batch_stored_as_sent_waits_for_its_entrys_time(broker, pool):
+    """A Pulsar entry is stored as sent (an envelope); its metadata's deliver_at_time is
+    its messages' (Pulsar's is per entry): all of them kept apart, unopened."""
+    producer = await broker.producer(TOPIC, "p")
+    consumer = await shared(broker)
+    inner = pb.MessageBatch(messages=[pb.SingleMessage(payload=f"w{i}".encode(), sequence_id=i) for i in range(3)])
+    metadata, payload = batches.to_pulsar_entry(inner, producer_name="p", publish_time=1, batched=True)
+    metadata.deliver_at_time = at = now_ms() + 300
+    [sent] = await broker.service.publish(broker.session, [Batch(
+        producer_id=producer, payload=stored.envelope_batch(metadata.SerializeToString(), metadata, payload),
+        num_messages=3, sequence_id=0, highest_sequence_id=2, deliver_at=at)])
+    assert not isinstance(sent, Exception)
+    assert await receive(broker, consumer) == []
+    assert await stored_delays(pool) in ([], [(0, 3)])  # stored with the next cursor write
+    fetched = await broker.service.fetch(Fetch(consumer_id=consumer, session_id=broker.session, max_messages=100,
+                                               wait_ms=5000))
+    assert now_ms() >= at
+    [entry] = fetched.entries
+    assert [m.payload for m in stored.stored_messages(entry.batch)] == [b"w0", b"w1", b"w2"]

@@ -388,8 +388,12 @@ def test_every_pulsar_message_field_survives_both_protocols(magnetar, client):
     assert first.metadata.deliver_at_time == 1_900_000_000_000
     assert first.metadata.publish_time == 1_600_000_000_123 and batched.metadata.publish_time == 1_600_000_000_456
     assert batched.metadata.num_messages_in_batch == 2
-    (size,) = struct.unpack(">I", batched.payload[:4])
-    assert pb.SingleMessageMetadata.FromString(batched.payload[4:4 + size]).null_partition_key
+    # Stored as sent: it comes back compressed as it went (docs/pulsar-protocol.md).
+    assert batched.metadata.compression == pb.ZSTD
+    from magnetar_protocol.pulsar.compression import decompress
+    body = decompress(pb.ZSTD, batched.payload, batched.metadata.uncompressed_size)
+    (size,) = struct.unpack(">I", body[:4])
+    assert pb.SingleMessageMetadata.FromString(body[4:4 + size]).null_partition_key
 
     # Magnetar's client.
     m = mclient.Client(",".join(magnetar.broker_urls))

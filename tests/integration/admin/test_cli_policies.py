@@ -88,3 +88,19 @@ def test_refusals_change_nothing(admin, cli):
     assert "--limit" in usage(cli, "namespaces", "set-backlog-quota", "public/default",
                               "--policy", "producer_exception")
     assert "--subscription SUB or --all-subscriptions" in usage(cli, "topics", "expire-messages", "orders", "-t", "1h")
+
+
+def test_compaction_threshold_per_namespace_and_topic(admin, cli):
+    ok(cli, "namespaces", "set-compaction-threshold", "public/default", "--threshold", "100M")
+    assert js(cli, "namespaces", "get-compaction-threshold", "public/default") == 100 * 2**20
+    assert js(cli, "namespaces", "policies", "public/default")["compaction_threshold"] == 100 * 2**20
+    ok(cli, "topics", "create", "ticks")
+    ok(cli, "topics", "set-compaction-threshold", "ticks", "--threshold", "0")   # off for this topic
+    assert js(cli, "topics", "get-compaction-threshold", "ticks") == 0
+    ok(cli, "namespaces", "remove-compaction-threshold", "public/default")
+    assert "not set here" in ok(cli, "namespaces", "get-compaction-threshold", "public/default")
+    assert "--threshold must be 0" in usage(cli, "topics", "set-compaction-threshold", "ticks", "--threshold", "-1")
+    assert "does not exist" in refused(admin, cli, "topics", "set-compaction-threshold", "never-made",
+                                       "--threshold", "1M")
+    code, _, err = cli("topics", "compaction-status", "never-made")
+    assert code == 1 and "does not exist" in err

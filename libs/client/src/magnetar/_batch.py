@@ -74,7 +74,7 @@ class Batch:
     """Messages bound for one send: parallel lists, plus the encoded bytes once sealed."""
 
     __slots__ = ("payloads", "seqs", "callbacks", "fields", "size", "lowest", "highest", "txn",
-                 "created", "data", "deliver_at")
+                 "created", "data", "deliver_at", "chunk_part")
 
     def __init__(self, txn, lowest: int, created: float) -> None:
         self.payloads: list[bytes] = []
@@ -88,6 +88,9 @@ class Batch:
         self.created = created
         self.data = b""
         self.deliver_at = 0  # the latest delivery time of its messages (the broker's index hint)
+        # A chunk before its message's last: its settling releases no slot and runs no
+        # user callback (the last chunk's does, for the message).
+        self.chunk_part = False
 
     def __len__(self) -> int:
         return len(self.payloads)

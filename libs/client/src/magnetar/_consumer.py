@@ -200,15 +200,19 @@ class Consumer:
         info = msg._info
         with self._unacked_lock:
             self._unacked.add((info.partition, info.entry_id, msg._index))
+            for entry, index in msg._extra:   # a chunked message: its other chunks too
+                self._unacked.add((info.partition, entry, index))
 
-    def _untrack(self, part: PartitionConsumer, entry: int, index: int, cumulative: bool = False) -> None:
+    def _untrack(self, part: PartitionConsumer, entry: int, index: int, cumulative: bool = False,
+                 extra=()) -> None:
         if self._unacked is None:
             return
         with self._unacked_lock:
             if cumulative:
-                self._unacked.remove_through(part.partition, entry, index)
+                self._unacked.remove_through(part.partition, *max([(entry, index), *extra]))
             else:
-                self._unacked.remove((part.partition, entry, index))
+                for e, i in ((entry, index), *extra):
+                    self._unacked.remove((part.partition, e, i))
 
     async def _ack_timeout_ticker(self) -> None:
         """Each tick, redeliver what was received longer than the ack timeout ago and
@@ -247,12 +251,14 @@ class Consumer:
             owner.ack_nowait(msg_or_id, cumulative)
             return
         part, entry, index, size = self._position(msg_or_id)
+        extra = msg_or_id._extra if type(msg_or_id) is Message else ()
         if self._unacked is not None:
-            self._untrack(part, entry, index, cumulative)
+            self._untrack(part, entry, index, cumulative, extra)
         if cumulative:
             self._check_cumulative()
-            part.acks.cumulative(entry, index)
-        elif part.acks.add(entry, index, size) == ACK_GROUP_MAX:
+            part.acks.cumulative(*max([(entry, index), *extra]))
+        elif part.acks.add(entry, index, size) == ACK_GROUP_MAX or any(
+                part.acks.add(e, i, 0) == ACK_GROUP_MAX for e, i in extra):
             self.loop.call_soon_threadsafe(self._ack_wake.set)
         # Queued first, flag read second; the flusher clears the flag before it takes
         # the acks: so an ack is either in the flush or signals the next one.
@@ -277,10 +283,15 @@ class Consumer:
         if cumulative:
             self._check_cumulative()
         part, entry, index, _ = self._position(msg_or_id)
-        await txn.ack(part, pb.Position(entry_id=entry, batch_index=index), cumulative)
+        extra = msg_or_id._extra if type(msg_or_id) is Message else ()
         # Pending in the transaction now: the broker holds it for the transaction and
         # redelivers it if the transaction aborts, so the ack timeout lets it be.
-        self._untrack(part, entry, index, cumulative)
+        self._untrack(part, entry, index, cumulative, extra)
+        if cumulative:
+            entry, index = max([(entry, index), *extra])
+            extra = ()
+        for e, i in ((entry, index), *extra):   # a chunked message: every chunk
+            await txn.ack(part, pb.Position(entry_id=e, batch_index=i), cumulative)
 
     async def acknowledge_cumulative(self, msg_or_id, txn=None) -> None:
         """Acknowledge everything up to and including the message (Exclusive and Failover
@@ -315,9 +326,12 @@ class Consumer:
             owner.negative_acknowledge(msg_or_id)
             return
         part, entry, index, _ = self._position(msg_or_id)
-        self._untrack(part, entry, index)
+        extra = msg_or_id._extra if type(msg_or_id) is Message else ()
+        self._untrack(part, entry, index, extra=extra)
         count = msg_or_id.redelivery_count() if type(msg_or_id) is Message else 0
-        self._nacks.add(part.partition, (entry, index), time.monotonic(), count)
+        now = time.monotonic()
+        for position in ((entry, index), *extra):   # a chunked message: every chunk
+            self._nacks.add(part.partition, position, now, count)
 
     async def _nack_sender(self) -> None:
         while not self.closed:
@@ -457,6 +471,16 @@ class Consumer:
     def is_connected(self) -> bool:
         """Whether every partition has a live consumer."""
         return not self.closed and all(p.consumer_id for p in self.parts)
+
+
+def chunk_options(max_pending: int, auto_ack_oldest: bool, expire_ms: int) -> dict:
+    """Validated options for chunked messages (pulsar-client's names and defaults)."""
+    for name, value in (("max_pending_chunked_message", max_pending),
+                        ("expire_time_of_incomplete_chunked_message_ms", expire_ms)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0 (0: no limit), got {value!r}")
+    return {"max_pending_chunks": max_pending, "auto_ack_oldest_chunk": bool(auto_ack_oldest),
+            "chunk_expiry_ms": expire_ms}
 
 
 class _Room:

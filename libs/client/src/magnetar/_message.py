@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
 from magnetar._types import MessageId
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol import pulsar_api_pb2 as pulsar_pb
+from magnetar_protocol.errors import BadRequest
+from magnetar_protocol.pulsar import stored
 
 
 class EntryInfo:
@@ -28,7 +36,7 @@ class EntryInfo:
 class Message:
     """A received message (as ``pulsar.Message``)."""
 
-    __slots__ = ("_msg", "_info", "_index", "_redelivery", "_id")
+    __slots__ = ("_msg", "_info", "_index", "_redelivery", "_id", "_extra")
 
     def __init__(self, msg: pb.SingleMessage, info: EntryInfo, batch_index: int,
                  redelivery_count: int = 0) -> None:
@@ -37,6 +45,9 @@ class Message:
         self._index = batch_index
         self._redelivery = redelivery_count
         self._id: MessageId | None = None  # made on first use: most messages never need one
+        # Other (entry id, batch index) positions acknowledged with this message: the
+        # earlier chunks of a chunked message, or the rest of an encrypted batch.
+        self._extra: tuple[tuple[int, int], ...] = ()
 
     def data(self) -> bytes:
         """The payload."""
@@ -107,8 +118,64 @@ class Message:
         """Its producer sequence id."""
         return self._msg.sequence_id
 
+    def encryption_context(self) -> EncryptionContext | None:
+        """How a Pulsar producer encrypted this message, None when it did not.  Magnetar
+        never decrypts (nor does this client): ``data()`` is then the encrypted payload
+        (compressed before it was encrypted, and for a batch the whole batch, as
+        Pulsar's ``ConsumerCryptoFailureAction.CONSUME`` delivers it)."""
+        if not self._msg.pulsar_metadata:
+            return None
+        metadata = pulsar_pb.MessageMetadata.FromString(self._msg.pulsar_metadata)
+        if not stored.is_encrypted(metadata):
+            return None
+        return EncryptionContext(
+            keys={k.key: k.value for k in metadata.encryption_keys},
+            key_metadata={k.key: {kv.key: kv.value for kv in k.metadata} for k in metadata.encryption_keys},
+            algorithm=metadata.encryption_algo, param=metadata.encryption_param,
+            compression=pulsar_pb.CompressionType.Name(metadata.compression),
+            uncompressed_size=metadata.uncompressed_size,
+            batch_size=stored.entry_count(metadata) if metadata.HasField("num_messages_in_batch") else None,
+            chunk=(metadata.chunk_id, metadata.num_chunks_from_msg) if stored.is_chunk(metadata) else None)
+
     def __repr__(self) -> str:
         return f"Message(id={self.message_id()}, {len(self._msg.payload)} bytes)"
+
+
+@dataclass(frozen=True)
+class EncryptionContext:
+    """A Pulsar producer's encryption of a message (Pulsar's ``EncryptionContext``):
+    the data key encrypted under each named public key (``keys``, with each key's
+    metadata), the cipher (``algorithm``, "" = Pulsar's AES-GCM) and its IV
+    (``param``), the compression applied before encrypting, and for a batch its size;
+    for one chunk of a large message (chunks are encrypted one by one), (chunk id,
+    chunk count)."""
+
+    keys: dict[str, bytes]
+    key_metadata: dict[str, dict[str, str]]
+    algorithm: str
+    param: bytes
+    compression: str
+    uncompressed_size: int
+    batch_size: int | None
+    chunk: tuple[int, int] | None
+
+
+class ChunkPiece:
+    """One delivered chunk of a large message, waiting for the others (_chunks.py)."""
+
+    __slots__ = ("metadata", "payload", "info", "index", "redelivery")
+
+    def __init__(self, metadata: pulsar_pb.MessageMetadata, payload: bytes, info: EntryInfo, index: int,
+                 redelivery: int = 0) -> None:
+        self.metadata = metadata
+        self.payload = payload
+        self.info = info
+        self.index = index
+        self.redelivery = redelivery
+
+    @property
+    def position(self) -> tuple[int, int]:
+        return (self.info.entry_id, self.index)
 
 
 class UndecodableEntry:
@@ -124,19 +191,57 @@ class UndecodableEntry:
 
 
 def expand(entry: pb.DeliveredEntry, partition: int, topic: str, generation: int = 0,
-           source: object = None) -> list[Message]:
+           source: object = None) -> list[Message | ChunkPiece]:
     """The messages a delivered entry carries: all of them (first delivery), or only the
-    listed batch indices with their redelivery counts.  Raises DecodeError when the
-    entry's batch does not parse."""
+    listed batch indices with their redelivery counts; a chunk of a large message comes
+    as a ChunkPiece.  Raises DecodeError when the entry's batch does not decode."""
     messages = pb.MessageBatch.FromString(entry.batch).messages
+    if stored.has_envelope(messages):
+        try:
+            return _expand_stored(messages, entry, partition, topic, generation, source)
+        except BadRequest as exc:   # an envelope that does not open
+            raise DecodeError(str(exc)) from None
     info = EntryInfo(partition, entry.entry_id, len(messages), topic, entry.publish_time,
                      entry.producer_name, source, generation)
     if not entry.indices:
         return [Message(m, info, i) for i, m in enumerate(messages)]
     n = len(messages)
     counts = entry.redelivery_counts
-    out = []
+    out: list[Message | ChunkPiece] = []
     for k, i in enumerate(entry.indices):
         if i < n:  # an index past the batch is the broker's bug; never crash on it
             out.append(Message(messages[i], info, i, counts[k] if k < len(counts) else 0))
+    return out
+
+
+def _expand_stored(messages: Sequence[pb.SingleMessage], entry: pb.DeliveredEntry, partition: int,
+                   topic: str, generation: int, source: object) -> list[Message | ChunkPiece]:
+    """``expand`` of a batch holding Pulsar entries stored as sent: one that can be
+    opened gives its messages; an encrypted one is one message standing for all its
+    batch indices (acking it acks them all); a chunk gives a ChunkPiece."""
+    opened = [stored.open_message(m) for m in messages]
+    total = sum(len(o.messages) for o in opened)
+    info = EntryInfo(partition, entry.entry_id, total, topic, entry.publish_time, entry.producer_name,
+                     source, generation)
+    due = {i: (entry.redelivery_counts[k] if k < len(entry.redelivery_counts) else 0)
+           for k, i in enumerate(entry.indices)} if entry.indices else None
+    out: list[Message | ChunkPiece] = []
+    first = 0
+    for o in opened:
+        span = range(first, first + len(o.messages))
+        first += len(o.messages)
+        mine = [i for i in span if due is None or i in due]
+        if not mine:
+            continue
+        redelivery = max(due[i] for i in mine) if due else 0
+        if o.opened:
+            out += [Message(o.messages[i - span.start], info, i, due[i] if due else 0) for i in mine]
+        elif o.metadata is not None and stored.is_chunk(o.metadata) and not stored.is_encrypted(o.metadata):
+            out.append(ChunkPiece(o.metadata, o.messages[0].payload, info, span.start, redelivery))
+        elif len(span) == total:
+            out.append(Message(o.messages[0], info, -1, redelivery))   # the whole entry
+        else:
+            message = Message(o.messages[0], info, mine[0], redelivery)
+            message._extra = tuple((entry.entry_id, i) for i in mine[1:])
+            out.append(message)
     return out

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from google.protobuf.message import DecodeError
 
 from magnetar._acks import AckGroup, ack_requests
-from magnetar._message import EntryInfo, UndecodableEntry, expand
+from magnetar._chunks import Assembler, Outcome
+from magnetar._message import ChunkPiece, EntryInfo, UndecodableEntry, expand
 from magnetar._reader import start_position
 from magnetar._retry import RETRYABLE, SESSION_LOST, TRANSIENT, Backoff, deadline_after
 from magnetar._types import InitialPosition, MessageId
@@ -61,6 +63,8 @@ class PartitionConsumer:
         self.start_inclusive: bool = o.get("start_inclusive", False)
         self.seek_time: int | None = None  # a reader's last seek by publish time
         self.acks = AckGroup()
+        self.chunks = Assembler(o.get("max_pending_chunks", 10), o.get("chunk_expiry_ms", 60_000),
+                                o.get("auto_ack_oldest_chunk", False))
         self.task: asyncio.Task | None = None
         self.end_of_topic = False  # the topic was terminated and everything was fetched
 
@@ -98,7 +102,7 @@ class PartitionConsumer:
             session_id=self.session_id, topic=self.topic, subscription=o["subscription"],
             sub_type=int(o["consumer_type"]), initial_position=self.initial_position,
             consumer_name=o["consumer_name"], priority_level=o["priority_level"],
-            durable=o["durable"])
+            durable=o["durable"], read_compacted=o.get("read_compacted", False))
         policy = o.get("dead_letter_policy")
         if policy is not None:
             req.dead_letter_policy.CopyFrom(pb.DeadLetterPolicy(
@@ -163,7 +167,30 @@ class PartitionConsumer:
                     put(self._skip_undecodable(entry, generation, exc))
                     continue
                 for msg in messages:
-                    put(msg)
+                    if type(msg) is ChunkPiece:
+                        self._chunk(msg)
+                    else:
+                        put(msg)
+            if len(self.chunks):
+                self._settle_chunks(self.chunks.expire(int(time.time() * 1000)))
+
+    def _chunk(self, piece: ChunkPiece) -> None:
+        """One chunk of a large message: the whole message once its last chunk came."""
+        outcome = self.chunks.add(piece, int(time.time() * 1000))
+        self._settle_chunks(outcome)
+        if outcome.message is not None:
+            self.consumer.queue.put_nowait(outcome.message)
+
+    def _settle_chunks(self, outcome: Outcome) -> None:
+        """Acknowledge chunks the assembler gave up on (expired, or room made with
+        auto_ack_oldest_chunked_message_on_queue_full); the others it dropped come
+        again when redelivered (a reader's are gone: it never acknowledges)."""
+        if outcome.ack and not self.reader:
+            for entry_id, index in outcome.ack:
+                self.consumer.ack_nowait(MessageId(self.partition, entry_id, index, 0))
+        if outcome.ack or outcome.dropped:
+            log.info("chunks of incomplete messages on %s dropped (%d acknowledged, %d left for "
+                     "redelivery)", self.topic, len(outcome.ack), len(outcome.dropped))
 
     def _skip_undecodable(self, entry: pb.DeliveredEntry, generation: int,
                           exc: Exception) -> UndecodableEntry:

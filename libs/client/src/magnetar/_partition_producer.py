@@ -20,6 +20,7 @@ import time
 from collections import deque
 
 from magnetar._batch import Batch, Batcher
+from magnetar._chunks import chunk_metadata, cut
 from magnetar._retry import RETRYABLE, SESSION_LOST, TRANSIENT, Backoff, deadline_after
 from magnetar._types import MessageId, ProducerAccessMode, Result
 from magnetar_protocol import magnetar_pb2 as pb
@@ -153,6 +154,34 @@ class PartitionProducer(Batcher):
         self._send_soon = False
         if self.sender is None:
             self.seal_all()
+
+    def add_chunked(self, payload: bytes, callback, fields: dict | None, seq: int | None, txn) -> None:
+        """A message over the broker's limit, in chunks (_chunks.py), each its own batch
+        in order after what is open; ``callback`` runs once, with the last chunk's id,
+        or with the first failure of any chunk."""
+        if seq is None:
+            seq = self.next_seq
+        self.next_seq = max(self.next_seq, seq + 1)
+        open_batch = self.current if txn is None else self.txn_batches.get(txn)
+        if open_batch is not None:
+            self.seal(open_batch)
+        metadata = chunk_metadata(self.name, seq, int(time.time() * 1000), len(payload), fields)
+        pieces = cut(payload, metadata, self.max_message_size)
+        outcome = ChunkedSend(callback)
+        count = len(pieces) // 2
+        for i in range(count):
+            batch = Batch(txn, seq, time.monotonic())
+            batch.payloads.append(pieces[2 * i + 1])
+            batch.seqs.append(seq)
+            batch.callbacks.append(outcome if i == count - 1 else outcome.part)
+            batch.fields = {0: {**(fields or {}), "pulsar_metadata": pieces[2 * i],
+                                "publish_time": metadata.publish_time}}
+            batch.size = len(pieces[2 * i + 1])
+            batch.highest = seq
+            batch.chunk_part = i < count - 1
+            batch.deliver_at = (fields or {}).get("deliver_at_time", 0)  # every chunk waits for it
+            batch.data = batch.encode()
+            self._sealed(batch)
 
     def _sealed(self, batch: Batch) -> None:
         self.sealed_count += 1
@@ -303,7 +332,7 @@ class PartitionProducer(Batcher):
                 callback(ok, MessageId(partition, entry, i, n))
             except Exception:  # a user's callback must not break the pipeline
                 log.exception("send callback failed")
-        self._released(batch, n)
+        self._released(batch, 0 if batch.chunk_part else n)
 
     def _settle_failed(self, batch: Batch, error: BaseException) -> None:
         if batch.txn is not None:
@@ -313,12 +342,13 @@ class PartitionProducer(Batcher):
                 callback(error, None)
             except Exception:
                 log.exception("send callback failed")
-        self._released(batch, len(batch.callbacks))
+        self._released(batch, 0 if batch.chunk_part else len(batch.callbacks))
 
     def _released(self, batch: Batch, n: int) -> None:
-        if batch.txn is not None:
+        if batch.txn is not None and n:
             batch.txn.ops_done(n)
-        self.producer.slots.release(n)
+        if n:
+            self.producer.slots.release(n)
 
     async def flush(self) -> None:
         """Seal the open batches and wait until everything sent was answered."""
@@ -339,3 +369,23 @@ class PartitionProducer(Batcher):
                                      pb.CloseProducerResponse, timeout=5)
             except MagnetarError:
                 pass  # it goes with its session anyway
+
+
+class ChunkedSend:
+    """The user's callback of a chunked message: called once, when the last chunk is
+    answered, with the first error any chunk met (chunks settle in order)."""
+
+    __slots__ = ("callback", "error")
+
+    def __init__(self, callback) -> None:
+        self.callback = callback
+        self.error: BaseException | None = None
+
+    def part(self, result, msg_id: MessageId | None) -> None:
+        if result is not Result.Ok and self.error is None:
+            self.error = result
+
+    def __call__(self, result, msg_id: MessageId | None) -> None:
+        if self.error is not None and result is Result.Ok:
+            result, msg_id = self.error, None
+        self.callback(result, msg_id)

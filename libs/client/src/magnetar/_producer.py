@@ -103,7 +103,7 @@ class Producer:
         if self.closed:
             raise AlreadyClosed(f"producer on {self.topic_name} is closed")
         data = payload_bytes(data)
-        if len(data) > self.max_message_size:
+        if len(data) > self.max_message_size and not self.options.get("chunking"):
             raise MessageTooBig(f"message of {len(data)} bytes exceeds the maximum of "
                                 f"{self.max_message_size} bytes")
         return data
@@ -124,7 +124,10 @@ class Producer:
         if txn is not None:
             txn.check_usable()
             txn.ops_started(1, part)
-        part.add(data, callback, fields, seq, txn)
+        if len(data) > part.max_message_size:   # only with chunking (check)
+            part.add_chunked(data, callback, fields, seq, txn)
+        else:
+            part.add(data, callback, fields, seq, txn)
         if awaited:
             part.send_soon()
 
@@ -215,7 +218,8 @@ def producer_options(producer_name=None, initial_sequence_id=None,
                      batching_max_allowed_size_in_bytes=128 * 1024,
                      batching_max_publish_delay_ms=1, max_pending_messages=1000,
                      block_if_queue_full=True,
-                     message_routing_mode=PartitionsRoutingMode.RoundRobinDistribution) -> dict:
+                     message_routing_mode=PartitionsRoutingMode.RoundRobinDistribution,
+                     chunking_enabled=False) -> dict:
     """Validated create_producer options (pulsar-client's names and defaults)."""
     if initial_sequence_id is not None and (not isinstance(initial_sequence_id, int)
                                             or initial_sequence_id < -1):
@@ -225,7 +229,11 @@ def producer_options(producer_name=None, initial_sequence_id=None,
     if send_timeout_millis < 0 or max_pending_messages < 1 or batching_max_messages < 1:
         raise ValueError("send_timeout_millis must be >= 0 (0: no timeout); "
                          "max_pending_messages and batching_max_messages >= 1")
+    if chunking_enabled and batching_enabled:
+        # Pulsar's rule: a chunked message travels alone, so chunking needs batching off.
+        raise ValueError("chunking_enabled needs batching_enabled=False, as in Pulsar")
     return {
+        "chunking": bool(chunking_enabled),
         "producer_name": producer_name or None, "initial_sequence_id": initial_sequence_id,
         "access_mode": ProducerAccessMode(access_mode), "batching": bool(batching_enabled),
         "send_timeout_s": send_timeout_millis / 1000, "max_messages": batching_max_messages,

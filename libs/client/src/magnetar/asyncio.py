@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from magnetar import _errors
-from magnetar._consumer import Consumer
+from magnetar._consumer import Consumer, chunk_options
 from magnetar._core import Core, check_listener_name
 from magnetar._errors import *  # noqa: F403 (every error class; _errors.__all__)
 from magnetar._errors import AlreadyClosed, TransactionCoordinatorNotFoundError
@@ -134,15 +134,18 @@ class Client:
                               batching_max_publish_delay_ms: float = 1,
                               max_pending_messages: int = 1000, block_if_queue_full: bool = True,
                               message_routing_mode: PartitionsRoutingMode =
-                              PartitionsRoutingMode.RoundRobinDistribution) -> Producer:
+                              PartitionsRoutingMode.RoundRobinDistribution,
+                              chunking_enabled: bool = False) -> Producer:
         """A producer on ``topic`` (every partition of a partitioned topic).  Options and
-        defaults as pulsar-client's; ``send_timeout_millis=0`` means no timeout."""
+        defaults as pulsar-client's; ``send_timeout_millis=0`` means no timeout.
+        ``chunking_enabled`` (with ``batching_enabled=False``, as Pulsar requires): a
+        message larger than the broker's limit goes in chunks, Pulsar's format."""
         self._check_open()
         options = producer_options(
             producer_name, initial_sequence_id, access_mode, batching_enabled, send_timeout_millis,
             batching_max_messages, batching_max_allowed_size_in_bytes,
             batching_max_publish_delay_ms, max_pending_messages, block_if_queue_full,
-            message_routing_mode)
+            message_routing_mode, chunking_enabled)
         full, partitions = await self.core.partitions(topic)
         producer = await Producer(self.core, full, partitions, options).start()
         return self._track(producer)
@@ -156,6 +159,10 @@ class Client:
                         negative_ack_redelivery_backoff: MultiplierRedeliveryBackoff | None = None,
                         dead_letter_policy: ConsumerDeadLetterPolicy | None = None,
                         enable_retry: bool = False,
+                        max_pending_chunked_message: int = 10,
+                        auto_ack_oldest_chunked_message_on_queue_full: bool = False,
+                        expire_time_of_incomplete_chunked_message_ms: int = 60000,
+                        is_read_compacted: bool = False,
                         _threaded: bool = False) -> Consumer:
         """A consumer of ``subscription_name`` on ``topic`` (merging every partition).
 
@@ -167,7 +174,11 @@ class Client:
         a ``ConsumerDeadLetterPolicy``; the broker moves a message redelivered more often
         than it allows to the dead-letter topic (docs/client.md).  ``enable_retry``
         (needs ``dead_letter_policy``): also consume the retry topic, for
-        ``reconsume_later``."""
+        ``reconsume_later``.
+        Chunked messages (pulsar-client's options): at most ``max_pending_chunked_message``
+        incomplete at once, each for ``expire_time_of_incomplete_chunked_message_ms``.
+        ``is_read_compacted``: the topic's compacted view, then what came after it
+        (Exclusive and Failover only, as Pulsar: else NotAllowedError)."""
         self._check_open()
         if not subscription_name or not isinstance(subscription_name, str):
             raise ValueError("subscription_name is required")
@@ -190,6 +201,9 @@ class Client:
                    "nack_backoff": negative_ack_redelivery_backoff,
                    "ack_timeout_ms": ack_timeout, "tick_ms": tick_duration_ms,
                    "dead_letter_policy": dead_letter_policy}
+        options |= chunk_options(max_pending_chunked_message, auto_ack_oldest_chunked_message_on_queue_full,
+                                 expire_time_of_incomplete_chunked_message_ms)
+        options["read_compacted"] = bool(is_read_compacted)
         consumer = await Consumer(self.core, full, partitions, options, _threaded).start()
         if enable_retry:
             assert dead_letter_policy is not None
@@ -206,6 +220,9 @@ class Client:
     async def create_reader(self, topic: str, start_message_id: MessageId,
                             reader_name: str | None = None, receiver_queue_size: int = 1000,
                             start_message_id_inclusive: bool = False,
+                            max_pending_chunked_message: int = 10,
+                            expire_time_of_incomplete_chunked_message_ms: int = 60000,
+                            is_read_compacted: bool = False,
                             _threaded: bool = False) -> Reader:
         """A reader of ``topic`` from ``start_message_id`` (``MessageId.earliest``,
         ``MessageId.latest`` or a message's id), on a subscription that leaves no trace."""
@@ -223,6 +240,9 @@ class Client:
                    "start_inclusive": bool(start_message_id_inclusive),
                    "receiver_queue_size": max(receiver_queue_size, 1), "priority_level": 0,
                    "nack_delay_ms": 0}
+        options |= chunk_options(max_pending_chunked_message, False,
+                                 expire_time_of_incomplete_chunked_message_ms)
+        options["read_compacted"] = bool(is_read_compacted)
         consumer = await Consumer(self.core, full, partitions, options, _threaded).start()
         return Reader(self._track(consumer))
 

@@ -163,7 +163,7 @@ class BatchResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[BatchResult, _Mapping]]] = ...) -> None: ...
 
 class SingleMessage(_message.Message):
-    __slots__ = ("payload", "partition_key", "properties", "sequence_id", "event_time", "ordering_key", "publish_time", "null_value", "partition_key_b64_encoded", "null_partition_key", "deliver_at_time")
+    __slots__ = ("payload", "partition_key", "properties", "sequence_id", "event_time", "ordering_key", "publish_time", "null_value", "partition_key_b64_encoded", "null_partition_key", "deliver_at_time", "pulsar_metadata")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +182,7 @@ class SingleMessage(_message.Message):
     PARTITION_KEY_B64_ENCODED_FIELD_NUMBER: _ClassVar[int]
     NULL_PARTITION_KEY_FIELD_NUMBER: _ClassVar[int]
     DELIVER_AT_TIME_FIELD_NUMBER: _ClassVar[int]
+    PULSAR_METADATA_FIELD_NUMBER: _ClassVar[int]
     payload: bytes
     partition_key: str
     properties: _containers.ScalarMap[str, str]
@@ -193,7 +194,8 @@ class SingleMessage(_message.Message):
     partition_key_b64_encoded: bool
     null_partition_key: bool
     deliver_at_time: int
-    def __init__(self, payload: _Optional[bytes] = ..., partition_key: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., sequence_id: _Optional[int] = ..., event_time: _Optional[int] = ..., ordering_key: _Optional[bytes] = ..., publish_time: _Optional[int] = ..., null_value: _Optional[bool] = ..., partition_key_b64_encoded: _Optional[bool] = ..., null_partition_key: _Optional[bool] = ..., deliver_at_time: _Optional[int] = ...) -> None: ...
+    pulsar_metadata: bytes
+    def __init__(self, payload: _Optional[bytes] = ..., partition_key: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., sequence_id: _Optional[int] = ..., event_time: _Optional[int] = ..., ordering_key: _Optional[bytes] = ..., publish_time: _Optional[int] = ..., null_value: _Optional[bool] = ..., partition_key_b64_encoded: _Optional[bool] = ..., null_partition_key: _Optional[bool] = ..., deliver_at_time: _Optional[int] = ..., pulsar_metadata: _Optional[bytes] = ...) -> None: ...
 
 class MessageBatch(_message.Message):
     __slots__ = ("messages",)
@@ -400,7 +402,7 @@ class CloseProducerResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("session_id", "topic", "subscription", "sub_type", "initial_position", "consumer_name", "priority_level", "durable", "start_position", "start_inclusive", "dead_letter_policy")
+    __slots__ = ("session_id", "topic", "subscription", "sub_type", "initial_position", "consumer_name", "priority_level", "durable", "start_position", "start_inclusive", "dead_letter_policy", "read_compacted")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -412,6 +414,7 @@ class SubscribeRequest(_message.Message):
     START_POSITION_FIELD_NUMBER: _ClassVar[int]
     START_INCLUSIVE_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_POLICY_FIELD_NUMBER: _ClassVar[int]
+    READ_COMPACTED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     topic: str
     subscription: str
@@ -423,7 +426,8 @@ class SubscribeRequest(_message.Message):
     start_position: Position
     start_inclusive: bool
     dead_letter_policy: DeadLetterPolicy
-    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., subscription: _Optional[str] = ..., sub_type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ..., durable: _Optional[bool] = ..., start_position: _Optional[_Union[Position, _Mapping]] = ..., start_inclusive: _Optional[bool] = ..., dead_letter_policy: _Optional[_Union[DeadLetterPolicy, _Mapping]] = ...) -> None: ...
+    read_compacted: bool
+    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., subscription: _Optional[str] = ..., sub_type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ..., durable: _Optional[bool] = ..., start_position: _Optional[_Union[Position, _Mapping]] = ..., start_inclusive: _Optional[bool] = ..., dead_letter_policy: _Optional[_Union[DeadLetterPolicy, _Mapping]] = ..., read_compacted: _Optional[bool] = ...) -> None: ...
 
 class DeadLetterPolicy(_message.Message):
     __slots__ = ("max_redeliver_count", "dead_letter_topic", "initial_subscription_name", "retry_letter_topic")

@@ -1,7 +1,7 @@
-"""Storage-lifecycle policies (Pulsar's retention, messageTTL and backlogQuota) and a
-subscription's dead-letter policy: their
-JSON shapes, validation and how a topic's effective policy is resolved.  Pure: no I/O;
-the admin validates bodies with it and brokers resolve what they read with it.
+"""Storage-lifecycle policies (Pulsar's retention, messageTTL, backlogQuota and
+compactionThreshold), the delayed_delivery policy and a subscription's dead-letter
+policy: their JSON shapes, validation and how a topic's effective policy is resolved.
+Pure: no I/O; the admin validates bodies with it and brokers resolve what they read with it.
 
 Semantics follow Apache Pulsar (docs/operations.md):
 - retention ``{"retentionTimeInMinutes", "retentionSizeInMB"}``: how long / how much
@@ -12,6 +12,8 @@ Semantics follow Apache Pulsar (docs/operations.md):
   (expired) for every subscription.
 - backlogQuota ``{"limitSize" (bytes), "limitTime" (seconds), "policy"}``: -1 = no limit
   of that kind.
+- compactionThreshold (bytes, 0 = off): a topic whose log past its compaction horizon
+  holds more is compacted by its broker's lifecycle loop.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Policies:
     retention: Retention = Retention()
     message_ttl_s: int = 0
     quota: BacklogQuota | None = None
+    compaction_threshold: int = 0   # bytes past the compaction horizon that start one; 0 = off
 
 
 def _int(body: dict, key: str, low: int, what: str, default: int | None = None) -> int:
@@ -92,6 +95,16 @@ def parse_ttl(body) -> int:
         raise PolicyError(f"messageTTL: the body must be a number of seconds, not {body!r}")
     if body < 0 or body > MAX_VALUE:
         raise PolicyError(f"messageTTL: {body} is out of range (0 = off, else seconds)")
+    return body
+
+
+def parse_compaction_threshold(body) -> int:
+    """Pulsar's compactionThreshold: bytes of the topic not yet compacted that start a
+    compaction (0 = off)."""
+    if isinstance(body, bool) or not isinstance(body, int):
+        raise PolicyError(f"compactionThreshold: the body must be a number of bytes, not {body!r}")
+    if body < 0 or body > MAX_VALUE:
+        raise PolicyError(f"compactionThreshold: {body} is out of range (0 = off, else bytes)")
     return body
 
 
@@ -214,13 +227,14 @@ class Row:
     delayed_delivery_active: bool | None = None      # migration 0011
     delayed_delivery_tick_ms: int | None = None
     delayed_delivery_max_delay_ms: int | None = None
+    compaction_threshold: int | None = None
 
 
 def resolve(default_retention: Retention, default_ttl_s: int, namespace: Row | None,
-            topic: Row | None) -> Policies:
+            topic: Row | None, default_compaction_threshold: int = 0) -> Policies:
     """Topic-level over namespace-level over the broker's defaults, policy by policy."""
     layers = [r for r in (topic, namespace) if r is not None]
-    retention, ttl, quota = default_retention, default_ttl_s, None
+    retention, ttl, quota, threshold = default_retention, default_ttl_s, None, default_compaction_threshold
     for r in reversed(layers):  # namespace first, then the topic overrides it
         if r.retention_time_minutes is not None:
             retention = Retention(r.retention_time_minutes, r.retention_size_mb)
@@ -228,4 +242,6 @@ def resolve(default_retention: Retention, default_ttl_s: int, namespace: Row | N
             ttl = r.message_ttl_seconds
         if r.backlog_policy is not None:
             quota = BacklogQuota(r.backlog_limit_size, r.backlog_limit_time, r.backlog_policy)
-    return Policies(retention, ttl, quota)
+        if r.compaction_threshold is not None:
+            threshold = r.compaction_threshold
+    return Policies(retention, ttl, quota, threshold)

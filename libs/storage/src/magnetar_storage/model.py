@@ -346,6 +346,7 @@ storage_policies = Table(
     Column("delayed_delivery_active", Boolean),
     Column("delayed_delivery_tick_ms", BigInteger, CheckConstraint("delayed_delivery_tick_ms > 0")),
     Column("delayed_delivery_max_delay_ms", BigInteger, CheckConstraint("delayed_delivery_max_delay_ms >= 0")),
+    Column("compaction_threshold", BigInteger, CheckConstraint("compaction_threshold >= 0")),  # migration 0012
     PrimaryKeyConstraint("tenant", "namespace", "topic"),
     _namespace_fk(),
     CheckConstraint("(retention_time_minutes IS NULL) = (retention_size_mb IS NULL)"),
@@ -384,4 +385,34 @@ delayed_deliveries = Table(
     Column("messages", Integer, CheckConstraint("messages > 0"), nullable=False),
     PrimaryKeyConstraint("topic_id", "subscription", "deliver_at", "entry_id"),
     Index("delayed_deliveries_entry", "topic_id", "entry_id"),
+)
+
+
+# Migration 0012: topic compaction (docs/operations.md).
+compactions = Table(
+    "compactions",
+    metadata,
+    Column("topic_id", BigInteger, nullable=False, autoincrement=False),
+    Column("generation", BigInteger, nullable=False, server_default=text("0")),
+    Column("horizon", BigInteger, nullable=False, server_default=text("0")),
+    Column("status", Text, CheckConstraint("status IN ('NOT_RUN', 'RUNNING', 'SUCCESS', 'ERROR')"),
+           nullable=False, server_default=text("'NOT_RUN'")),
+    Column("last_error", Text, nullable=False, server_default=text("''")),
+    Column("started_at", TIMESTAMP(timezone=True), nullable=True),
+    Column("finished_at", TIMESTAMP(timezone=True), nullable=True),
+    PrimaryKeyConstraint("topic_id"),
+)
+
+compacted_entries = Table(
+    "compacted_entries",
+    metadata,
+    Column("topic_id", BigInteger, nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    Column("entry_id", BigInteger, nullable=False),
+    Column("producer_name", Text, nullable=False),
+    Column("num_messages", Integer, nullable=False),
+    Column("publish_time", BigInteger, nullable=False),
+    Column("kept", ARRAY(Integer), nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("topic_id", "generation", "entry_id"),
 )

@@ -34,6 +34,8 @@ OWNER: dict[str, str] = {
     "txn_outcomes": "broker",
     "pending_acks": "broker",
     "delayed_deliveries": "broker",
+    "compactions": "broker",
+    "compacted_entries": "broker",
     # Transactions.
     "coordinators": "coordinator",
     "transactions": "coordinator",
@@ -68,6 +70,8 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("admin", "txn_outcomes"): _ADMIN_DELETES_TOPIC,
     ("admin", "pending_acks"): _ADMIN_DELETES_TOPIC,
     ("admin", "delayed_deliveries"): _ADMIN_DELETES_TOPIC,
+    ("admin", "compactions"): _ADMIN_DELETES_TOPIC,
+    ("admin", "compacted_entries"): _ADMIN_DELETES_TOPIC,
     ("coordinator", "transaction_keys"): "a keyed transaction claims (and its end frees) the "
                                          "key's one active-transaction slot in the statement "
                                          "that creates (ends) the transaction, so two can never "

@@ -1,7 +1,7 @@
 """Storage-lifecycle policy routes on Pulsar's admin v2 paths (docs/admin.md): retention,
-messageTTL and backlogQuota per namespace and per topic, the namespace's whole policy
-object, expire-messages, and a subscription's dead-letter policy (Magnetar's own path:
-Pulsar sets it only in clients).  Bodies are validated by magnetar_protocol.policies (400
+messageTTL, backlogQuota and compactionThreshold per namespace and per topic, the namespace's
+whole policy object, expire-messages, and a subscription's dead-letter policy (Magnetar's own
+path: Pulsar sets it only in clients).  Bodies are validated by magnetar_protocol.policies (400
 with the reason; nothing is written)."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from magnetar_protocol.policies import (
     Retention,
     Row,
     parse_backlog_quota,
+    parse_compaction_threshold,
     parse_dead_letter,
     parse_delayed_delivery,
     parse_retention,
@@ -99,6 +100,7 @@ def policy_routes() -> APIRouter:
         return {"retention_policies": retention_json(row),
                 "message_ttl_in_seconds": row.message_ttl_seconds,
                 "backlog_quota_map": quota_map_json(row),
+                "compaction_threshold": row.compaction_threshold,
                 "deduplicationEnabled": await service.store.deduplication(*scope[:2]),
                 "delayed_delivery_policies": None if row.delayed_delivery_active is None else DelayedDelivery(
                     row.delayed_delivery_active, row.delayed_delivery_tick_ms or 1000,
@@ -144,6 +146,32 @@ def policy_routes() -> APIRouter:
         async def remove_ttl(service: Service, tenant: str, namespace: str, topic: str = "") -> Response:
             scope = await scope_of(service, tenant, namespace, topic)
             await service.store.set_message_ttl(*scope, None)
+            return Response(status_code=204)
+
+        @r.get(prefix + "/compactionThreshold", tags=[tag],
+               summary="compactionThreshold in bytes set at this level (null: none)")
+        async def get_compaction_threshold(service: Service, tenant: str, namespace: str,
+                                           topic: str = "") -> int | None:
+            scope = await scope_of(service, tenant, namespace, topic)
+            return (await service.store.storage_policies(*scope)).compaction_threshold
+
+        @r.post(prefix + "/compactionThreshold", tags=[tag], **NO_CONTENT,
+                openapi_extra=body_doc({"type": "integer", "minimum": 0}, example=104857600),
+                summary="Set compactionThreshold: bytes past the compaction horizon that start a "
+                        "compaction (0 = off)")
+        async def set_compaction_threshold(service: Service, body: Body, tenant: str, namespace: str,
+                                           topic: str = "") -> Response:
+            scope = await scope_of(service, tenant, namespace, topic)
+            threshold = _checked(parse_compaction_threshold, None if body is bodies.MISSING else body)
+            await service.store.set_compaction_threshold(*scope, threshold)
+            return Response(status_code=204)
+
+        @r.delete(prefix + "/compactionThreshold", tags=[tag], **NO_CONTENT,
+                  summary="Remove compactionThreshold at this level")
+        async def remove_compaction_threshold(service: Service, tenant: str, namespace: str,
+                                              topic: str = "") -> Response:
+            scope = await scope_of(service, tenant, namespace, topic)
+            await service.store.set_compaction_threshold(*scope, None)
             return Response(status_code=204)
 
         @r.get(prefix + "/backlogQuotaMap", tags=[tag],

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from magnetar_admin import bodies
 from magnetar_admin.deps import NO_CONTENT, Body, Service, body_doc, tenant_admin_only
+from magnetar_admin.stats import merged_compaction_status
 from magnetar_protocol.errors import Conflict, NotFound, TopicNotFound
 from magnetar_protocol.topics import TopicName
 from magnetar_protocol.validate import INT32_MAX, INT64_MAX
@@ -217,6 +218,20 @@ def backlog_routes(r: APIRouter) -> None:
             raise TopicNotFound(f"partitioned topic {name.full} does not exist")
         answers = await service.on_partitions(name, "POST", "/internal/v1/terminate")
         return {str(TopicName.parse(unit).partition_index): mid for unit, mid in answers.items()}
+
+    @r.put(TOPIC + "/compaction", **NO_CONTENT,
+           summary="Compact the topic (every partition): the latest message of each key below its "
+                   "head, in the background; 409 while a compaction is under way")
+    async def compact(tenant: str, namespace: str, topic: str, service: Service) -> Response:
+        await service.on_partitions(bodies.topic(tenant, namespace, topic), "POST", "/internal/v1/compaction")
+        return Response(status_code=204)
+
+    @r.get(TOPIC + "/compaction", summary="The status of the topic's last compaction (Pulsar's "
+           "LongRunningProcessStatus: NOT_RUN, RUNNING, SUCCESS or ERROR with lastError)")
+    async def compaction_status(tenant: str, namespace: str, topic: str, service: Service) -> dict:
+        answers = await service.on_partitions(bodies.topic(tenant, namespace, topic), "GET",
+                                              "/internal/v1/compaction")
+        return merged_compaction_status(list(answers.values()))
 
     @r.put(TOPIC + "/unload", **NO_CONTENT,
            summary="Unload the topic (every partition): its owner hands it to another live broker")

@@ -133,6 +133,12 @@ DELETE FROM producer_sequences WHERE topic_id = ANY($1::bigint[]);
 -- name: delete_subscriptions
 DELETE FROM subscriptions WHERE topic_id = ANY($1::bigint[]);
 
+-- name: delete_compacted_entries
+DELETE FROM compacted_entries WHERE topic_id = ANY($1::bigint[]);
+
+-- name: delete_compactions
+DELETE FROM compactions WHERE topic_id = ANY($1::bigint[]);
+
 -- name: delete_topic_owners
 DELETE FROM topic_owners WHERE topic_id = ANY($1::bigint[]);
 
@@ -344,8 +350,14 @@ WHERE heartbeat_at > now() - make_interval(secs => $1::float8) ORDER BY url;
 -- name: get_storage_policies
 SELECT retention_time_minutes, retention_size_mb, message_ttl_seconds,
        backlog_limit_size, backlog_limit_time, backlog_policy, delayed_delivery_active,
-       delayed_delivery_tick_ms, delayed_delivery_max_delay_ms
+       delayed_delivery_tick_ms, delayed_delivery_max_delay_ms, compaction_threshold
 FROM storage_policies WHERE tenant = $1 AND namespace = $2 AND topic = $3;
+
+-- name: set_compaction_threshold
+INSERT INTO storage_policies (tenant, namespace, topic, compaction_threshold)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (tenant, namespace, topic) DO UPDATE
+    SET compaction_threshold = excluded.compaction_threshold, updated_at = now();
 
 -- name: set_retention
 INSERT INTO storage_policies (tenant, namespace, topic, retention_time_minutes, retention_size_mb)

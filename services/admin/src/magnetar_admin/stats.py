@@ -197,3 +197,17 @@ def partitioned_stats(partitions: dict[str, dict], count: int, per_partition: bo
 
 def partitioned_internal_stats(partitions: dict[str, dict], count: int) -> dict:
     return {"metadata": {"partitions": count}, "partitions": partitions}
+
+
+def merged_compaction_status(partitions: list[dict]) -> dict:
+    """One LongRunningProcessStatus for a topic from its partitions': RUNNING while any
+    runs, else ERROR (the first error) if any failed, else SUCCESS once all succeeded,
+    else NOT_RUN."""
+    statuses = [p.get("status", "NOT_RUN") for p in partitions]
+    for wanted in ("RUNNING", "ERROR"):
+        for p, status in zip(partitions, statuses):
+            if status == wanted:
+                return {"status": status, "lastError": p.get("lastError", "")}
+    if statuses and all(s == "SUCCESS" for s in statuses):
+        return {"status": "SUCCESS", "lastError": ""}
+    return {"status": "NOT_RUN", "lastError": ""}

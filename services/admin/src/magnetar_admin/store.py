@@ -29,8 +29,8 @@ Q = load_queries("magnetar_admin")
 
 # Tables keyed by topic_id, children first; `topics` goes last.
 _TOPIC_ROWS = ("delete_entries", "delete_txn_entries", "delete_txn_outcomes", "delete_pending_acks",
-               "delete_delayed_deliveries", "delete_producer_sequences", "delete_subscriptions", "delete_topic_owners",
-               "delete_topics")
+               "delete_delayed_deliveries", "delete_producer_sequences", "delete_subscriptions",
+               "delete_compacted_entries", "delete_compactions", "delete_topic_owners", "delete_topics")
 
 
 class DeletedSubscription(NamedTuple):
@@ -391,6 +391,8 @@ class AdminStore:
 
     async def remove_dead_letter_policy(self, topic: str, subscription: str) -> bool:
         return await self.pool.fetchval(Q["delete_dead_letter_policy"], topic, subscription) is not None
+    async def set_compaction_threshold(self, tenant: str, namespace: str, topic: str, threshold: int | None) -> None:
+        await self.pool.execute(Q["set_compaction_threshold"], tenant, namespace, topic, threshold)
 
     async def set_backlog_quota(self, tenant: str, namespace: str, topic: str, size: int | None,
                                 time_s: int | None, policy: str | None) -> None:

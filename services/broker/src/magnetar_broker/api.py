@@ -50,7 +50,7 @@ def subscribe_command(req: pb.SubscribeRequest) -> Subscribe:
         consumer_name=req.consumer_name, priority=req.priority_level,
         start=(Position(req.start_position.entry_id, req.start_position.batch_index)
                if req.HasField("start_position") else None),
-        start_inclusive=req.start_inclusive,
+        start_inclusive=req.start_inclusive, read_compacted=req.read_compacted,
         dead_letter=(DeadLetterPolicy.from_wire(req.dead_letter_policy)
                      if req.HasField("dead_letter_policy") else None))
 
@@ -129,7 +129,7 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
             reply.has_message = True
             reply.last.CopyFrom(pb.MessageIdData(
                 partition=last.partition, entry_id=last.last_entry_id,
-                batch_index=last.last_batch_size - 1, batch_size=last.last_batch_size))
+                batch_index=last.index, batch_size=last.last_batch_size))
         return reply
 
     async def close_consumer(req: pb.CloseConsumerRequest) -> pb.CloseConsumerResponse:
@@ -284,6 +284,17 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
     async def terminate(topic: str) -> dict:
         internal_only()
         return await ops.terminate(topic)
+
+    @app.post("/internal/v1/compaction", summary="Start compacting a partition (409 while a run is under way)")
+    async def compact(topic: str) -> dict:
+        internal_only()
+        await service.compact(TopicName.parse(topic))
+        return {}
+
+    @app.get("/internal/v1/compaction", summary="The status of a partition's compaction")
+    async def compaction_status(topic: str) -> dict:
+        internal_only()
+        return await service.compaction_status(TopicName.parse(topic))
 
     @app.post("/internal/v1/hand-over", summary="Unload a partition to another live broker")
     async def hand_over(topic: str) -> dict:

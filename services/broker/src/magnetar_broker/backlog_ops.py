@@ -38,9 +38,9 @@ from magnetar_broker.subscription.backlog import (
 )
 from magnetar_broker.subscription.subscription import FROM_LATEST, Consumer, Subscription, durable
 from magnetar_broker.subscription.view import PartitionView
-from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.cursorstate import acked_beyond
 from magnetar_protocol.errors import BadRequest, NotFound
+from magnetar_protocol.pulsar.stored import stored_messages
 from magnetar_protocol.topics import TopicName
 
 log = logging.getLogger("magnetar.broker.backlog")
@@ -53,8 +53,8 @@ def message_json(plog: PartitionLog, entry: Entry, index: int) -> dict:
            "publishTime": entry.publish_time, "producerName": entry.producer_name,
            "batchSize": entry.num_messages}
     try:
-        m = pb.MessageBatch.FromString(entry.payload or b"").messages[index]
-    except (DecodeError, IndexError, RuntimeWarning) as exc:
+        m = stored_messages(entry.payload or b"")[index]   # a Pulsar entry stored as sent, opened
+    except (DecodeError, IndexError, RuntimeWarning, BadRequest) as exc:
         return out | {"undecodable": f"the stored batch does not decode: {exc}"}
     return out | {"payload": base64.b64encode(m.payload).decode(), "properties": dict(m.properties),
                   "sequenceId": m.sequence_id, "eventTime": m.event_time,

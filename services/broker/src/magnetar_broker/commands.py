@@ -12,7 +12,7 @@ from magnetar_broker.partition.batchcheck import WHOLE
 from magnetar_broker.subscription.deadrules import DeadLetterPolicy
 from magnetar_broker.subscription.dispatch import SUB_NAMES
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import BadRequest
+from magnetar_protocol.errors import BadRequest, NotAllowedError
 from magnetar_protocol.txnid import TxnID
 
 # A position past every entry: a seek there (Pulsar's "latest") lands after the last one.
@@ -59,12 +59,17 @@ class Subscribe:
     start: Position | None = None  # a reader's first position; None: after the last entry
     start_inclusive: bool = False
     dead_letter: DeadLetterPolicy | None = None  # the consumer's (its client's) policy
+    read_compacted: bool = False  # the compacted view below its horizon, then the log
 
     def __post_init__(self) -> None:
         if self.sub_type not in SUB_NAMES:
             raise BadRequest(f"unknown subscription type {self.sub_type}")
         if self.dead_letter is not None and not self.durable:
             raise BadRequest("a reader has no dead-letter policy (it acknowledges nothing)")
+        if self.read_compacted and self.durable and self.sub_type not in (pb.SUB_EXCLUSIVE, pb.SUB_FAILOVER):
+            # Pulsar's rule: one consumer reads at a time, so the view is read in order.
+            raise NotAllowedError("read_compacted is allowed only on Exclusive and Failover subscriptions "
+                                  f"and readers, not on a {SUB_NAMES[self.sub_type]} subscription")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +138,14 @@ class LastMessage:
     mark_delete: int
     last_entry_id: int | None  # None: nothing stored
     last_batch_size: int = 0
+    # The last message's batch index when it is not the entry's last (a compacted
+    # view's last message); None: the entry's last.
+    last_index: int | None = None
+
+    @property
+    def index(self) -> int:
+        """The last message's batch index in its entry."""
+        return self.last_batch_size - 1 if self.last_index is None else self.last_index
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,9 @@ class Entry:
     # said; each message carries its own (SingleMessage.deliver_at_time).  A commit
     # marker's is 0: a subscription that honours delays decodes markers.
     deliver_at: int = 0
+    # An entry of the compacted view (partition/compacted.py): the mask of its batch
+    # indices in the view (the others were compacted away); None for the log's entries.
+    kept: int | None = None
 
     def size(self) -> int:
         """Bytes held in memory."""

@@ -53,6 +53,7 @@ class PolicyCache:
         self.default_retention = Retention(settings.default_retention_time_minutes,
                                            settings.default_retention_size_mb)
         self.default_ttl_s = settings.default_message_ttl_s
+        self.default_compaction_threshold = settings.default_compaction_threshold_bytes
         self._cache: dict[str, tuple[float, Policies]] = {}
 
     async def get(self, name: TopicName) -> Policies:
@@ -62,7 +63,8 @@ class PolicyCache:
         if hit is not None and now - hit[0] < self.cache_s:
             return hit[1]
         ns_row, topic_row = await self.store.storage_policies(name.tenant, name.namespace, topic)
-        found = resolve(self.default_retention, self.default_ttl_s, ns_row, topic_row)
+        found = resolve(self.default_retention, self.default_ttl_s, ns_row, topic_row,
+                        self.default_compaction_threshold)
         if len(self._cache) >= MAX_CACHED_TOPICS:
             self._cache.clear()
         self._cache[topic] = (now, found)
@@ -71,8 +73,11 @@ class PolicyCache:
 
 class StorageLifecycle:
     def __init__(self, store: BrokerStore, settings: BrokerSettings, logs: Callable[[], list[PartitionLog]],
-                 load: LoadPartition):
+                 load: LoadPartition, compact: Callable[[PartitionLog], bool] | None = None):
+        """``compact(plog)``: start a compaction of the partition unless one runs (the
+        compactor's); a topic's compactionThreshold calls it."""
         self.store = store
+        self._compact = compact
         self.settings = settings
         self.policies = PolicyCache(store, settings)
         self._logs = logs
@@ -120,6 +125,24 @@ class StorageLifecycle:
         await self.check_quota(plog, policies)
         await self.trim(plog, policies.retention, budget)
         await self.trim_outcomes(plog)
+        if policies.compaction_threshold > 0:
+            await self.check_compaction(plog, policies.compaction_threshold)
+
+    # ---------------------------------------------------------------- compaction threshold
+
+    async def check_compaction(self, plog: PartitionLog, threshold: int) -> bool:
+        """Start a compaction when the log past the compaction horizon holds more than
+        ``threshold`` bytes (Pulsar's compactionThreshold); whether one was started."""
+        if self._compact is None:
+            return False
+        pending = await self.store.log_bytes(plog.topic_id, plog.compaction_horizon)
+        if pending <= threshold:
+            return False
+        started = self._compact(plog)
+        if started:
+            log.info("compacting %s: %d bytes past its horizon, compactionThreshold %d", plog.name.full,
+                     pending, threshold)
+        return started
 
     # ---------------------------------------------------------------- expiry (the one primitive)
 
@@ -236,6 +259,11 @@ class StorageLifecycle:
             async with plog.subscriptions.lock:
                 plog.check_open()
                 mark_deletes, pending_min = await self.store.trim_floor(plog.topic_id)
+                compaction = plog.compacted.trim_floor()
+                if compaction is not None:
+                    # What is not in the compacted view yet stays, as Pulsar's
+                    # compaction cursor holds its backlog (the view outlives the rest).
+                    mark_deletes = [*mark_deletes, compaction - 1]
                 bound = protected_from(plog.next_entry_id - 1, mark_deletes, pending_min)
                 if bound <= plog.first_entry_id:
                     break

@@ -51,6 +51,8 @@ LIFECYCLE_EVICTED = Counter("magnetar_broker_evicted_entries_total",
                             "Entries acknowledged by consumer_backlog_eviction")
 LIFECYCLE_PASSES = Counter("magnetar_broker_lifecycle_passes_total",
                            "Completed passes of the storage-lifecycle loop over the owned partitions")
+COMPACTIONS = Counter("magnetar_broker_compactions_total",
+                      "Topic compactions that switched a partition to a new compacted view")
 
 
 class TopicGauges:

@@ -457,9 +457,88 @@ SELECT (SELECT admin_roles FROM tenants WHERE tenant = $1) AS admin_roles,
 -- topic's own ($3: the full name of the topic or of its partitioned topic).
 SELECT topic, retention_time_minutes, retention_size_mb, message_ttl_seconds,
        backlog_limit_size, backlog_limit_time, backlog_policy, delayed_delivery_active,
-       delayed_delivery_tick_ms, delayed_delivery_max_delay_ms
+       delayed_delivery_tick_ms, delayed_delivery_max_delay_ms, compaction_threshold
 FROM storage_policies
 WHERE tenant = $1 AND namespace = $2 AND topic IN ('', $3);
+
+-- ---------------------------------------------------------------- compaction
+-- Topic compaction (migration 0012, docs/operations.md; the rule: partition/survivors.py).
+-- Every write is lease-checked like the log's: only the owner at epoch $3 writes.
+
+-- name: compaction_state
+SELECT generation, horizon, status, last_error FROM compactions WHERE topic_id = $1;
+
+-- name: start_compaction
+-- A run begins (RUNNING, its error cleared); the view stays what it was until the run
+-- switches it (finish_compaction).  Answers the view it starts from.
+WITH owner AS (
+    SELECT 1 FROM topic_owners WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3 FOR SHARE
+)
+INSERT INTO compactions AS c (topic_id, status, last_error, started_at)
+SELECT $1, 'RUNNING', '', now() WHERE EXISTS (SELECT 1 FROM owner)
+ON CONFLICT (topic_id) DO UPDATE SET status = 'RUNNING', last_error = '', started_at = now()
+RETURNING c.generation, c.horizon;
+
+-- name: drop_compacted
+-- At most $5 rows of any generation but $4 (the view's): a finished run's predecessor,
+-- or what a run that died left half written.
+WITH owner AS (
+    SELECT 1 FROM topic_owners WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3 FOR SHARE
+), gone AS (
+    DELETE FROM compacted_entries
+    WHERE (topic_id, generation, entry_id) IN (
+        SELECT topic_id, generation, entry_id FROM compacted_entries
+        WHERE topic_id = $1 AND generation <> $4 LIMIT $5)
+      AND EXISTS (SELECT 1 FROM owner)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM gone) AS deleted;
+
+-- name: write_compacted
+-- One page of a run's view (generation $4): $5..$11 per entry (entry id, producer,
+-- message count, publish time, kept indices as '{...}' text, payload).
+WITH owner AS (
+    SELECT 1 FROM topic_owners WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3 FOR SHARE
+), written AS (
+    INSERT INTO compacted_entries (topic_id, generation, entry_id, producer_name, num_messages,
+                                   publish_time, kept, payload)
+    SELECT $1, $4, e.entry_id, e.producer_name, e.num_messages, e.publish_time, e.kept::integer[], e.payload
+    FROM unnest($5::bigint[], $6::text[], $7::integer[], $8::bigint[], $9::text[], $10::bytea[])
+         AS e (entry_id, producer_name, num_messages, publish_time, kept, payload)
+    WHERE EXISTS (SELECT 1 FROM owner)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM owner) AS owned, (SELECT count(*) FROM written) AS written;
+
+-- name: finish_compaction
+-- The switch: readers' view becomes generation $4, horizon $5, in one statement, only
+-- while the view is still generation $6 (the one the run started from).
+WITH owner AS (
+    SELECT 1 FROM topic_owners WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3 FOR SHARE
+)
+UPDATE compactions SET generation = $4, horizon = $5, status = 'SUCCESS', last_error = '',
+                       finished_at = now()
+WHERE topic_id = $1 AND generation = $6 AND EXISTS (SELECT 1 FROM owner)
+RETURNING generation;
+
+-- name: fail_compaction
+WITH owner AS (
+    SELECT 1 FROM topic_owners WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3 FOR SHARE
+)
+UPDATE compactions SET status = 'ERROR', last_error = $4, finished_at = now()
+WHERE topic_id = $1 AND EXISTS (SELECT 1 FROM owner)
+RETURNING 1;
+
+-- name: read_compacted
+SELECT entry_id, producer_name, num_messages, publish_time, kept, payload
+FROM compacted_entries
+WHERE topic_id = $1 AND generation = $2 AND entry_id >= $3 AND entry_id < $4
+ORDER BY entry_id
+LIMIT $5;
+
+-- name: last_compacted
+SELECT entry_id, kept FROM compacted_entries
+WHERE topic_id = $1 AND generation = $2 ORDER BY entry_id DESC LIMIT 1;
 
 -- ---------------------------------------------------------------- backlog operations and stats
 

@@ -23,6 +23,7 @@ from magnetar_broker.commands import (
     Seek,
     Subscribe,
 )
+from magnetar_broker.compactor import Compactor
 from magnetar_broker.deadletter_ops import DeadLetterMoves
 from magnetar_broker.lifecycle import StorageLifecycle
 from magnetar_broker.ownership import Ownership
@@ -89,8 +90,9 @@ class BrokerService:
         idle_s = settings.deduplication_producer_inactivity_timeout_s
         self.dedup_expiry_loop = BackgroundLoop("dedup-expiry", min(max(idle_s / 4, 0.2), 60),
                                                 self.expire_idle_producers)
+        self.compactor = Compactor(settings)
         self.lifecycle = StorageLifecycle(store, settings, lambda: list(self.ownership.logs.values()),
-                                          self.ownership.get_log)
+                                          self.ownership.get_log, self._compact_if_idle)
         self.lifecycle_loop = BackgroundLoop("storage-lifecycle", settings.lifecycle_interval_ms / 1000,
                                              self.lifecycle.run_once)
         self.topic_metrics_loop = BackgroundLoop("topic-metrics", settings.topic_metrics_interval_ms / 1000,
@@ -109,6 +111,24 @@ class BrokerService:
         self.rpc = RpcClient(headers=self.auth.headers())
         self.dead_letters = DeadLetterMoves(self.ownership, store, self.broker_id, self.rpc)
         self.ownership.dead_letter_sink = self.dead_letters
+
+    # ---------------------------------------------------------------- compaction
+
+    def _compact_if_idle(self, plog: PartitionLog) -> bool:
+        """The lifecycle's compactionThreshold trigger: a run unless one is under way."""
+        if self.compactor.running(plog):
+            return False
+        self.compactor.trigger(plog)
+        return True
+
+    async def compact(self, topic: TopicName) -> None:
+        """Start compacting a partition this broker owns (the admin's PUT .../compaction);
+        Conflict while a run is under way."""
+        self.compactor.trigger(await self.ownership.get_log(topic))
+
+    async def compaction_status(self, topic: TopicName) -> dict:
+        """Pulsar's LongRunningProcessStatus of a partition's compaction."""
+        return self.compactor.status(await self.ownership.get_log(topic))
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -354,14 +374,18 @@ class BrokerService:
         await self.authz.require(name, CONSUME, sub_name)
         plog = await self.ownership.get_log(name)
         if cmd.durable:
-            # Earliest: the first entry still stored (older ones were trimmed).
-            sub = await durable(plog, sub_name, FROM_EARLIEST if cmd.earliest else FROM_LATEST)
+            # Earliest: the first entry still stored (older ones were trimmed); for a
+            # consumer of the compacted view, the view's start (it outlives the log).
+            start: int | str = FROM_EARLIEST if cmd.earliest else FROM_LATEST
+            if cmd.earliest and cmd.read_compacted and plog.compaction_horizon:
+                start = -1
+            sub = await durable(plog, sub_name, start)
         else:
             sub = await plog.subscriptions.get_or_open(sub_name, lambda: self._open_reader(plog, sub_name, cmd))
         if cmd.dead_letter is not None:
             await self._check_dead_letter_topic(name, sub_name, cmd.dead_letter)
         consumer = Consumer(new_object_id(), cmd.consumer_name or f"consumer-{uuid.uuid4().hex[:6]}",
-                            cmd.session_id, cmd.priority, sub, role=role)
+                            cmd.session_id, cmd.priority, sub, role=role, read_compacted=cmd.read_compacted)
         sub.add_consumer(consumer, cmd.sub_type)
         if cmd.dead_letter is not None:
             sub.dead.client_policy = cmd.dead_letter  # the latest subscriber's (the admin's wins)
@@ -389,7 +413,10 @@ class BrokerService:
             if pos.batch_index < 0 and not cmd.start_inclusive:
                 cursor = Cursor(pos.entry_id)
             cursor.ack_first(pos.entry_id, upto)
-        if cursor.mark_delete < plog.first_entry_id - 1:  # a start that was trimmed
+        if cursor.mark_delete < plog.first_entry_id - 1 and not (
+                cmd.read_compacted and plog.compaction_horizon > cursor.mark_delete + 1):
+            # A start that was trimmed (unless the compacted view, which outlives the
+            # log, holds it for a reader of the view).
             cursor = Cursor(plog.first_entry_id - 1)
         return Subscription(plog, name, cursor, durable=False)
 
@@ -464,8 +491,19 @@ class BrokerService:
     async def last_message_id(self, consumer_id: int, session_id: str) -> LastMessage:
         consumer = self._consumer(consumer_id, session_id)
         plog = consumer.subscription.log
+        mark_delete = max(consumer.subscription.cursor.mark_delete, 0)
+        if consumer.read_compacted and plog.next_entry_id <= plog.compaction_horizon:
+            # Everything stored is below the horizon: the last message such a consumer
+            # gets is the view's (the log's may have been compacted away), as Pulsar
+            # answers a readCompacted consumer.
+            found = await plog.last_compacted()
+            if found is None:
+                return LastMessage(plog.partition_index, mark_delete, None)
+            entry = await plog.read_one_compacted(found[0])
+            return LastMessage(plog.partition_index, mark_delete, found[0],
+                               entry.num_messages if entry is not None else found[1] + 1, found[1])
         last = await plog.last_entry()
-        return LastMessage(plog.partition_index, max(consumer.subscription.cursor.mark_delete, 0),
+        return LastMessage(plog.partition_index, mark_delete,
                            None if last is None else last.entry_id, 0 if last is None else last.num_messages)
 
     async def close_consumer(self, cmd: CloseConsumer) -> None:

@@ -81,6 +81,19 @@ class BrokerSettings(ServiceSettings):
     # check (a few queries) at most this often (partition/quota.py).
     backlog_quota_recheck_ms: int = Field(100, ge=0)
 
+    # Topic compaction (docs/operations.md).  The compactionThreshold of topics whose
+    # namespace and topic set none: bytes of log past the compaction horizon that start a
+    # compaction, checked on each lifecycle pass; 0 = off, Pulsar's default
+    # (brokerServiceCompactionThresholdInBytes).
+    default_compaction_threshold_bytes: int = Field(0, ge=0)
+    # Keep messages without a key in the compacted view (Pulsar's
+    # topicCompactionRetainNullKey; false since Pulsar 3.2, which drops them).
+    compaction_retain_null_key: bool = False
+    # Entries a compaction reads, and compacted entries it writes, per statement: one
+    # statement stays short next to the sends sharing the database (the same order as a
+    # trim batch).
+    compaction_page_entries: int = Field(500, gt=0)
+
     # `topics terminate` waits this long for the transactions that sent messages to the
     # partition to end (their commit markers must come before the end of the topic), then
     # answers 409 and takes sends again.  Below the admin's broker request timeout (5 s).

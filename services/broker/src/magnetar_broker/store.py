@@ -120,6 +120,23 @@ def named_columns(prefix: str, rows: Sequence[Sequence[Any]], row_type: type) ->
     return {prefix + name: column for name, column in zip(fields, columns(rows, len(fields)))}
 
 
+class CompactionState(NamedTuple):
+    generation: int   # the compacted view readers use (0: none)
+    horizon: int      # the view holds the log below this entry id
+    status: str       # NOT_RUN, RUNNING, SUCCESS, ERROR (of the last run)
+    last_error: str
+
+
+class CompactedRow(NamedTuple):
+    """One entry of a compacted view."""
+    entry_id: int
+    producer_name: str
+    num_messages: int
+    publish_time: int
+    kept: tuple[int, ...]   # its batch indices in the view
+    payload: bytes
+
+
 class BrokerStore:
     def __init__(self, pool: asyncpg.Pool, broker_id: str):
         self.pool = pool
@@ -462,6 +479,51 @@ class BrokerStore:
         rows = await self.pool.fetch(Q["storage_policies"], tenant, namespace, topic)
         found = {r["topic"]: Row(*list(r.values())[1:]) for r in rows}
         return found.get(""), found.get(topic) if topic else None
+
+    # ---------------------------------------------------------------- compaction
+
+    async def compaction_state(self, topic_id: int) -> CompactionState | None:
+        row = await self.pool.fetchrow(Q["compaction_state"], topic_id)
+        return None if row is None else CompactionState(*row)
+
+    async def start_compaction(self, topic_id: int, epoch: int) -> tuple[int, int] | None:
+        """Mark a run begun (lease-checked): the view's (generation, horizon), or None
+        when this broker no longer holds the lease."""
+        row = await self.pool.fetchrow(Q["start_compaction"], topic_id, self.broker_id, epoch)
+        return None if row is None else (row[0], row[1])
+
+    async def drop_compacted(self, topic_id: int, epoch: int, keep_generation: int, limit: int) -> tuple[bool, int]:
+        """Delete at most ``limit`` rows of every other generation: (the lease held, rows)."""
+        row = await self.pool.fetchrow(Q["drop_compacted"], topic_id, self.broker_id, epoch, keep_generation, limit)
+        return bool(row["owned"]), row["deleted"]
+
+    async def write_compacted(self, topic_id: int, epoch: int, generation: int,
+                              rows: Sequence[CompactedRow]) -> bool:
+        """One page of a run's view; False when this broker no longer holds the lease."""
+        row = await self.pool.fetchrow(
+            Q["write_compacted"], topic_id, self.broker_id, epoch, generation,
+            [r.entry_id for r in rows], [r.producer_name for r in rows], [r.num_messages for r in rows],
+            [r.publish_time for r in rows], ["{" + ",".join(map(str, r.kept)) + "}" for r in rows],
+            [r.payload for r in rows])
+        return bool(row["owned"])
+
+    async def finish_compaction(self, topic_id: int, epoch: int, generation: int, horizon: int,
+                                previous: int) -> bool:
+        """Switch the view to ``generation`` (lease-checked, and only from ``previous``)."""
+        return await self.pool.fetchval(Q["finish_compaction"], topic_id, self.broker_id, epoch, generation,
+                                        horizon, previous) is not None
+
+    async def fail_compaction(self, topic_id: int, epoch: int, error: str) -> bool:
+        return await self.pool.fetchval(Q["fail_compaction"], topic_id, self.broker_id, epoch, error) is not None
+
+    async def read_compacted(self, topic_id: int, generation: int, start: int, end: int,
+                             limit: int) -> list[CompactedRow]:
+        rows = await self.pool.fetch(Q["read_compacted"], topic_id, generation, start, end, limit)
+        return [CompactedRow(r[0], r[1], r[2], r[3], tuple(r[4]), r[5]) for r in rows]
+
+    async def last_compacted(self, topic_id: int, generation: int) -> tuple[int, tuple[int, ...]] | None:
+        row = await self.pool.fetchrow(Q["last_compacted"], topic_id, generation)
+        return None if row is None else (row[0], tuple(row[1]))
 
     async def trim_floor(self, topic_id: int) -> tuple[list[int], int | None]:
         """(every durable subscription's mark-delete, the lowest entry pending in a

@@ -1,5 +1,6 @@
 """Storage-lifecycle policy commands shared by ``namespaces`` and ``topics`` (as in
-pulsar-admin): set/get/remove-retention, -message-ttl, -backlog-quota, -delayed-delivery, plus
+pulsar-admin): set/get/remove-retention, -message-ttl, -backlog-quota, -delayed-delivery,
+-compaction-threshold, plus
 ``namespaces policies`` and ``topics expire-messages``.  Sizes take Pulsar's units
 (10M, 2G, 1T; bytes without a unit for quotas, MB for retention) and times its suffixes
 (30s, 10m, 3h, 2d, 1w; minutes without one for retention)."""
@@ -38,7 +39,7 @@ def seconds(text: str, default_unit: str = "s") -> int:
 
 
 def add_policy_commands(add, scope: str, path_of) -> None:
-    """The six policy commands on ``scope`` ("namespace" or "topic"), whose admin path
+    """The policy commands on ``scope`` ("namespace" or "topic"), whose admin path
     ``path_of(args)`` gives."""
     def set_retention(api, out, a) -> None:
         size = size_bytes(a.size, "m")
@@ -116,6 +117,26 @@ def add_policy_commands(add, scope: str, path_of) -> None:
                    "(default: no limit)")
     add("get-delayed-delivery", get_delayed, "show the delayed-delivery policy set here", (scope,))
     add("remove-delayed-delivery", remove_delayed, "remove the delayed-delivery policy set here", (scope,))
+    def set_threshold(api, out, a) -> None:
+        threshold = size_bytes(a.threshold)
+        if threshold < 0:
+            raise UsageError("--threshold must be 0 (off) or a size, e.g. 100M")
+        api.request("POST", path_of(a) + "/compactionThreshold", threshold)
+        out.done(f"compactionThreshold of {getattr(a, scope)}: {threshold} bytes", compactionThreshold=threshold)
+
+    def get_threshold(api, out, a) -> None:
+        out.emit(api.request("GET", path_of(a) + "/compactionThreshold"),
+                 lambda v: print("not set here" if v is None else f"{v} bytes"))
+
+    def remove_threshold(api, out, a) -> None:
+        api.request("DELETE", path_of(a) + "/compactionThreshold")
+        out.done(f"Removed the compactionThreshold of {getattr(a, scope)}")
+
+    p = add("set-compaction-threshold", set_threshold, "compact once this much is past the compaction horizon",
+            (scope,))
+    p.add_argument("--threshold", "-t", required=True, help="bytes, or e.g. 100M (0: off)")
+    add("get-compaction-threshold", get_threshold, "show the compactionThreshold set here", (scope,))
+    add("remove-compaction-threshold", remove_threshold, "remove the compactionThreshold set here", (scope,))
     p = add("set-retention", set_retention, "keep acknowledged data for a time and/or size", (scope,))
     p.add_argument("--size", "-s", required=True, help="-1 (infinite), 0, or e.g. 10G (a bare number is MB)")
     p.add_argument("--time", "-t", required=True, help="-1 (infinite), 0, or e.g. 3h (a bare number is minutes)")

@@ -1,6 +1,6 @@
 """``topics ...``: create, list, delete, stats, subscriptions, permissions, and the
 backlog operations (create-subscription, skip, clear-backlog, reset-cursor,
-peek-messages, get-message-by-id, last-message-id, terminate, unload,
+peek-messages, get-message-by-id, last-message-id, terminate, compact, compaction-status, unload,
 update-partitioned-topic) and a subscription's dead-letter policy."""
 
 from __future__ import annotations
@@ -246,6 +246,15 @@ def group_backlog(add) -> None:
             data = api.request("POST", topic_path(t) + "/terminate")
             out.emit(data, lambda d: print(f"Topic {t.full} terminated; last entry {d.get('entryId')}"))
 
+    def compact(api, out, a) -> None:
+        t = topic(a.topic)
+        api.request("PUT", topic_path(t) + "/compaction")
+        out.done(f"Compaction of {t.full} started (see compaction-status)", topic=t.full)
+
+    def compaction_status(api, out, a) -> None:
+        data = api.request("GET", topic_path(topic(a.topic)) + "/compaction")
+        out.emit(data, lambda d: print(d["status"] + (f": {d['lastError']}" if d.get("lastError") else "")))
+
     def unload(api, out, a) -> None:
         t = topic(a.topic)
         api.request("PUT", topic_path(t) + "/unload")
@@ -307,6 +316,9 @@ def group_backlog(add) -> None:
     add("last-message-id", last_message_id, "the id of the last message (each partition's)", ("topic",))
     add("terminate", terminate, "accept no more messages (consumers then see the end of the topic)",
         ("topic",))
+    add("compact", compact, "compact the topic: keep the latest message of each key (in the background)",
+        ("topic",))
+    add("compaction-status", compaction_status, "the status of the topic's last compaction", ("topic",))
     add("unload", unload, "hand the topic's partitions to another broker", ("topic",))
     p = add("update-partitioned-topic", update_partitions, "raise a partitioned topic's partition count",
             ("topic",))

@@ -157,7 +157,7 @@ def to_message_batch(metadata: pb.MessageMetadata, payload: bytes,
     deliver_at = metadata.deliver_at_time
     if not metadata.HasField("num_messages_in_batch"):
         message = add(payload=data, sequence_id=metadata.sequence_id, publish_time=publish_time)
-        _optional_fields(message, metadata, 0, deliver_at)
+        copy_message_fields(message, metadata, 0, deliver_at)
         return batch
     count = metadata.num_messages_in_batch
     if count < 1:
@@ -197,7 +197,7 @@ def to_message_batch(metadata: pb.MessageMetadata, payload: bytes,
             plain = 1 + ((size.bit_length() + 6) // 7 or 1)
         message = add(payload=data[meta_end:offset], sequence_id=sequence_id, publish_time=publish_time)
         if meta_size != plain or deliver_at:
-            _optional_fields(message, single, index, deliver_at)
+            copy_message_fields(message, single, index, deliver_at)
     if offset != end:
         raise BatchFormatError(f"{end - offset} bytes after the batch's {count} messages")
     return batch
@@ -212,7 +212,7 @@ def _check_entry(metadata: pb.MessageMetadata) -> None:
         raise BatchFormatError(f"the entry's {bad} is not UTF-8 text")
 
 
-def _optional_fields(message: mpb.SingleMessage, single, index: int, deliver_at: int) -> None:
+def copy_message_fields(message: mpb.SingleMessage, single, index: int, deliver_at: int) -> None:
     """Copy what a message may carry besides payload and sequence id (``single`` is the
     MessageMetadata of an unbatched entry, else the message's SingleMessageMetadata:
     both name these fields alike)."""

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from magnetar_broker import metrics
-from magnetar_broker.partition.batchcheck import batch_problem
+from magnetar_broker.partition.batchcheck import BatchProblem, checked_batch
 from magnetar_broker.partition.dedup import Verdict, drop_persisted, judge
 from magnetar_broker.partition.dedupstate import DedupState
 from magnetar_broker.partition.planner import Append, TxnAppend
@@ -80,8 +80,10 @@ class Admission:
             raise MessageTooBig(f"send: {problem} on {door.name.full}")
         if highest < lowest:
             raise BadRequest("send: highest_sequence_id is below sequence_id")
-        if problem := batch_problem(batch, n, lowest, highest):
-            raise BadRequest(f"send to {door.name.full}: {problem}; nothing was stored")
+        try:
+            shape = checked_batch(batch, n, lowest, highest)
+        except BatchProblem as exc:
+            raise BadRequest(f"send to {door.name.full}: {exc}; nothing was stored") from None
         if req.deliver_at:
             if problem := door.delayed_delivery.delay_problem(req.deliver_at, int(time.time() * 1000)):
                 raise (BadRequest if req.deliver_at < 0 else NotAllowedError)(
@@ -89,7 +91,7 @@ class Admission:
         txn = req.txn
         actor = await self.txnbuf.check_send(txn) if txn is not None else None
         name = producer.name
-        if self.dedup.enabled:
+        if self.dedup.enabled and shape.judged:
             waited = False
             while True:
                 door.check_open()
@@ -108,10 +110,15 @@ class Admission:
                     await self._writer_idle()
                     continue
                 if verdict is Verdict.PARTIAL:
+                    if shape.indivisible:
+                        # A Pulsar entry stored as sent cannot be split: judged by its
+                        # first sequence id, as Pulsar's broker judges every entry.
+                        metrics.DUPLICATES.inc(n)
+                        return Sent(duplicate=True, last_sequence_id=last, partition=door.partition_index)
                     batch, n, lowest, highest = drop_persisted(batch, last)
                 break
             self.dedup.admitted(name, highest)
         if txn is None:
-            return Append(producer, name, lowest, highest, n, batch, deliver_at=req.deliver_at)
+            return Append(producer, name, lowest, highest, n, batch, judged=shape.judged, deliver_at=req.deliver_at)
         assert actor is not None
-        return TxnAppend(producer, name, lowest, highest, n, batch, txn, actor)
+        return TxnAppend(producer, name, lowest, highest, n, batch, txn, actor, judged=shape.judged)

@@ -18,6 +18,7 @@ from magnetar_broker.partition.access import AccessState
 from magnetar_broker.partition.admission import Admission
 from magnetar_broker.partition.batchcheck import WHOLE, PositionLike, batch_index_problem
 from magnetar_broker.partition.cache import EntryCache
+from magnetar_broker.partition.compacted import CompactedView
 from magnetar_broker.partition.dedupstate import DedupState
 from magnetar_broker.partition.planner import Append
 from magnetar_broker.partition.quotagate import QuotaGate
@@ -128,6 +129,7 @@ class PartitionLog:
         self.dedup_state = DedupState(dedup, self._load_sequence)
         self.txnbuf = TxnBuffer(store, topic_id, name.full, roles)
         self.cache = EntryCache(store, topic_id, cache_bytes)
+        self.compacted = CompactedView(store, topic_id)
         self.quota = QuotaGate(name.full, self.wake, self.long_poll, lambda: self.closed)
         self.writer = Writer(self, store, self.access, self.dedup_state, self.txnbuf, self.cache,
                              self.quota, max_batches_per_commit)
@@ -140,6 +142,7 @@ class PartitionLog:
         self.first_entry_id = self.next_entry_id if first is None else first
         self.access.topic_epoch = await self.store.topic_epoch(self.topic_id)
         self.terminated_entry = await self.store.termination(self.topic_id)
+        await self.compacted.load()
         return self
 
     async def _load_sequence(self, producer_name: str) -> int:
@@ -351,6 +354,22 @@ class PartitionLog:
     async def read_one(self, entry_id: int) -> Entry | None:
         got = await self.read(entry_id, 1)
         return got[0] if got and got[0].entry_id == entry_id else None
+
+    @property
+    def compaction_horizon(self) -> int:
+        """Readers with ``read_compacted`` read the compacted view below this entry id,
+        the log from it on (0: never compacted)."""
+        return self.compacted.horizon if self.compacted.exists else 0
+
+    async def read_compacted(self, start: int, max_entries: int) -> list[Entry]:
+        """The compacted view's entries from ``start`` on, below the horizon."""
+        return await self.compacted.read(start, max_entries)
+
+    async def read_one_compacted(self, entry_id: int) -> Entry | None:
+        return await self.compacted.read_one(entry_id)
+
+    async def last_compacted(self) -> tuple[int, int] | None:
+        return await self.compacted.last()
 
     async def message_counts(self, entry_ids: Iterable[int]) -> dict[int, int]:
         """{entry id: its number of messages} of those of ``entry_ids`` that exist

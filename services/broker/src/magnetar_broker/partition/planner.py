@@ -63,6 +63,9 @@ class Append:
     num_messages: int
     batch: bytes
     deliver_at: int = field(default=0, kw_only=True)  # its latest delivery time (0: none delayed)
+    # False for a chunk before its message's last: it records no sequence id (Pulsar
+    # judges a chunked message by its last chunk; every chunk carries its id).
+    judged: bool = field(default=True, kw_only=True)
 
 
 @dataclass(slots=True)
@@ -118,7 +121,8 @@ def plan_plain(items: list[Append], next_entry_id: int, dedup: bool, now_ms: int
     sequences: dict[str, int] = {}
     if dedup:
         for i in items:
-            sequences[i.producer_name] = max(sequences.get(i.producer_name, -1), i.highest)
+            if i.judged:
+                sequences[i.producer_name] = max(sequences.get(i.producer_name, -1), i.highest)
     delays = [i.deliver_at or None for i in items] if any(i.deliver_at for i in items) else None
     return PlainPlan(next_entry_id, columns, sequences, delays)
 
@@ -192,7 +196,7 @@ def plan_group(items: list[Any], txns: Mapping[TxnID, TxnBuf], next_entry_id: in
         if transactional and (refusal := _not_owner(item, registering, txns, fresh, topic)):
             results[i] = refusal
             continue
-        if dedup:
+        if dedup and item.judged:
             key = (item.producer_name, item.txn if registering else None)
             sequences[key] = max(sequences.get(key, -1), item.highest)
         if not transactional:

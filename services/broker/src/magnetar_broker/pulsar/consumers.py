@@ -23,7 +23,7 @@ from magnetar_broker.subscription.subscription import Consumer
 from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
 from magnetar_protocol.errors import ConsumerNotFound, MagnetarError
-from magnetar_protocol.pulsar import batches, ids
+from magnetar_protocol.pulsar import ids, stored
 from magnetar_protocol.pulsar.clients import understands_end_of_topic
 from magnetar_protocol.txnid import TxnID
 
@@ -51,6 +51,14 @@ class PulsarConsumer:
     task: asyncio.Task | None = None
     told_end: bool = False   # REACHED_END_OF_TOPIC sent (once: termination is final)
     served: Consumer | None = None  # the broker's consumer (set once subscribed)
+    split: dict = field(default_factory=dict)   # entry id -> SplitEntry (sent in several frames)
+
+
+@dataclass
+class SplitEntry:
+    """An entry delivered in several MESSAGE frames under one id (``_push``)."""
+
+    delivered: tuple[int, ...]   # the batch indices delivered; () = all
 
 
 class Consumers:
@@ -92,7 +100,8 @@ class Consumers:
                 session_id=self.conn.session_id, topic=cmd.topic, subscription=cmd.subscription,
                 sub_type=SUB_TYPES.get(cmd.sub_type, cmd.sub_type), durable=cmd.durable,
                 earliest=cmd.initial_position == Sub.Earliest, consumer_name=cmd.consumer_name,
-                priority=cmd.priority_level, start=start, start_inclusive=start is not None))
+                priority=cmd.priority_level, start=start, start_inclusive=start is not None,
+                read_compacted=cmd.read_compacted))
 
         def subscribed(served: Consumer) -> pb.CommandSuccess:
             consumer = PulsarConsumer(cmd.consumer_id, served.consumer_id, served.subscription.log.partition_index,
@@ -160,20 +169,35 @@ class Consumers:
             await self.conn.writer.drain()
 
     def _push(self, consumer: PulsarConsumer, entry: mpb.DeliveredEntry) -> int:
-        """Send one MESSAGE for ``entry``; the number of messages it delivers."""
+        """Send the MESSAGE for ``entry`` (several when it must be split:
+        ``stored.pulsar_parts``); the number of messages it delivers."""
         batch = mpb.MessageBatch.FromString(entry.batch)
-        metadata, payload = batches.to_pulsar_entry(batch, producer_name=entry.producer_name or "magnetar",
-                                                    publish_time=entry.publish_time)
+        parts = stored.pulsar_parts(batch, producer_name=entry.producer_name or "magnetar",
+                                    publish_time=entry.publish_time)
         consumer.sizes[entry.entry_id] = entry.num_messages
         if len(consumer.sizes) > SIZES_KEPT:
             consumer.sizes.popitem(last=False)
-        message = pb.CommandMessage(consumer_id=consumer.pulsar_id,
-                                    message_id=ids.message_id(entry.entry_id, consumer.partition))
-        if entry.indices:
-            message.redelivery_count = max(entry.redelivery_counts, default=0)
-            if len(entry.indices) < entry.num_messages:
-                message.ack_set.extend(ids.indices_to_words(entry.indices, entry.num_messages))
-        self.conn.send(message, metadata, payload)
+        due = set(entry.indices) if entry.indices else None
+        redelivery = max(entry.redelivery_counts, default=0) if entry.indices else 0
+        sent = 0
+        for part in parts:
+            indices = range(part.first, part.first + part.count)
+            mine = [i - part.first for i in indices if due is None or i in due]
+            if not mine:
+                continue
+            message = pb.CommandMessage(consumer_id=consumer.pulsar_id,
+                                        message_id=ids.message_id(entry.entry_id, consumer.partition))
+            if redelivery:
+                message.redelivery_count = redelivery
+            if len(mine) < part.count:
+                message.ack_set.extend(ids.indices_to_words(mine, part.count))
+            self.conn.send(message, part.metadata, part.payload)
+            sent += 1
+        if sent > 1:
+            # One entry in several frames under one id (a transaction's sends joined
+            # around an encrypted or chunked one): their batch indices and ack sets are
+            # each frame's own, so an ack or a nack of the id is read as of the entry.
+            consumer.split[entry.entry_id] = SplitEntry(delivered=tuple(sorted(due)) if due else ())
         return len(entry.indices) or entry.num_messages
 
     def _closed_by_broker(self, consumer: PulsarConsumer, reason: str) -> None:
@@ -196,6 +220,9 @@ class Consumers:
             cumulative = cmd.ack_type == pb.CommandAck.Cumulative
             positions: list[Position] = []
             for mid in cmd.message_id:
+                if mid.entry_id in consumer.split:
+                    positions += self._split_ack(consumer, mid, cumulative)
+                    continue
                 positions += [Position(p.entry_id, p.batch_index)
                               for p in ids.ack_positions(mid, cumulative, consumer.sizes.get(mid.entry_id))]
             if positions:
@@ -218,6 +245,16 @@ class Consumers:
         if request_id is not None:
             self.conn.send(pb.CommandAckResponse(consumer_id=cmd.consumer_id, request_id=request_id))
 
+    def _split_ack(self, consumer: PulsarConsumer, mid: pb.MessageIdData, cumulative: bool) -> list[Position]:
+        """An ACK naming an entry sent in several frames (``_push``): the frames share
+        the entry's id, which the client cannot tell apart either (its ack grouping
+        merges acks of one id), so acknowledging any acknowledges what was delivered
+        of the entry (docs/pulsar-protocol.md, "Entries stored as sent")."""
+        split = consumer.split.pop(mid.entry_id)
+        if cumulative or not split.delivered:
+            return [Position(mid.entry_id, ids.WHOLE)]
+        return [Position(mid.entry_id, i) for i in split.delivered]
+
     async def redeliver(self, frame) -> None:
         cmd = frame.body
         consumer = self.consumers.get(cmd.consumer_id)
@@ -225,11 +262,15 @@ class Consumers:
             return
         # Just the listed messages (a negative ack); a batch index names one message of a
         # batch, else the whole entry goes again.
-        positions = tuple(Position(mid.entry_id, mid.batch_index if mid.HasField("batch_index") and mid.batch_index >= 0
-                                   else ids.WHOLE) for mid in cmd.message_ids)
+        positions = []
+        for mid in cmd.message_ids:
+            index = mid.batch_index if mid.HasField("batch_index") and mid.batch_index >= 0 else ids.WHOLE
+            if consumer.split.pop(mid.entry_id, None) is not None:
+                index = ids.WHOLE   # its index is one frame's (_push): the entry goes again whole
+            positions.append(Position(mid.entry_id, index))
         try:
             await self.service.redeliver(Redeliver(consumer_id=consumer.magnetar_id, session_id=self.conn.session_id,
-                                                   positions=positions))
+                                                   positions=tuple(positions)))
         except MagnetarError as exc:   # no answer exists for this command
             log.info("pulsar connection %s: redelivery refused: %s", self.conn.peer, exc)
 
@@ -283,7 +324,7 @@ class Consumers:
             consumer = self._get(cmd.consumer_id)
             last = await self.service.last_message_id(consumer.magnetar_id, self.conn.session_id)
             if last.last_entry_id is not None:
-                index = last.last_batch_size - 1 if last.last_batch_size > 1 else ids.WHOLE
+                index = last.index if last.last_batch_size > 1 else ids.WHOLE
                 last_id = ids.message_id(last.last_entry_id, consumer.partition, index)
             else:   # nothing yet: (-1, -1), which equals the client's "earliest"
                 last_id = pb.MessageIdData(ledger_id=ids.U64, entry_id=ids.U64, partition=consumer.partition)

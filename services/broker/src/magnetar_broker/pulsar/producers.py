@@ -17,7 +17,9 @@ from magnetar_broker.pulsar.connection import Connection
 from magnetar_broker.pulsar.errors import failure
 from magnetar_protocol import pulsar_api_pb2 as pb
 from magnetar_protocol.errors import MagnetarError, MessageTooBig, NotAllowedError
-from magnetar_protocol.pulsar import batches, ids
+from magnetar_protocol.pulsar import ids, stored
+from magnetar_protocol.pulsar.batches import BatchFormatError
+from magnetar_protocol.pulsar.compression import decompress
 from magnetar_protocol.txnid import TxnID
 
 log = logging.getLogger("magnetar.broker.pulsar")
@@ -66,9 +68,6 @@ class Producers:
             else:
                 self.conn.error(cmd.request_id, NotAllowedError(
                     f"producer id {cmd.producer_id} is already in use on this connection"))
-            return
-        if cmd.encrypted:
-            self.conn.error(cmd.request_id, NotAllowedError("encrypted producers are not supported"))
             return
         producer = PulsarProducer(cmd.producer_id, cmd.request_id)
         self.producers[cmd.producer_id] = producer
@@ -160,30 +159,40 @@ class Producers:
             self.conn.spawn(self._pump(producer))
 
     def _request(self, producer: PulsarProducer, cmd: pb.CommandSend, frame) -> Batch | Exception:
-        """The Magnetar send of one Pulsar entry (translated on write: see the docs), or
-        why it cannot be stored."""
-        if cmd.is_chunk:
-            return NotAllowedError("chunked messages are not supported")
+        """The Magnetar send of one Pulsar entry, stored as sent (an envelope:
+        magnetar_protocol.pulsar.stored; docs/pulsar-protocol.md, "Entries stored as
+        sent"), or why it cannot be stored.  Checked here: the metadata (a message
+        count, a chunk is no batch; the decoder checked its text), the size, and that a compressed payload
+        decompresses to its announced size (the codec's check, in C); a batch's inner
+        layout is its readers' to check, as on a Pulsar broker.  A chunk's size is not held
+        to the message limit: its producer cut the payload at that limit and added the
+        chunk fields (and any encryption) after, as Pulsar's broker allows; the frame
+        limit bounds it."""
+        metadata = frame.metadata   # its text fields checked by the frame decoder
+        count = stored.entry_count(metadata)
+        if count < 1:
+            return BatchFormatError(f"a batch of {count} messages")
+        chunk = stored.is_chunk(metadata)
+        if chunk and metadata.HasField("num_messages_in_batch"):
+            return BatchFormatError("a chunk of a batch: only a single message can be chunked")
         size = len(frame.raw_metadata) + len(frame.payload)
-        if size > self.conn.settings.max_message_size:
+        max_size = self.conn.settings.max_message_size
+        if not chunk and size > max_size:
             # Pulsar's rule, on the entry as sent (metadata + payload, compressed).
             return MessageTooBig(f"the message is {size} bytes; the maximum message size is "
-                                 f"{self.conn.settings.max_message_size} bytes (MAGNETAR_MAX_MESSAGE_SIZE)")
-        try:
-            batch = batches.to_message_batch(frame.metadata, frame.payload, self.conn.settings.max_message_size)
-        except MagnetarError as exc:
-            return exc
-        count = len(batch.messages)
-        # The wheel leaves highest_sequence_id unset when the ids are consecutive.
-        highest = cmd.highest_sequence_id if cmd.highest_sequence_id > cmd.sequence_id \
-            else cmd.sequence_id + count - 1
-        # In a transaction (pulsar/transactions.py): the partition's transaction buffer
-        # holds it until the coordinator ends the transaction.
-        txn = (TxnID(cmd.txnid_most_bits, cmd.txnid_least_bits)
-               if cmd.HasField("txnid_most_bits") or cmd.HasField("txnid_least_bits") else None)
-        return Batch(producer_id=producer.magnetar_id, payload=batch.SerializeToString(), num_messages=count,
-                     sequence_id=cmd.sequence_id, highest_sequence_id=highest, txn=txn,
-                     session_id=self.conn.session_id, deliver_at=frame.metadata.deliver_at_time)
+                                 f"{max_size} bytes (MAGNETAR_MAX_MESSAGE_SIZE)")
+        if metadata.compression and not chunk and not stored.is_encrypted(metadata):
+            try:
+                decompress(metadata.compression, frame.payload, metadata.uncompressed_size, max_size)
+            except MagnetarError as exc:
+                return exc
+        highest = max(metadata.highest_sequence_id, metadata.sequence_id + count - 1)
+        # deliver_at: the entry's delivery time (Pulsar's is the entry's, shared by a
+        # batch's messages), for the horizon check and the delayed index.
+        return Batch(producer_id=producer.magnetar_id,
+                     payload=stored.envelope_batch(frame.raw_metadata, metadata, frame.payload),
+                     num_messages=count, sequence_id=metadata.sequence_id, highest_sequence_id=highest,
+                     txn=_txn_of(cmd), session_id=self.conn.session_id, deliver_at=metadata.deliver_at_time)
 
     async def _pump(self, producer: PulsarProducer) -> None:
         try:
@@ -226,3 +235,11 @@ class Producers:
         if producer is not None and producer.magnetar_id:
             await self.service.close_producer(producer.magnetar_id, self.conn.session_id)
         self.conn.send(pb.CommandSuccess(request_id=cmd.request_id))
+
+
+def _txn_of(cmd: pb.CommandSend) -> TxnID | None:
+    """A SEND in a transaction (pulsar/transactions.py): the partition's transaction
+    buffer holds it until the coordinator ends the transaction."""
+    if cmd.HasField("txnid_most_bits") or cmd.HasField("txnid_least_bits"):
+        return TxnID(cmd.txnid_most_bits, cmd.txnid_least_bits)
+    return None

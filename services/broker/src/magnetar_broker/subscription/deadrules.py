@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol import pulsar_api_pb2 as pulsar_pb
 from magnetar_protocol.errors import BadRequest
+from magnetar_protocol.pulsar import stored
 
 # Pulsar's property names (RetryMessageUtil).
 REAL_TOPIC = "REAL_TOPIC"
@@ -77,34 +79,77 @@ def origin_message_id(entry_id: int, partition: int, batch_index: int, batch_siz
 def copy_messages(batch: bytes, indices: list[int], real_topic: str, entry_id: int, partition: int,
                   extra: dict[str, str] | None = None, deliver_at: int = 0) -> tuple[bytes, int]:
     """The serialized MessageBatch of the copies of ``batch``'s messages ``indices`` (and
-    how many): payload, keys, event time and properties kept, ``REAL_TOPIC`` and
-    ``ORIGIN_MESSAGE_ID`` added (and ``extra``: a retry's count and delay); sequence ids
-    are the new producer's, set by the caller's write.  ``deliver_at``: a retry's."""
-    messages = pb.MessageBatch.FromString(batch).messages
+    how many messages they are): payload, keys, event time and properties kept,
+    ``REAL_TOPIC`` and ``ORIGIN_MESSAGE_ID`` added (and ``extra``: a retry's count and
+    delay); sequence ids are the new producer's, set by the caller's write.
+    ``deliver_at``: a retry's.
+
+    A Pulsar entry stored as sent (an envelope) is opened as Magnetar's readers open it
+    (``stored.open_message``): its messages are copied one by one like any other.  One
+    the broker cannot open (encrypted, or one chunk of a large message) is copied as it
+    is, whole, as Pulsar's client moves a message it cannot decrypt: its payload byte
+    for byte, its metadata with the two properties added (Pulsar's properties are not
+    encrypted), once per move that takes any of its messages."""
     out = pb.MessageBatch()
-    for index in indices:
-        original = messages[index]
-        copy = out.messages.add(payload=original.payload, event_time=original.event_time,
-                                null_value=original.null_value,
-                                partition_key_b64_encoded=original.partition_key_b64_encoded,
-                                null_partition_key=original.null_partition_key, deliver_at_time=deliver_at)
-        if original.HasField("partition_key"):
-            copy.partition_key = original.partition_key
-        if original.HasField("ordering_key"):
-            copy.ordering_key = original.ordering_key
-        copy.properties.update(original.properties)
-        copy.properties[REAL_TOPIC] = real_topic
-        copy.properties[ORIGIN_MESSAGE_ID] = origin_message_id(entry_id, partition, index, len(messages))
-        copy.properties.update(extra or {})
+    index = 0
+    wanted = set(indices)
+    messages = pb.MessageBatch.FromString(batch).messages
+    size = stored.message_count(messages)   # the entry's, for ORIGIN_MESSAGE_ID's batch index
+    for message in messages:
+        opened = stored.open_message(message)
+        span = range(index, index + len(opened.messages))
+        index = span.stop
+        if not opened.opened:
+            assert opened.metadata is not None
+            if wanted.intersection(span):
+                _copy_envelope(out, message, opened.metadata, real_topic,
+                               origin_message_id(entry_id, partition, span.start, size), extra, deliver_at)
+            continue
+        for i in span:
+            if i not in wanted:
+                continue
+            original = opened.messages[i - span.start]
+            copy = out.messages.add(payload=original.payload, event_time=original.event_time,
+                                    null_value=original.null_value,
+                                    partition_key_b64_encoded=original.partition_key_b64_encoded,
+                                    null_partition_key=original.null_partition_key, deliver_at_time=deliver_at)
+            if original.HasField("partition_key"):
+                copy.partition_key = original.partition_key
+            if original.HasField("ordering_key"):
+                copy.ordering_key = original.ordering_key
+            copy.properties.update(original.properties)
+            copy.properties[REAL_TOPIC] = real_topic
+            copy.properties[ORIGIN_MESSAGE_ID] = origin_message_id(entry_id, partition, i, size)
+            copy.properties.update(extra or {})
     encoded: bytes = out.SerializeToString()
-    return encoded, len(indices)
+    return encoded, stored.message_count(out.messages)
+
+
+def _copy_envelope(out: pb.MessageBatch, envelope: pb.SingleMessage, metadata: pulsar_pb.MessageMetadata,
+                   real_topic: str, origin: str, extra: dict[str, str] | None, deliver_at: int) -> None:
+    added = {REAL_TOPIC: real_topic, ORIGIN_MESSAGE_ID: origin, **(extra or {})}
+    kept = [p for p in metadata.properties if p.key not in added]
+    del metadata.properties[:]
+    metadata.properties.extend(kept)
+    for key, value in added.items():
+        metadata.properties.add(key=key, value=value)
+    if deliver_at:
+        metadata.deliver_at_time = deliver_at
+    copy = out.messages.add()
+    copy.CopyFrom(envelope)
+    copy.pulsar_metadata = metadata.SerializeToString()
+    copy.properties.update(added)
+    if deliver_at:
+        copy.deliver_at_time = deliver_at
 
 
 def numbered(batch: bytes, first_sequence_id: int) -> bytes:
     """``batch`` with its messages numbered from ``first_sequence_id`` (the copies'
-    producer's own sequence)."""
+    producer's own sequence; an envelope takes one number per message it stands for)."""
     parsed = pb.MessageBatch.FromString(batch)
-    for i, message in enumerate(parsed.messages):
-        message.sequence_id = first_sequence_id + i
+    sequence = first_sequence_id
+    for message in parsed.messages:
+        message.sequence_id = sequence
+        sequence += stored.entry_count(stored.metadata_of(message)) if message.pulsar_metadata else 1
     encoded: bytes = parsed.SerializeToString()
     return encoded

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -31,6 +32,8 @@ from magnetar_broker.subscription.delays import Delayed, Key, split_by_time, sto
 from magnetar_broker.subscription.dispatch import Deliveries, mask_indices
 from magnetar_broker.subscription.view import PartitionView
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol.pulsar.batches import BatchFormatError
+from magnetar_protocol.pulsar.stored import entry_count, metadata_of
 
 LOAD_ROWS = 1000          # due rows loaded per fetch (the next fetch loads more)
 TIMES_CACHED = 4096       # decoded entries whose per-message times are remembered
@@ -65,6 +68,16 @@ class Holder(Protocol):
 def honours(sub_type: int | None) -> bool:
     """Pulsar delays Shared and Key_Shared dispatch only; Exclusive and Failover deliver at once."""
     return sub_type in (pb.SUB_SHARED, pb.SUB_KEY_SHARED)
+
+
+def message_times(messages: Iterable[pb.SingleMessage]) -> list[int]:
+    """Each batch index's delivery time (0: none) of a stored batch's messages.  A Pulsar
+    entry stored as sent (an envelope) stands for all its messages, which share its
+    metadata's ``deliver_at_time`` (copied onto the envelope): its payload is not opened."""
+    times: list[int] = []
+    for m in messages:
+        times += [m.deliver_at_time] * (entry_count(metadata_of(m)) if m.pulsar_metadata else 1)
+    return times
 
 
 class Delays:
@@ -129,8 +142,8 @@ class Delays:
         times = self._times.get(entry.entry_id)
         if times is None:
             try:
-                times = [m.deliver_at_time for m in pb.MessageBatch.FromString(entry.payload or b"").messages]
-            except (DecodeError, RuntimeWarning):
+                times = message_times(pb.MessageBatch.FromString(entry.payload or b"").messages)
+            except (DecodeError, RuntimeWarning, BatchFormatError):
                 return None  # undecodable: delivered at once, the client skips it
             if len(self._times) >= TIMES_CACHED:
                 self._times.clear()

@@ -46,6 +46,7 @@ from magnetar_protocol.errors import (
     NotOwner,
     SubscriptionNotFound,
 )
+from magnetar_protocol.pulsar.stored import stored_messages
 from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.groupcommit import GroupCommit
 
@@ -75,6 +76,9 @@ class Consumer:
     seeks: int = 0  # the highest seek count its client has sent (FetchRequest.seeks)
     # msgRateRedeliver: what it handed back (negative acks, ack timeout, redeliver-unacked).
     rate_redeliver: Rate = field(default_factory=lambda: Rate(time.monotonic()), repr=False)
+    # Reads the compacted view below the compaction horizon, then the log (Exclusive,
+    # Failover and readers: commands.Subscribe's rule).
+    read_compacted: bool = False
 
 
 class AckedWithDelays:
@@ -134,9 +138,10 @@ class Subscription:
             log.check_open()
         assert row is not None  # check_open raised otherwise
         cursor = Cursor.decode(row.mark_delete, row.acked_state)
-        if cursor.mark_delete < log.first_entry_id - 1:
+        if cursor.mark_delete < log.first_entry_id - 1 and log.compaction_horizon <= cursor.mark_delete + 1:
             # Entries below the first stored one are gone (trimmed); an acknowledgement
-            # never fills that hole, so the cursor starts past it.
+            # never fills that hole, so the cursor starts past it (unless the compacted
+            # view holds them: a consumer of the view starts there).
             cursor.ack_cumulative(log.first_entry_id - 1, WHOLE)
         sub = cls(log, name, cursor, durable=True)
         sub.txn.pending.load(await log.store.load_pending_acks(log.topic_id, name))
@@ -227,11 +232,13 @@ class Subscription:
         for entry_id in self.deliveries.redelivery_entries():
             if budget <= 0:
                 break
-            entry = await self.log.read_one(entry_id)
+            entry = await self._read_one(consumer, entry_id)
             if entry is None:
                 self.deliveries.acked(entry_id, WHOLE)
                 continue
             mask = self.deliveries.redeliver.get(entry_id, 0) & self.unacked_mask(entry_id, entry.num_messages)
+            if entry.kept is not None:
+                mask &= entry.kept
             mask &= ~self.txn.pending.mask(entry_id, entry.num_messages)
             mask &= self._routed_to(consumer, entry)
             if mask and self.dead.policy is not None:
@@ -247,15 +254,35 @@ class Subscription:
                 self.deliveries.acked(entry_id, WHOLE)
         return budget
 
+    async def _read_one(self, consumer: Consumer, entry_id: int) -> Entry | None:
+        """An entry to deliver again: from the compacted view below its horizon for a
+        consumer that reads it (the log's may be trimmed, and what compaction removed is
+        not redelivered)."""
+        if consumer.read_compacted and entry_id < self.log.compaction_horizon:
+            return await self.log.read_one_compacted(entry_id)
+        return await self.log.read_one(entry_id)
+
+    async def _read_new(self, consumer: Consumer, max_entries: int) -> list[Entry]:
+        """The next entries from the read position: for a consumer with read_compacted,
+        the compacted view's below its horizon (what compaction removed is passed over),
+        then the log's."""
+        if consumer.read_compacted and self.read_position < self.log.compaction_horizon:
+            entries = await self.log.read_compacted(self.read_position, max_entries)
+            if entries:
+                return entries
+            # Nothing more in the view: on with the log from its horizon.
+            self.read_position = max(self.read_position, self.log.compaction_horizon)
+        return await self.log.read(self.read_position, max_entries)
+
     async def _take_new(self, consumer: Consumer, budget: int, out: list[Any]) -> None:
         delaying = self.delays.honoured()
         try:
-            await self._read_new(consumer, budget, out, delaying, int(time.time() * 1000))
+            await self._pass_new(consumer, budget, out, delaying, int(time.time() * 1000))
         finally:
             if delaying and self.delays.unsaved():
                 self._save_soon()  # the new delayed rows, and the cursor passing them
 
-    async def _read_new(self, consumer: Consumer, budget: int, out: list[Any], delaying: bool, now_ms: int) -> None:
+    async def _pass_new(self, consumer: Consumer, budget: int, out: list[Any], delaying: bool, now_ms: int) -> None:
         deferred = 0
         while budget > 0:
             if deferred >= DEFER_PER_FETCH:
@@ -264,13 +291,15 @@ class Subscription:
                 # long polls so the next one goes on.
                 self.log.wake()
                 return
-            entries = await self.log.read(self.read_position, min(READ_AHEAD_ENTRIES, budget))
+            entries = await self._read_new(consumer, min(READ_AHEAD_ENTRIES, budget))
             if not entries:
                 return
             for entry in entries:
                 self.read_position = entry.entry_id + 1
                 self.cursor.note_size(entry.entry_id, entry.num_messages)
                 due = self.cursor.unacked_mask(entry.entry_id, entry.num_messages)
+                if entry.kept is not None:
+                    due &= entry.kept
                 due &= ~self.deliveries.pending_mask(entry.entry_id)
                 due &= ~self.txn.pending.mask(entry.entry_id, entry.num_messages)
                 if due and delaying:
@@ -301,11 +330,14 @@ class Subscription:
         hashes = self._keys.get(entry.entry_id)
         if hashes is None:
             try:
-                batch = pb.MessageBatch.FromString(entry.payload or b"")
+                # One message per batch index (a Pulsar entry stored as sent, opened;
+                # one that cannot be, by its entry's key: stored.stored_messages).
                 hashes = [key_hash(dispatch_key(m.ordering_key if m.HasField("ordering_key") else None,
                                                 m.partition_key if m.HasField("partition_key") else None))
-                          for m in batch.messages]
-            except (DecodeError, RuntimeWarning):
+                          for m in stored_messages(entry.payload or b"")]
+                if len(hashes) != entry.num_messages:
+                    raise DecodeError(f"{len(hashes)} messages in an entry of {entry.num_messages}")
+            except (DecodeError, RuntimeWarning, BadRequest):
                 # An undecodable entry (stored before batches were checked, or corrupted)
                 # goes whole to one consumer, whose client skips it (docs/security.md),
                 # instead of failing every fetch of the subscription.
