@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from magnetar_broker.commands import Redeliver
+from magnetar_broker.commands import Position, Redeliver
 from magnetar_broker.deadletter_ops import APPEND_PATH
 from magnetar_broker.partition.sends import Batch
 from magnetar_broker.service import BrokerService
@@ -181,3 +181,32 @@ async def test_a_pulsar_batch_stored_as_sent_is_moved_message_by_message(broker,
         (b"w1", {"n": "1", "REAL_TOPIC": TOPIC, "ORIGIN_MESSAGE_ID": "0:0:-1:1"})]
     assert (await stored_cursor(pool))[0] == 0
 
+
+async def test_messages_of_a_batch_held_while_the_rest_is_moved_are_still_moved_when_nacked(broker, pool):
+    """The bench's stall (bench/deadletter.py): a batch redelivered in parts, some of its
+    messages out with the consumer while the others pass the limit.  The redelivery that
+    found nothing left to deliver of the entry once dropped the entry's whole
+    bookkeeping, the held messages too: their nack then found nothing to take back, and
+    they stayed unacknowledged in none of the queues until the consumer reconnected."""
+    producer = await broker.producer(TOPIC, "p")
+    consumer = await shared_consumer(broker, DeadLetterPolicy(1))
+    await broker.send(producer, *[f"m{i}".encode() for i in range(10)], first_seq=0)
+    sub = broker.service.consumers[consumer].subscription
+
+    async def nack(*indices: int) -> None:
+        await broker.service.redeliver(Redeliver(consumer_id=consumer, session_id=broker.session,
+                                                 positions=tuple(Position(0, i) for i in indices)))
+
+    await broker.fetch(consumer)                      # all ten, redelivery count 0
+    await nack(*range(10))
+    [first] = await broker.fetch(consumer, max_messages=5)
+    [second] = await broker.fetch(consumer, max_messages=5)
+    assert list(first.indices) == [0, 1, 2, 3, 4] and list(second.indices) == [5, 6, 7, 8, 9]
+    await nack(0, 1, 2, 3, 4)                         # past the limit: these move ...
+    assert await broker.fetch(consumer) == []
+    await async_wait_until(lambda: sub.dead.moved == 5, 10, "the first five moved")
+    await nack(5, 6, 7, 8, 9)                         # ... and these, held meanwhile, too
+    assert await broker.fetch(consumer) == []
+    await async_wait_until(lambda: sub.dead.moved == 10, 10, "the other five moved too")
+    assert sorted(m.payload for m in await dlq_messages(pool)) == [f"m{i}".encode() for i in range(10)]
+    assert (await stored_cursor(pool))[0] == 0

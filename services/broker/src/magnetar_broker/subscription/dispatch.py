@@ -148,6 +148,11 @@ class Deliveries:
             for i in mask_indices(mask):
                 self.counts[(entry_id, i)] = self.counts.get((entry_id, i), 0) + 1
 
+    def not_due(self, entry_id: int, mask: int) -> None:
+        """Messages queued for redelivery that were acknowledged meanwhile: off the queue
+        (whoever holds the entry's other messages still does)."""
+        self._no_redelivery(entry_id, mask)
+
     def dead_lettered(self, entry_id: int, mask: int) -> None:
         """Messages due for redelivery go to a dead-letter topic instead: no longer due
         here (their counts stay until the move acknowledges them)."""

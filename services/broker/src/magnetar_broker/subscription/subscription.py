@@ -250,8 +250,14 @@ class Subscription:
                 mask = lowest_bits(mask, budget)
             if mask:
                 budget -= self._deliver(consumer, entry, mask, out, redelivered=True)
-            elif not self.deliveries.redeliver.get(entry_id, 0) & self.unacked_mask(entry_id, entry.num_messages):
-                self.deliveries.acked(entry_id, WHOLE)
+            elif not (left := self.deliveries.redeliver.get(entry_id, 0)) & self.unacked_mask(
+                    entry_id, entry.num_messages):
+                # What was queued of it was acknowledged meanwhile: off the queue.  Only
+                # that: the entry's other messages may be out with consumers (a batch
+                # redelivered in parts, the rest just dead-lettered), and dropping their
+                # bookkeeping left their nacks nothing to take back (bench/deadletter.py's
+                # stall).
+                self.deliveries.not_due(entry_id, left)
         return budget
 
     async def _read_one(self, consumer: Consumer, entry_id: int) -> Entry | None:
