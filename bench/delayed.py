@@ -20,7 +20,6 @@ import asyncio
 import gc
 import itertools
 import statistics
-import struct
 import sys
 import threading
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 import asyncpg
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import bench_cluster, durable_postgres, paced, percentile, report  # noqa: E402
+from _common import bench_cluster, durable_postgres, end_to_end_latencies, percentile, report  # noqa: E402
 
 import magnetar  # noqa: E402
 
@@ -87,22 +86,7 @@ def traffic(client, topic: str, messages: int, rate: int, seconds: float, size: 
     for _ in range(messages):
         consumer.acknowledge(consumer.receive(timeout_millis=60_000))
     drain_s = time.perf_counter() - started
-    total = int(rate * seconds)
-    latencies: list[float] = []
-
-    def receive_all() -> None:
-        for _ in range(total):
-            msg = consumer.receive(timeout_millis=60_000)
-            latencies.append(time.perf_counter() - struct.unpack("d", msg.data()[:8])[0])
-            consumer.acknowledge(msg)
-
-    receiver = threading.Thread(target=receive_all)
-    receiver.start()
-    filler = b"z" * max(size - 8, 0)
-    for _ in paced(total, rate):
-        producer.send_async(struct.pack("d", time.perf_counter()) + filler, lambda r, m: None)
-    producer.flush()
-    receiver.join()
+    latencies = end_to_end_latencies(consumer, producer, int(rate * seconds), rate, size)
     producer.close()
     consumer.close()
     return {"dispatch_msgs_per_s": round(messages / drain_s), "p50_ms": round(percentile(latencies, 50) * 1000, 2),
