@@ -16,6 +16,7 @@ from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
 from magnetar_broker.subscription.deadrules import DeadLetterPolicy
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol import pulsar_api_pb2 as pulsar_pb
 from magnetar_protocol.cursorstate import decode_acks
 from magnetar_protocol.pulsar import batches, stored
 from magnetar_protocol.topics import TopicName
@@ -210,3 +211,33 @@ async def test_messages_of_a_batch_held_while_the_rest_is_moved_are_still_moved_
     await async_wait_until(lambda: sub.dead.moved == 10, 10, "the other five moved too")
     assert sorted(m.payload for m in await dlq_messages(pool)) == [f"m{i}".encode() for i in range(10)]
     assert (await stored_cursor(pool))[0] == 0
+
+
+async def test_an_encrypted_batch_moves_whole_with_its_first_message_past_the_limit(broker, pool):
+    """The broker cannot open an encrypted entry: it is copied as it is, so the move
+    acknowledges all its messages, not only the one past the limit (each message in
+    exactly one place)."""
+    producer = await broker.producer(TOPIC, "p")
+    consumer = await shared_consumer(broker, DeadLetterPolicy(1))
+    metadata = pulsar_pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, num_messages_in_batch=3,
+                                         encryption_keys=[pulsar_pb.EncryptionKeys(key="rsa", value=b"w")])
+    [sent] = await broker.service.publish(broker.session, [Batch(
+        producer_id=producer, payload=stored.envelope_batch(metadata.SerializeToString(), metadata, b"sealed"),
+        num_messages=3, sequence_id=0, highest_sequence_id=2)])
+    assert not isinstance(sent, Exception)
+
+    async def nack(*indices: int) -> None:
+        await broker.service.redeliver(Redeliver(consumer_id=consumer, session_id=broker.session,
+                                                 positions=tuple(Position(0, i) for i in indices)))
+
+    await broker.fetch(consumer)
+    await nack(0, 1, 2)
+    await broker.fetch(consumer)   # all three again, count 1
+    await nack(0)                  # only the first passes the limit
+    assert await broker.fetch(consumer) == []
+    sub = broker.service.consumers[consumer].subscription
+    await async_wait_until(lambda: sub.dead.moved == 3, 10, "the encrypted batch moved")
+    [copy] = await dlq_messages(pool)
+    assert copy.payload == b"sealed" and stored.message_count([copy]) == 3
+    assert {p.key for p in stored.metadata_of(copy).properties} == {"REAL_TOPIC", "ORIGIN_MESSAGE_ID"}
+    assert (await stored_cursor(pool))[0] == 0   # all three acknowledged with the move

@@ -4,7 +4,13 @@ a chunk) whole as it is; an envelope's messages share its delivery time."""
 
 from __future__ import annotations
 
-from magnetar_broker.subscription.deadrules import ORIGIN_MESSAGE_ID, REAL_TOPIC, copy_messages, numbered
+from magnetar_broker.subscription.deadrules import (
+    ORIGIN_MESSAGE_ID,
+    REAL_TOPIC,
+    copy_messages,
+    numbered,
+    whole_envelopes,
+)
 from magnetar_broker.subscription.delayed import message_times
 from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
@@ -63,3 +69,10 @@ def test_an_envelopes_messages_share_its_delivery_time():
     batch = mpb.MessageBatch.FromString(_pulsar_batch(3, deliver_at=777) + mpb.MessageBatch(
         messages=[mpb.SingleMessage(payload=b"x", deliver_at_time=5)]).SerializeToString())
     assert message_times(batch.messages) == [777, 777, 777, 5]
+
+
+def test_a_move_widens_to_every_message_of_an_envelope_it_copies_whole():
+    encrypted, _ = _encrypted(3)
+    joined = _pulsar_batch(2) + encrypted          # a commit joining a plain batch and an encrypted one
+    assert whole_envelopes(joined, [1]) == 0b00010  # an opened envelope: the message alone
+    assert whole_envelopes(joined, [3]) == 0b11100  # the encrypted batch: all three

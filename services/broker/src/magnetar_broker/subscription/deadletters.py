@@ -22,7 +22,7 @@ from typing import Protocol
 from magnetar_broker import metrics
 from magnetar_broker.entry import Entry
 from magnetar_broker.subscription.cursor import Cursor
-from magnetar_broker.subscription.deadrules import DeadLetterPolicy, copy_messages, doomed_mask
+from magnetar_broker.subscription.deadrules import DeadLetterPolicy, copy_messages, doomed_mask, whole_envelopes
 from magnetar_broker.subscription.dispatch import Deliveries, mask_indices
 from magnetar_broker.subscription.view import PartitionView
 from magnetar_protocol.errors import ConnectError, MagnetarError, PersistenceError, Timeout, UnknownError
@@ -170,11 +170,13 @@ class DeadLetters:
                 if entry is None or entry.payload is None:
                     continue  # trimmed meanwhile (acknowledged, or expired by TTL)
                 # Acknowledged meanwhile, or held by a transaction's ack: not to move.
-                live = mask & sub.unacked_mask(entry_id, entry.num_messages)
-                live &= ~sub.held_in_transactions(entry_id, entry.num_messages)
+                movable = sub.unacked_mask(entry_id, entry.num_messages)
+                movable &= ~sub.held_in_transactions(entry_id, entry.num_messages)
+                live = mask & movable
                 if not live:
                     continue
-                indices = mask_indices(live)
+                # An envelope the broker cannot open is copied whole: all its messages go.
+                indices = mask_indices(whole_envelopes(entry.payload, mask_indices(live)) & movable)
                 batch, n = copy_messages(entry.payload, indices, sub.log.name.full, entry_id,
                                          sub.log.partition_index)
                 copies.append(batch)

@@ -76,6 +76,24 @@ def origin_message_id(entry_id: int, partition: int, batch_index: int, batch_siz
     return f"{text}:{batch_index}" if batch_size > 1 else text
 
 
+def whole_envelopes(batch: bytes, indices: list[int]) -> int:
+    """The mask of ``indices`` widened to every batch index of each envelope the broker
+    cannot open (encrypted, a chunk) that one of them falls in: such an envelope is
+    copied whole, so the move acknowledges all its messages (each stays in exactly one
+    place)."""
+    mask = 0
+    for i in indices:
+        mask |= 1 << i
+    index = 0
+    for message in pb.MessageBatch.FromString(batch).messages:
+        count = stored.entry_count(stored.metadata_of(message)) if message.pulsar_metadata else 1
+        span = ((1 << count) - 1) << index
+        if count > 1 and mask & span and stored.is_opaque(stored.metadata_of(message)):
+            mask |= span
+        index += count
+    return mask
+
+
 def copy_messages(batch: bytes, indices: list[int], real_topic: str, entry_id: int, partition: int,
                   extra: dict[str, str] | None = None, deliver_at: int = 0) -> tuple[bytes, int]:
     """The serialized MessageBatch of the copies of ``batch``'s messages ``indices`` (and
@@ -89,7 +107,7 @@ def copy_messages(batch: bytes, indices: list[int], real_topic: str, entry_id: i
     the broker cannot open (encrypted, or one chunk of a large message) is copied as it
     is, whole, as Pulsar's client moves a message it cannot decrypt: its payload byte
     for byte, its metadata with the two properties added (Pulsar's properties are not
-    encrypted), once per move that takes any of its messages."""
+    encrypted); the move takes all its messages (``whole_envelopes``)."""
     out = pb.MessageBatch()
     index = 0
     wanted = set(indices)
