@@ -264,7 +264,9 @@ async def analyze(database_url: str) -> None:
 
 
 async def run(url: str, args) -> None:
-    client = magnetar.Client(url)
+    options = {} if args.one_request_max_bytes is None else {
+        "one_request_txn_max_bytes": args.one_request_max_bytes}
+    client = magnetar.Client(url, **options)
     results = []
     if "a" in args.parts:
         print("(a) 1,000-message transactions vs plain sends ...", flush=True)
@@ -354,6 +356,9 @@ def main() -> None:
     parser.add_argument("--parts", default="abc", help="which of (a) (b) (c) to run, e.g. c")
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio",
                         help="the benchmark client's event loop (services always run uvloop)")
+    parser.add_argument("--one-request-max-bytes", type=int, default=None,
+                        help="the client's one_request_txn_max_bytes (default: the client's "
+                             "own; 0: every transaction the classic way)")
     parser.add_argument("--profile", action="store_true",
                         help="afterwards, print batch sizes and the top SQL statements")
     parser.add_argument("--deployment", choices=["both", "separate", "hosted"], default="both",
