@@ -283,3 +283,38 @@ def _group_metrics() -> tuple[float, float]:
     """(statements written, commits they carried) by one-request groups so far."""
     samples = {s.name: s.value for m in broker_metrics.ONE_REQUEST_GROUP.collect() for s in m.samples}
     return samples["magnetar_txn_one_request_group_size_count"], samples["magnetar_txn_one_request_group_size_sum"]
+
+
+async def test_a_hold_of_another_message_does_not_wait_for_a_commits_statement(broker, coordinator, pool):
+    """A one-request commit holds the subscription's lock through its statement (fsync
+    included); an ack of another transaction on another message is checked and held
+    meanwhile, not after it (the commit changes nothing a hold reads until its apply)."""
+    source = await broker.producer(IN, "source")
+    for seq in range(3):
+        await broker.send(source, b"in%d" % seq, first_seq=seq)
+    consumer = await broker.subscribe(IN, "s", sub_type=pb.SUB_SHARED)
+    first, second, third = [e.entry_id for e in await broker.fetch(consumer)]
+    committing, other = await _new_txn(coordinator), await _new_txn(coordinator)
+    await _hold(broker, consumer, first, committing)
+    statement_started, go_on = asyncio.Event(), asyncio.Event()
+    commit_one_request = broker.service.store.commit_one_request
+
+    async def gated(*args, **kwargs):
+        statement_started.set()
+        await go_on.wait()  # the statement (and its fsync) "in flight"
+        return await commit_one_request(*args, **kwargs)
+
+    broker.service.store.commit_one_request = gated
+    try:
+        commit = asyncio.ensure_future(coordinator.end_one_request(_commit(committing, acks=[_acks(first)])))
+        await asyncio.wait_for(statement_started.wait(), 10)
+        await asyncio.wait_for(_hold(broker, consumer, second, other), 10)  # does not wait for it
+        assert not commit.done()
+        go_on.set()
+        assert (await commit).status == pb.TXN_COMMITTED
+    finally:
+        broker.service.store.commit_one_request = commit_one_request
+    reply = await coordinator.end_one_request(_commit(other, acks=[_acks(second)]))
+    assert reply.status == pb.TXN_COMMITTED
+    assert await pool.fetchval("SELECT mark_delete_entry FROM subscriptions WHERE subscription = 's'") == second
+    assert third == second + 1

@@ -194,6 +194,11 @@ class OneRequestEnds:
             if plan is None:
                 return True  # every commit was refused: nothing to write
             rows, plans, held, accepted = plan
+            by_sub: dict[Subscription, list[HeldPlan]] = {}
+            for sub, held_plan in held:
+                by_sub.setdefault(sub, []).append(held_plan)
+            for sub, held_plans in by_sub.items():
+                stack.enter_context(sub.txn.committing(held_plans))
             failpoint("broker.one_request.before_commit")
             try:
                 answer = await self.store.commit_one_request(tcid, fence_epoch, rows)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -74,6 +75,14 @@ class Held:
 
 
 @dataclass(frozen=True, slots=True)
+class Committing:
+    """A one-request commit's statement in flight here: its transactions and the
+    positions it settles (a hold touching neither need not wait for it)."""
+    txns: frozenset[TxnID]
+    positions: frozenset[tuple[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
 class HeldPlan:
     """What a one-request commit settles here: the transaction's acks, and its acks that
     were not held (checked now: a broker restart or an expired hold forgot them)."""
@@ -95,6 +104,7 @@ class TxnAcks:
         # later transactional ack checks the owner with a dict lookup.
         self._registered: dict[TxnID, str | None] = {}
         self.held: dict[TxnID, Held] = {}  # one-request transactions' acks, in memory only
+        self._committing: Committing | None = None  # a one-request commit's statement in flight
         self._acker: GroupCommit[tuple[Any, ...], MagnetarError | None] = GroupCommit(self._ack_txns, 256)
         self._ender: GroupCommit[tuple[TxnID, bool], MagnetarError | None] = GroupCommit(self._end_txns, 256)
 
@@ -156,31 +166,43 @@ class TxnAcks:
         if txn in self._registered:
             await self._acker.submit((wanted, cumulative, txn, actor))
             return
+        committing = self._committing
+        if (committing is not None and not cumulative and txn not in committing.txns
+                and committing.positions.isdisjoint(wanted)):
+            # A one-request commit holds the lock through its statement, but changes
+            # nothing a hold reads (pending, cursor) until its apply, which does not
+            # await: a hold of other messages need not wait for its fsync.
+            self._hold_now(wanted, cumulative, txn, actor, hold_s)
+            return
         async with self.sub.lock:
-            held = self.held.get(txn)
-            if held is not None and held.actor[0] != actor[0] and not actor[1]:
-                raise not_owner_error(txn, self._ack_what(), actor)
+            self._hold_now(wanted, cumulative, txn, actor, hold_s)
+
+    def _hold_now(self, wanted: list[tuple[int, int]], cumulative: bool, txn: TxnID,
+                  actor: tuple[str, bool], hold_s: float) -> None:
+        held = self.held.get(txn)
+        if held is not None and held.actor[0] != actor[0] and not actor[1]:
+            raise not_owner_error(txn, self._ack_what(), actor)
+        if cumulative:
+            wanted = [max(wanted)]
+            self.pending.check_cumulative(txn, wanted[0][0], wanted[0][1], self.sub.cursor)
+        else:
+            wanted = self.pending.check_individual(txn, wanted, self.sub.cursor)
+        if held is None:
+            held = self.held[txn] = Held(actor)
+        if wanted:
+            self.pending.add(txn, wanted, cumulative)
+        for entry_id, index in wanted:
+            # Held by the transaction now: not the consumer's to redeliver.
             if cumulative:
-                wanted = [max(wanted)]
-                self.pending.check_cumulative(txn, wanted[0][0], wanted[0][1], self.sub.cursor)
+                held.cumulative = (entry_id, index)
+                self.sub.deliveries.acked_cumulative(entry_id, index)
             else:
-                wanted = self.pending.check_individual(txn, wanted, self.sub.cursor)
-            if held is None:
-                held = self.held[txn] = Held(actor)
-            if wanted:
-                self.pending.add(txn, wanted, cumulative)
-            for entry_id, index in wanted:
-                # Held by the transaction now: not the consumer's to redeliver.
-                if cumulative:
-                    held.cumulative = (entry_id, index)
-                    self.sub.deliveries.acked_cumulative(entry_id, index)
-                else:
-                    held.individual.add((entry_id, index))
-                    self.sub.deliveries.acked(entry_id, index)
-            if held.timer is not None:
-                held.timer.cancel()
-            held.timer = asyncio.get_running_loop().call_later(
-                hold_s + HOLD_GRACE_S, lambda: asyncio.ensure_future(self.release(txn, "timed out")))
+                held.individual.add((entry_id, index))
+                self.sub.deliveries.acked(entry_id, index)
+        if held.timer is not None:
+            held.timer.cancel()
+        held.timer = asyncio.get_running_loop().call_later(
+            hold_s + HOLD_GRACE_S, lambda: asyncio.ensure_future(self.release(txn, "timed out")))
 
     async def release(self, txn: TxnID, why: str = "aborted") -> None:
         """Let a one-request transaction's held acks go (its abort, its timeout): the
@@ -235,6 +257,18 @@ class TxnAcks:
         ordered = sorted(individual)
         apply_acks(cursor, ordered, cumulative)
         return HeldPlan(txn, ordered, cumulative)
+
+    @contextmanager
+    def committing(self, plans: Sequence[HeldPlan]) -> Iterator[None]:
+        """Around a one-request commit's statement and apply (the caller holds
+        ``sub.lock``): holds of other transactions on other messages go on meanwhile."""
+        positions = {p for plan in plans for p in plan.individual}
+        positions |= {plan.cumulative for plan in plans if plan.cumulative is not None}
+        self._committing = Committing(frozenset(plan.txn for plan in plans), frozenset(positions))
+        try:
+            yield
+        finally:
+            self._committing = None
 
     def held_committed(self, plan: HeldPlan) -> None:
         """A one-request commit's SQL transaction committed: the same cursor moves in
