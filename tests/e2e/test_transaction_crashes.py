@@ -120,7 +120,7 @@ def test_broker_hosting_the_coordinator_killed_around_its_one_phase_commit(clust
     cluster = cluster_factory(brokers=1, coordinator_in_broker=True)
     cluster.restart("broker-0", extra_env={"MAGNETAR_FAILPOINTS": point})
     # The classic path's one-phase end (a one-request commit, issue 26, writes no
-    # outcome rows: test_one_request_commit_crashes.py kills it the same way).
+    # outcome rows: test_one_request_txns.py kills it the same way).
     client = magnetar.Client(cluster.service_url, one_request_txn_max_bytes=0)
     try:
         client.create_producer("one-phase-in").send(b"in")
