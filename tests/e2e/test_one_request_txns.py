@@ -8,6 +8,7 @@ SIGKILL tests have a cluster of their own."""
 from __future__ import annotations
 
 import asyncio
+import os
 import urllib.request
 
 import pytest
@@ -282,3 +283,22 @@ def test_the_hosting_broker_killed_around_a_one_request_commit(cluster_factory, 
             client.subscribe("one-request-in", "ctp").receive(timeout_millis=500)
     finally:
         client.close()
+
+
+def test_a_chunked_message_commits_whole_in_one_request(cluster):
+    """With a threshold above the brokers' max_message_size, a message past that size
+    travels in chunks (Pulsar's format) kept by the transaction; its one-request commit
+    writes them together, and a reader gets the message back whole, once."""
+    roomy = magnetar.Client(",".join(cluster.broker_urls), one_request_txn_max_bytes=64 * 1024 * 1024)
+    try:
+        broker, out, _ = _local(cluster, roomy, "chunked")
+        producer = roomy.create_producer(out, chunking_enabled=True, batching_enabled=False)
+        data = os.urandom(5 * 1024 * 1024 + 7)  # past the brokers' max_message_size (5 MiB)
+        before = _one_request_count(cluster, broker)
+        txn = _txn_on(cluster, roomy, broker)
+        producer.send(data, txn=txn)
+        txn.commit()
+        assert _one_request_count(cluster, broker) == before + 1
+        assert read_all(roomy, out) == [data]
+    finally:
+        roomy.close()
