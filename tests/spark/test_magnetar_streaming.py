@@ -116,6 +116,40 @@ def test_streaming_write_commits_a_replayed_batch_once(spark, cluster, client, t
     assert sorted(read_all(client, "w-out")) == sorted([f"a{i}".encode() for i in range(4)] + [b"b0"])
 
 
+def test_the_sink_stays_exactly_once_on_brokers_that_commit_in_one_request(spark, cluster_factory, tmp_path):
+    """The sink on brokers hosting the coordinators, which commit a small transaction in
+    one request (issue 26, docs/transactions.md#one-request-transactions): a micro-batch's
+    tasks attach to the driver's transaction (``transaction_from_id``) with sequence ids
+    of their own, and the driver's commit sends its progress record and acks the input in
+    it; none of them may keep its sends (another process commits), so each batch is still
+    one transaction, its rows written once, a replayed batch not committed twice, the
+    input's subscription moved with it."""
+    hosted = cluster_factory(brokers=1, coordinator_in_broker=True)
+    checkpoint = tmp_path / "checkpoint"
+    with magnetar.Client(hosted.service_url) as c:
+
+        def run() -> None:
+            source = (spark.readStream.format("magnetar")
+                      .options(**options(hosted), topic="h-in", startingOffsets="earliest").load())
+            run_until_caught_up(
+                source.selectExpr("value").repartition(2).writeStream.format("magnetar")
+                .options(**options(hosted), topic="h-out", ackSubscription="copier")
+                .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+
+        produce(c, "h-in", [f"a{i}" for i in range(4)])
+        run()
+        assert sorted(read_all(c, "h-out")) == [f"a{i}".encode() for i in range(4)]
+        for commit in (checkpoint / "commits").iterdir():  # batch 0 is replayed next
+            commit.unlink()
+        produce(c, "h-in", ["b0"])
+        run()
+        assert sorted(read_all(c, "h-out")) == sorted([f"a{i}".encode() for i in range(4)] + [b"b0"])
+        produce(c, "h-in", ["later"])
+        consumer = c.subscribe("h-in", "copier", initial_position=magnetar.InitialPosition.Earliest)
+        assert consumer.receive(timeout_millis=10000).data() == b"later"
+        consumer.close()
+
+
 def test_a_query_on_a_new_checkpoint_with_the_same_key_starts_its_own_batch_ids(
         spark, cluster, client, tmp_path):
     def run(checkpoint: str, topic: str) -> None:

@@ -74,7 +74,7 @@ class Batch:
     """Messages bound for one send: parallel lists, plus the encoded bytes once sealed."""
 
     __slots__ = ("payloads", "seqs", "callbacks", "fields", "size", "lowest", "highest", "txn",
-                 "created", "data", "deliver_at", "chunk_part")
+                 "created", "data", "deliver_at", "chunk_part", "kept")
 
     def __init__(self, txn, lowest: int, created: float) -> None:
         self.payloads: list[bytes] = []
@@ -91,9 +91,20 @@ class Batch:
         # A chunk before its message's last: its settling releases no slot and runs no
         # user callback (the last chunk's does, for the message).
         self.chunk_part = False
+        # Kept by a one-request transaction (its callbacks answered, its slots given back):
+        # sent with the commit, or later through the pipeline if the transaction spills.
+        self.kept = False
 
     def __len__(self) -> int:
         return len(self.payloads)
+
+    def renumber(self, first: int) -> None:
+        """Give the messages the sequence ids ``first``, ``first + 1``, ... and encode the
+        batch again (a kept batch sent later through the pipeline: its ids must follow
+        everything that went before it there)."""
+        self.seqs = list(range(first, first + len(self.payloads)))
+        self.lowest, self.highest = first, first + len(self.payloads) - 1
+        self.data = self.encode()
 
     def encode(self) -> bytes:
         """The serialized ``MessageBatch``, one ``SingleMessage`` per message."""

@@ -66,6 +66,10 @@ class PartitionProducer(Batcher):
         self._send_soon = False
         self.idle = asyncio.Event()
         self.idle.set()
+        # One-request transactions holding kept batches of this partition (they spill
+        # when it closes), and commits waiting for the batches before theirs to settle.
+        self.keepers: set = set()
+        self._settle_waiters: list[tuple[Batch, asyncio.Future]] = []
 
     # ---------------------------------------------------------------- creation
 
@@ -185,10 +189,65 @@ class PartitionProducer(Batcher):
 
     def _sealed(self, batch: Batch) -> None:
         self.sealed_count += 1
+        if batch.txn is not None and batch.txn.keeping:
+            self._keep(batch)
+            return
         self.ready.append(batch)
         if self.sender is None:
             self.idle.clear()
             self.sender = asyncio.get_running_loop().create_task(self._send_all())
+
+    # ---------------------------------------------------------------- one-request transactions
+
+    def _keep(self, batch: Batch) -> None:
+        """A one-request transaction keeps the batch, to send it with its commit: its
+        sends are answered now (their positions come with the commit, as any
+        transactional send's), its slots given back."""
+        batch.kept = True
+        batch.txn.keep(self, batch)
+        self.keepers.add(batch.txn)
+        n = len(batch.callbacks)
+        partition = self.partition
+        ok = Result.Ok
+        for i, callback in enumerate(batch.callbacks):
+            try:
+                callback(ok, MessageId(partition, -1, i, n))
+            except Exception:  # a user's callback must not break the pipeline
+                log.exception("send callback failed")
+        batch.callbacks = []
+        batch.txn.ops_done(n)
+        self.producer.slots.release(n)
+
+    def send_spilled(self, batch: Batch) -> None:
+        """A kept batch of a transaction that went the classic way: sent through the
+        pipeline after everything sealed before it, with sequence ids that follow them
+        (those it had were given before: sent now, they could look like duplicates)."""
+        n = len(batch.payloads)
+        batch.renumber(self.next_seq)
+        self.next_seq += n
+        batch.txn.ops_started(n)
+        self.ready.append(batch)
+        if self.sender is None:
+            self.idle.clear()
+            self.sender = asyncio.get_running_loop().create_task(self._send_all())
+
+    async def settled_before(self) -> None:
+        """Wait until every batch sealed so far (ready or in flight) has its answer: a
+        one-request commit stores the sequence ids of its batches, which must not pass
+        a batch of this producer still on its way (it would be judged a duplicate)."""
+        self.seal_all()
+        if not self.ready:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._settle_waiters.append((self.ready[-1], waiter))
+        await waiter
+
+    def _settled(self, batch: Batch) -> None:
+        if self._settle_waiters:
+            for waited, waiter in [w for w in self._settle_waiters if w[0] is batch]:
+                self._settle_waiters.remove((waited, waiter))
+                if not waiter.done():
+                    waiter.set_result(None)
 
     # ---------------------------------------------------------------- sending
 
@@ -206,6 +265,7 @@ class PartitionProducer(Batcher):
                         self._settle_failed(batch, outcome)
                     else:
                         self._settle_ok(batch, outcome)
+                    self._settled(batch)
                 if not self.ready:
                     self.seal_all()  # what filled up while the request was in flight
         finally:
@@ -318,10 +378,13 @@ class PartitionProducer(Batcher):
         return req
 
     def _settle_ok(self, batch: Batch, reply: pb.SendResponse) -> None:
-        callbacks = batch.callbacks
-        n = len(callbacks)
         if batch.highest > self.last_seq:
             self.last_seq = batch.highest
+        if batch.kept:  # answered when kept; its transaction waited for it
+            batch.txn.ops_done(len(batch.payloads))
+            return
+        callbacks = batch.callbacks
+        n = len(callbacks)
         # A dropped duplicate has no new position; a transaction's messages get theirs
         # only when it commits.
         entry = -1 if (reply.duplicate or batch.txn is not None) else reply.entry_id
@@ -337,6 +400,9 @@ class PartitionProducer(Batcher):
     def _settle_failed(self, batch: Batch, error: BaseException) -> None:
         if batch.txn is not None:
             batch.txn.mark_failed(error)
+        if batch.kept:  # answered when kept: its commit raises TransactionHasOperationFailed
+            batch.txn.ops_done(len(batch.payloads))
+            return
         for callback in batch.callbacks:
             try:
                 callback(error, None)
@@ -357,6 +423,8 @@ class PartitionProducer(Batcher):
 
     async def close(self) -> None:
         """Flush, then close the producer on the broker."""
+        for txn in list(self.keepers):
+            txn.spill()  # its kept batches need this producer: they go now, the classic way
         await self.flush()
         if self.timer is not None:
             self.timer.cancel()

@@ -123,6 +123,8 @@ class Producer:
             raise part.fenced
         if txn is not None:
             txn.check_usable()
+            if txn.keeping:
+                txn.before_send(part, len(data), seq)  # may spill to the classic path
             txn.ops_started(1, part)
         if len(data) > part.max_message_size:   # only with chunking (check)
             part.add_chunked(data, callback, fields, seq, txn)

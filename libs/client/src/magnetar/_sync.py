@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from magnetar import asyncio as aio
 from magnetar._batch import delivery_time, message_fields
+from magnetar._core import ONE_REQUEST_MAX_BYTES
 from magnetar._errors import AlreadyClosed
 from magnetar._message import Message
 from magnetar._producer import check_sequence_id
@@ -74,7 +75,8 @@ class Client:
                  tls_trust_certs_file_path: str | None = None, tls_validate_hostname: bool = True,
                  tls_certificate_file_path: str | None = None,
                  tls_private_key_file_path: str | None = None,
-                 tls_allow_insecure_connection: bool = False) -> None:
+                 tls_allow_insecure_connection: bool = False,
+                 one_request_txn_max_bytes: int = ONE_REQUEST_MAX_BYTES) -> None:
         # ``transport``: a stand-in for magnetar._transport.Transport (unit tests).
         self._client = aio.Client(service_url, transaction_key, auth_token,
                                   operation_timeout_seconds, connection_pool_size, transport,
@@ -85,7 +87,8 @@ class Client:
                                   tls_validate_hostname=tls_validate_hostname,
                                   tls_certificate_file_path=tls_certificate_file_path,
                                   tls_private_key_file_path=tls_private_key_file_path,
-                                  tls_allow_insecure_connection=tls_allow_insecure_connection)
+                                  tls_allow_insecure_connection=tls_allow_insecure_connection,
+                                  one_request_txn_max_bytes=one_request_txn_max_bytes)
         self._io = _Loop()
 
     @property

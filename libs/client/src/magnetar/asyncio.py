@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from magnetar import _errors
 from magnetar._consumer import Consumer, chunk_options
-from magnetar._core import Core, check_listener_name
+from magnetar._core import ONE_REQUEST_MAX_BYTES, Core, check_listener_name
 from magnetar._errors import *  # noqa: F403 (every error class; _errors.__all__)
 from magnetar._errors import AlreadyClosed, TransactionCoordinatorNotFoundError
 from magnetar._keys import KeyConnection
@@ -85,7 +85,8 @@ class Client:
                  tls_trust_certs_file_path: str | None = None, tls_validate_hostname: bool = True,
                  tls_certificate_file_path: str | None = None,
                  tls_private_key_file_path: str | None = None,
-                 tls_allow_insecure_connection: bool = False) -> None:
+                 tls_allow_insecure_connection: bool = False,
+                 one_request_txn_max_bytes: int = ONE_REQUEST_MAX_BYTES) -> None:
         if operation_timeout_seconds <= 0:
             raise ValueError("operation_timeout_seconds must be > 0")
         if isinstance(partitions_update_interval_seconds, bool) \
@@ -109,9 +110,14 @@ class Client:
                              tls_allow_insecure_connection) if tls_given else None
         transport = transport or Transport(auth_token, connection_pool_size,
                                            connection_timeout_ms / 1000, ssl=ssl)
+        if isinstance(one_request_txn_max_bytes, bool) or not isinstance(one_request_txn_max_bytes, int) \
+                or one_request_txn_max_bytes < 0:
+            raise ValueError(f"one_request_txn_max_bytes must be a number of bytes >= 0 (0: every "
+                             f"transaction the classic way), got {one_request_txn_max_bytes!r}")
         self.core = Core(service_url, transport, operation_timeout_seconds,
                          listener_name=check_listener_name(listener_name),
-                         partitions_update_interval_s=partitions_update_interval_seconds)
+                         partitions_update_interval_s=partitions_update_interval_seconds,
+                         one_request_max_bytes=one_request_txn_max_bytes)
         # A keyed client (seed 000): its transactions fence an older holder of the key.
         self._key = KeyConnection(self.core, transaction_key) if transaction_key is not None else None
         self._open: set[Any] = set()  # producers, consumers and readers to close with the client
@@ -273,7 +279,9 @@ class Client:
         if url is None:
             raise TransactionCoordinatorNotFoundError(
                 f"coordinator {txn_id.most_bits}, which owns transaction {txn_id}, is not running")
-        return Transaction(self.core, txn_id, url, timeout_ms)
+        # Another process's transaction: its sends go the classic way (one-request
+        # commits carry the sends of the one client that commits).
+        return Transaction(self.core, txn_id, url, timeout_ms, one_request=False)
 
     async def connect_transaction_key(self) -> int:
         """Connect this client's transaction key now (``new_transaction`` does it on

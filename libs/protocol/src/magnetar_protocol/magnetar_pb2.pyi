@@ -490,18 +490,20 @@ class FetchResponse(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[DeliveredEntry, _Mapping]]] = ..., partition: _Optional[int] = ..., end_of_topic: _Optional[bool] = ...) -> None: ...
 
 class AckRequest(_message.Message):
-    __slots__ = ("consumer_id", "ack_type", "positions", "txn", "session_id")
+    __slots__ = ("consumer_id", "ack_type", "positions", "txn", "hold_ms", "session_id")
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     ACK_TYPE_FIELD_NUMBER: _ClassVar[int]
     POSITIONS_FIELD_NUMBER: _ClassVar[int]
     TXN_FIELD_NUMBER: _ClassVar[int]
+    HOLD_MS_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_id: int
     ack_type: AckType
     positions: _containers.RepeatedCompositeFieldContainer[Position]
     txn: TxnId
+    hold_ms: int
     session_id: str
-    def __init__(self, consumer_id: _Optional[int] = ..., ack_type: _Optional[_Union[AckType, str]] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., txn: _Optional[_Union[TxnId, _Mapping]] = ..., session_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, consumer_id: _Optional[int] = ..., ack_type: _Optional[_Union[AckType, str]] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., txn: _Optional[_Union[TxnId, _Mapping]] = ..., hold_ms: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class AckResponse(_message.Message):
     __slots__ = ()
@@ -730,6 +732,48 @@ class EndTxnResponse(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     status: TxnStatus
     def __init__(self, status: _Optional[_Union[TxnStatus, str]] = ...) -> None: ...
+
+class EndTxnOneRequestRequest(_message.Message):
+    __slots__ = ("txn", "action", "sends", "acks")
+    TXN_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    SENDS_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    txn: TxnId
+    action: TxnAction
+    sends: _containers.RepeatedCompositeFieldContainer[KeptSend]
+    acks: _containers.RepeatedCompositeFieldContainer[HeldAcks]
+    def __init__(self, txn: _Optional[_Union[TxnId, _Mapping]] = ..., action: _Optional[_Union[TxnAction, str]] = ..., sends: _Optional[_Iterable[_Union[KeptSend, _Mapping]]] = ..., acks: _Optional[_Iterable[_Union[HeldAcks, _Mapping]]] = ...) -> None: ...
+
+class KeptSend(_message.Message):
+    __slots__ = ("topic", "producer_id", "session_id", "batch", "num_messages", "sequence_id", "highest_sequence_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    NUM_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    HIGHEST_SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    producer_id: int
+    session_id: str
+    batch: bytes
+    num_messages: int
+    sequence_id: int
+    highest_sequence_id: int
+    def __init__(self, topic: _Optional[str] = ..., producer_id: _Optional[int] = ..., session_id: _Optional[str] = ..., batch: _Optional[bytes] = ..., num_messages: _Optional[int] = ..., sequence_id: _Optional[int] = ..., highest_sequence_id: _Optional[int] = ...) -> None: ...
+
+class HeldAcks(_message.Message):
+    __slots__ = ("topic", "subscription", "positions", "cumulative")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    CUMULATIVE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    positions: _containers.RepeatedCompositeFieldContainer[Position]
+    cumulative: bool
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., positions: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., cumulative: _Optional[bool] = ...) -> None: ...
 
 class TxnStatusRequest(_message.Message):
     __slots__ = ("txn",)

@@ -72,6 +72,13 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("admin", "delayed_deliveries"): _ADMIN_DELETES_TOPIC,
     ("admin", "compactions"): _ADMIN_DELETES_TOPIC,
     ("admin", "compacted_entries"): _ADMIN_DELETES_TOPIC,
+    ("broker", "transactions"): "a one-request commit (a broker hosting the transaction's "
+                                "coordinator) moves its status OPEN -> COMMITTED by compare-and-set "
+                                "in the statement that writes its data, with the hosted "
+                                "coordinator's fence epoch checked there, so the status and the "
+                                "data are one SQL transaction",
+    ("broker", "transaction_keys"): "that one-request commit frees its key's active-transaction "
+                                    "slot as the coordinator's end does, in the same statement",
     ("coordinator", "transaction_keys"): "a keyed transaction claims (and its end frees) the "
                                          "key's one active-transaction slot in the statement "
                                          "that creates (ends) the transaction, so two can never "

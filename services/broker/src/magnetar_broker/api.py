@@ -114,7 +114,8 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
     async def ack(req: pb.AckRequest) -> pb.AckResponse:
         await service.ack(Ack(consumer_id=req.consumer_id, session_id=req.session_id,
                               positions=positions(req.positions), cumulative=req.ack_type == pb.ACK_CUMULATIVE,
-                              txn=TxnID.from_wire(req.txn) if req.HasField("txn") else None))
+                              txn=TxnID.from_wire(req.txn) if req.HasField("txn") else None,
+                              hold_ms=req.hold_ms))
         return pb.AckResponse()
 
     async def redeliver(req: pb.RedeliverRequest) -> pb.RedeliverResponse:

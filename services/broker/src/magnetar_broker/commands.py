@@ -114,6 +114,9 @@ class Ack:
     positions: tuple[Position, ...]
     cumulative: bool = False
     txn: TxnID | None = None  # pending in the transaction until it ends
+    # A one-request transaction's ack (with txn): held in memory this long, written by
+    # its commit (docs/transactions.md); 0: the classic pending ack, durable at once.
+    hold_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

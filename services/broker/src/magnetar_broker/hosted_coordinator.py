@@ -3,7 +3,9 @@ as Pulsar's brokers host theirs.  On a small machine this saves a process and, f
 participants this broker owns, the commit's HTTP hop: EndTxnOnParticipants (and topic
 lookups) from the coordinator to this broker are calls in this process
 (``RpcClient.serve_locally``), and a transaction whose participants this broker alone
-serves ends in one SQL transaction (``txnend.py``, issue 18).  Fencing is unchanged: the coordinator claims
+serves ends in one SQL transaction (``txnend.py``, issue 18), and a small transaction
+whose data travel with its commit is written with it in one SQL transaction
+(``onerequest.py``, issue 26).  Fencing is unchanged: the coordinator claims
 its TCID, writes its transitions and is fenced exactly as the standalone one is, and a
 broker elsewhere is still told over HTTP (docs/architecture.md)."""
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from magnetar_broker.api import add_routes as add_broker_routes
 from magnetar_broker.api import txn_handlers
+from magnetar_broker.onerequest import OneRequestEnds
 from magnetar_broker.service import BrokerService
 from magnetar_broker.txnend import LocalEnds
 from magnetar_coordinator.api import add_routes as add_coordinator_routes
@@ -35,7 +38,13 @@ class BrokerWithCoordinator:
         store = CoordinatorStore(pool, settings.resolved_coordinator_id(), new_instance_id())
         # Transactions whose participants this broker alone serves end in one SQL
         # transaction (issue 18); the rest take the two-phase path.
-        coordinator = CoordinatorService(store, settings, auth, local=LocalEnds(broker.ownership))
+        # Small transactions whose data travel with their commit are written with it in one
+        # SQL transaction (issue 26, onerequest.py).
+        one_request = OneRequestEnds(broker.ownership, broker.store, broker.authz, broker.producer,
+                                     broker.settings.max_batch_messages)
+        coordinator = CoordinatorService(store, settings, auth, local=LocalEnds(broker.ownership),
+                                         one_request=one_request)
+        broker.holds_acks = coordinator.one_request is not None
         return cls(broker, coordinator)
 
     @property

@@ -53,6 +53,11 @@ LIFECYCLE_PASSES = Counter("magnetar_broker_lifecycle_passes_total",
                            "Completed passes of the storage-lifecycle loop over the owned partitions")
 COMPACTIONS = Counter("magnetar_broker_compactions_total",
                       "Topic compactions that switched a partition to a new compacted view")
+ONE_REQUEST_COMMITS = Counter("magnetar_txn_one_request_total",
+                              "One-request transactions committed here with their data in one SQL transaction")
+ONE_REQUEST_GROUP = Histogram("magnetar_txn_one_request_group_size",
+                              "One-request commits written by one statement",
+                              buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
 
 
 class TopicGauges:

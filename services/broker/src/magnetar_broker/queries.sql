@@ -426,6 +426,93 @@ WITH owner AS (
 )
 SELECT (SELECT count(*) FROM owner) AS owned;
 
+-- name: commit_one_request
+-- One-request transactions committed in one statement (onerequest.py; docs/transactions.md,
+-- "One-request transactions"): their statuses OPEN -> COMMITTED, their sends appended to
+-- the log as committed entries, their producers' sequence ids, and the cursors their acks
+-- move, all or nothing.  Everything is written only if this broker still holds the hosted
+-- coordinator's TCID at fence epoch $2, every lease ($5..$7: topic ids, lease epochs and,
+-- for a partition an exclusive producer writes, its topic epoch) at that epoch, and every
+-- transaction ($4, least bits of TCID $1, distinct) is OPEN with its key (if any) at the
+-- epoch it was opened under; the transactions' rows are locked FOR UPDATE first (in id
+-- order), so an abort or a registration racing this waits for it, then finds it ended.
+-- Else nothing is written and the last columns say why (the caller then tries the
+-- transactions one by one).  A repeated commit finds COMMITTED and writes nothing.
+--   $3 broker id; $8..$15 entries (topic id, entry id, producer, sequence, highest,
+--   messages, publish time, payload); $16..$18 sequences (topic id, producer, highest);
+--   $19..$22 cursors (topic id, subscription, mark delete, acked state).
+WITH fence AS (
+    SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
+), leases AS (
+    SELECT o.topic_id FROM topic_owners o
+    JOIN unnest($5::bigint[], $6::bigint[], $7::bigint[]) AS l (topic_id, epoch, exclusive_epoch)
+      ON o.topic_id = l.topic_id
+    WHERE o.broker_id = $3 AND o.epoch = l.epoch
+      AND (l.exclusive_epoch IS NULL OR o.topic_epoch = l.exclusive_epoch)
+    FOR SHARE OF o
+), txns AS (
+    SELECT t.txn_id, t.status, t.expired, t.key_owner, t.transaction_key, t.key_epoch
+    FROM transactions t
+    WHERE t.coordinator_id = $1 AND t.txn_id = ANY($4::bigint[])
+    ORDER BY t.txn_id
+    FOR UPDATE
+), keys AS (
+    SELECT k.owner, k.transaction_key, k.epoch, k.deleted FROM transaction_keys k
+    WHERE (k.owner, k.transaction_key) IN (SELECT key_owner, transaction_key FROM txns
+                                           WHERE transaction_key IS NOT NULL)
+    FOR SHARE
+), verdict AS (
+    SELECT t.txn_id, t.status, t.expired,
+           t.transaction_key IS NULL OR EXISTS (
+               SELECT 1 FROM keys k WHERE k.owner = t.key_owner AND k.transaction_key = t.transaction_key
+                 AND k.epoch = t.key_epoch AND NOT k.deleted) AS key_ok
+    FROM txns t
+), go AS (
+    SELECT (SELECT count(*) FROM fence) = 1
+       AND (SELECT count(*) FROM leases) = cardinality($5::bigint[])
+       AND (SELECT count(*) FROM verdict WHERE status = {TXN_OPEN} AND key_ok)
+           = cardinality($4::bigint[]) AS ok
+), moved AS (
+    UPDATE transactions t SET status = {TXN_COMMITTED}, ended_at = now()
+    WHERE t.coordinator_id = $1 AND t.txn_id = ANY($4::bigint[]) AND (SELECT ok FROM go)
+    RETURNING t.txn_id, t.key_owner, t.transaction_key
+), freed AS (
+    UPDATE transaction_keys k
+    SET active_txn_most = NULL, active_txn_least = NULL, last_active_at = now()
+    FROM moved m
+    WHERE k.owner = m.key_owner AND k.transaction_key = m.transaction_key
+      AND k.active_txn_most = $1 AND k.active_txn_least = m.txn_id
+    RETURNING 1
+), appended AS (
+    INSERT INTO entries (topic_id, entry_id, producer_name, sequence_id, highest_sequence_id,
+                         num_messages, publish_time, payload)
+    SELECT e.* FROM unnest($8::bigint[], $9::bigint[], $10::text[], $11::bigint[], $12::bigint[],
+                           $13::integer[], $14::bigint[], $15::bytea[]) AS e
+    WHERE (SELECT ok FROM go)
+    RETURNING 1
+), sequences AS (
+    INSERT INTO producer_sequences (topic_id, producer_name, last_sequence_id)
+    SELECT s.topic_id, s.name, s.seq FROM unnest($16::bigint[], $17::text[], $18::bigint[]) AS s (topic_id, name, seq)
+    WHERE (SELECT ok FROM go)
+    ON CONFLICT (topic_id, producer_name) DO UPDATE
+        SET last_sequence_id = greatest(producer_sequences.last_sequence_id,
+                                        excluded.last_sequence_id),
+            updated_at = now()
+    RETURNING 1
+), cursors AS (
+    UPDATE subscriptions s SET mark_delete_entry = c.mark_delete, acked_state = c.state, updated_at = now()
+    FROM unnest($19::bigint[], $20::text[], $21::bigint[], $22::bytea[]) AS c (topic_id, name, mark_delete, state)
+    WHERE s.topic_id = c.topic_id AND s.subscription = c.name AND (SELECT ok FROM go)
+    RETURNING 1
+)
+SELECT (SELECT ok FROM go) AS ok, (SELECT count(*) FROM fence) = 1 AS fence_ok,
+       (SELECT count(*) FROM cursors) AS cursors,
+       ARRAY(SELECT topic_id FROM leases) AS leased,
+       ARRAY(SELECT txn_id FROM verdict ORDER BY txn_id) AS ids,
+       ARRAY(SELECT status FROM verdict ORDER BY txn_id) AS statuses,
+       ARRAY(SELECT expired FROM verdict ORDER BY txn_id) AS expired,
+       ARRAY(SELECT key_ok FROM verdict ORDER BY txn_id) AS key_ok;
+
 -- name: live_coordinators
 -- Discovery for clients (/v1/txn/coordinators).
 SELECT coordinator_id, url FROM coordinators

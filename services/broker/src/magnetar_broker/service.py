@@ -98,6 +98,10 @@ class BrokerService:
         self.topic_metrics_loop = BackgroundLoop("topic-metrics", settings.topic_metrics_interval_ms / 1000,
                                                  self.export_topic_metrics)
         self.ready = False
+        # Whether a transactional ack may be held in memory for a one-request commit
+        # (AckRequest.hold_ms): only on a broker whose hosted coordinator commits those
+        # (hosted_coordinator sets it); elsewhere such an ack is written the classic way.
+        self.holds_acks = False
         self._released = False
         # Other protocols' listeners on this service (the Pulsar listener): started
         # before the broker registers live, stopped first on the way out.
@@ -322,6 +326,10 @@ class BrokerService:
     async def create_producer(self, cmd: CreateProducer) -> ProducerCreated:
         return await self.producer_handlers.create(cmd)
 
+    def producer(self, producer_id: int, session_id: str) -> Producer:
+        """The caller's producer connected here (a one-request commit's sender)."""
+        return self._producer(producer_id, session_id)
+
     def _producer(self, producer_id: int, *sessions: str) -> Producer:
         """The caller's producer.  Another role's id, or one named with another session
         than its creator's (``sessions``: the ones the request names, "" for none), is
@@ -463,7 +471,9 @@ class BrokerService:
     async def ack(self, cmd: Ack) -> None:
         consumer = self._consumer(cmd.consumer_id, cmd.session_id)
         consumer.subscription.log.check_open()
-        if cmd.txn is not None:
+        if cmd.txn is not None and cmd.hold_ms and self.holds_acks:
+            await consumer.subscription.txn.hold(cmd.positions, cmd.cumulative, cmd.txn, cmd.hold_ms / 1000)
+        elif cmd.txn is not None:
             await consumer.subscription.txn.ack(cmd.positions, cmd.cumulative, cmd.txn)
         else:
             await consumer.subscription.ack(consumer, cmd.positions, cmd.cumulative)

@@ -86,6 +86,24 @@ class AcksWritten(NamedTuple):
     registered: list[AckRegistration]
 
 
+class OneRequestWritten(NamedTuple):
+    """What ``commit_one_request`` answered: whether it wrote everything, and else why."""
+    ok: bool
+    fence_ok: bool                  # the hosted coordinator still holds its TCID
+    leased: set[int]                # the topics whose lease (and topic epoch) held
+    statuses: dict[int, tuple[int, bool, bool]]  # txn id -> (status, expired, key ok)
+
+
+@dataclass(frozen=True, slots=True)
+class OneRequestRows:
+    """The rows of a group of one-request commits (onerequest.py), by column."""
+    txn_ids: list[int]
+    leases: list[tuple[int, int, int | None]]                    # topic id, lease epoch, exclusive epoch
+    entries: list[tuple[int, int, str, int, int, int, int, bytes]]  # topic id, entry id, producer, ...
+    sequences: list[tuple[int, str, int]]                        # topic id, producer, highest
+    cursors: list[tuple[int, str, int, bytes]]                   # topic id, subscription, mark delete, state
+
+
 class StoredCursor(NamedTuple):
     mark_delete: int
     acked_state: bytes      # cursorstate-encoded individual acks past mark_delete
@@ -329,6 +347,20 @@ class BrokerStore:
         registered = [Registration(*r) for r in zip(row["reg_ok"], row["reg_batches"], row["reg_messages"],
                                                     row["reg_status"], row["reg_expired"], row["reg_owner"])]
         return GroupWritten(bool(row["owned"]), bool(row["allowed"]), registered)
+
+    async def commit_one_request(self, tcid: int, fence_epoch: int, rows: OneRequestRows,
+                                 conn: Any = None) -> OneRequestWritten:
+        """Commit a group of one-request transactions in one statement (queries.sql
+        ``commit_one_request``): all written, or nothing and why.  ``conn``: run it in that
+        connection's transaction (else it is a SQL transaction of its own: one round trip
+        and one commit)."""
+        row = await (conn or self.pool).fetchrow(
+            Q["commit_one_request"], tcid, fence_epoch, self.broker_id, rows.txn_ids,
+            *columns(rows.leases, 3), *columns(rows.entries, 8), *columns(rows.sequences, 3),
+            *columns(rows.cursors, 4))
+        statuses = {i: (s, e, k) for i, s, e, k in zip(row["ids"], row["statuses"], row["expired"],
+                                                       row["key_ok"])}
+        return OneRequestWritten(bool(row["ok"]), bool(row["fence_ok"]), set(row["leased"]), statuses)
 
     async def record_pending_acks(self, topic_id: int, epoch: int, subscription: str,
                                   rows: list[PendingAckRow], registrations: Sequence[RegistrationRow] = (),

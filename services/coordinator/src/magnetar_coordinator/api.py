@@ -22,3 +22,5 @@ def add_routes(app: FastAPI, service: CoordinatorService) -> None:
         ("/v1/txn/end", pb.EndTxnRequest, service.end),
         ("/v1/txn/status", pb.TxnStatusRequest, service.status),
     ])
+    if service.one_request is not None:  # a hosting broker's (docs/transactions.md)
+        proto_routes(app, [("/v1/txn/end-one-request", pb.EndTxnOneRequestRequest, service.end_one_request)])

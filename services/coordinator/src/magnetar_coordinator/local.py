@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, TypeVar
 
+from magnetar_protocol.onerequest import OneRequestEnd, Outcome
 from magnetar_protocol.txnid import TxnID
 
 # The participants' plan (which partitions and subscriptions, in the order their writers
@@ -45,4 +46,21 @@ class LocalParticipants(Protocol[P]):
     async def hold(self, ends: list[tuple[TxnID, bool, P]]) -> HeldParticipants | None:
         """Hold the writers of every participant of ``ends`` ((transaction, commit?,
         plan)), or None, nothing held: one is no longer served here."""
+        ...
+
+
+class LocalOneRequest(Protocol):
+    """One-request transactions (docs/transactions.md): the hosting broker commits a
+    transaction whose sends and acks travel with its commit, all in one SQL transaction
+    with its status compare-and-set (magnetar_broker.onerequest.OneRequestEnds)."""
+
+    async def commit(self, end: OneRequestEnd, actor: tuple[str, bool], tcid: int,
+                     fence_epoch: int) -> Outcome:
+        """Write ``end`` (a commit) with its status OPEN -> COMMITTED, checked against
+        this coordinator's ``fence_epoch``; what became of it.  NotOwner, nothing
+        written, when a participant is not served here."""
+        ...
+
+    async def release(self, txn: TxnID, subscriptions: list[tuple[str, str]]) -> None:
+        """The transaction ended without this path (an abort): its held acks go."""
         ...

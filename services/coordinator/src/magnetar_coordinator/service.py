@@ -12,19 +12,22 @@ from typing import Any, TypeVar
 
 from magnetar_coordinator import adoption, metrics
 from magnetar_coordinator import statemachine as sm
-from magnetar_coordinator.local import LocalParticipants
+from magnetar_coordinator.local import LocalOneRequest, LocalParticipants
 from magnetar_coordinator.participants import Participants
 from magnetar_coordinator.settings import CoordinatorSettings
 from magnetar_coordinator.store import CoordinatorStore, Fenced
 from magnetar_coordinator.txnlimits import RoleTxnLimits, TooFast, TooManyOpen
 from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_protocol import onerequest
 from magnetar_protocol.errors import (
     BadRequest,
     MagnetarError,
     NotAllowedError,
+    NotOwner,
     ServiceNotReady,
     TooManyRequests,
     TransactionCoordinatorNotFoundError,
+    TransactionHasOperationFailed,
     TransactionNotFound,
 )
 from magnetar_protocol.keys import key_problem
@@ -52,7 +55,8 @@ class CoordinatorService:
     def __init__(self, store: CoordinatorStore, settings: CoordinatorSettings,
                  auth: Authenticator | None = None,
                  adopter: CoordinatorService | None = None,
-                 local: LocalParticipants[Any] | None = None):
+                 local: LocalParticipants[Any] | None = None,
+                 one_request: LocalOneRequest | None = None):
         self.store = store
         self.settings = settings
         self.auth = auth or Authenticator(settings)
@@ -67,6 +71,10 @@ class CoordinatorService:
         # A hosting broker's participants (magnetar_broker.txnend.LocalEnds, given by
         # hosted_coordinator): transactions it alone serves end in one SQL transaction.
         self.local: LocalParticipants[Any] | None = adopter.local if adopter is not None else local
+        # ... and commits a one-request transaction with its data (issue 26), when allowed.
+        self.one_request: LocalOneRequest | None = (
+            adopter.one_request if adopter is not None
+            else one_request if settings.one_request_commit else None)
         self._one_phase_ends = GroupCommit(self._one_phase_group, 256)
         # TCIDs this process adopted: TCID -> the service acting for it.
         self.adopted: dict[int, CoordinatorService] = {}
@@ -347,6 +355,66 @@ class CoordinatorService:
         await self.end_txn(txn_id, req.action, expired=req.expired)
         metrics.EXECUTION_LATENCY.observe(time.perf_counter() - started)
         return pb.EndTxnResponse(status=sm.final_status(req.action))
+
+    async def end_one_request(self, req: pb.EndTxnOneRequestRequest) -> pb.EndTxnResponse:
+        """A one-request transaction's end, with its data (docs/transactions.md): a commit
+        is written by the hosting broker in one SQL transaction with the status
+        compare-and-set (a repeated one finds COMMITTED and writes nothing); a send or ack
+        the broker refuses aborts it (TransactionHasOperationFailed, with the cause); an
+        abort releases the acks the broker held.  NotOwner, nothing written, when a
+        participant is not served here: the client ends it the classic way."""
+        if (acting := self._for(req.txn)) is not self:
+            return await acting.end_one_request(req)
+        self._check_ready()
+        txn_id = self._txn_id(req.txn)
+        end = onerequest.from_wire(req)
+        if self.one_request is None:
+            raise NotOwner("this coordinator commits no transaction in one request; end it the classic way")
+        await self._authorize(txn_id, "end a transaction")
+        started = time.perf_counter()
+        if not end.commit:
+            await self.end_txn(txn_id, pb.TXN_ABORT)
+            await self.one_request.release(end.txn, list(end.subscriptions))
+            return pb.EndTxnResponse(status=sm.ABORTED)
+        role = current_role()
+        failpoint("coordinator.before_ending_durable")  # as on the other paths: nothing written
+        outcome = await self._guard(self.one_request.commit(
+            end, (role, self.auth.roles.is_superuser(role)), self.tcid, self.store.fence_epoch))
+        if outcome.committed:
+            failpoint("coordinator.after_ending_durable")  # COMMITTED, its data with it
+            metrics.APPEND_LOG.inc()
+            metrics.ONE_PHASE.inc()  # ended in one SQL transaction here, as a one-phase end
+            metrics.ACTIVE.dec()
+            metrics.COMMITTED.inc()
+            metrics.EXECUTION_LATENCY.observe(time.perf_counter() - started)
+            return pb.EndTxnResponse(status=sm.COMMITTED)
+        if outcome.fence_lost:
+            self._lost_claim()
+            raise self.store.fenced()
+        if outcome.refused is not None:
+            record = await self.store.get(txn_id)
+            if record is not None and record.status != sm.OPEN:
+                # Ended already: a repeated commit (its acks now acknowledged, its
+                # producer gone with a restart) is answered from the status.
+                outcome = onerequest.Outcome(status=record.status, expired=record.expired)
+        if outcome.refused is not None or not outcome.key_ok:
+            # Spoiled (a send or ack refused), or its key fenced: aborted, as the classic
+            # path aborts it (a fenced key's as expired), and its held acks released.
+            expired = not outcome.key_ok
+            try:
+                await self.end_txn(txn_id, pb.TXN_ABORT, expired=expired)
+            finally:
+                await self.one_request.release(end.txn, list(end.subscriptions))
+            if expired:
+                sm.plan_end(sm.ABORTED, pb.TXN_COMMIT, expired=True)  # raises Expired
+            raise TransactionHasOperationFailed(
+                f"transaction {end.txn} was aborted because an operation failed: {outcome.refused}")
+        if outcome.status is None:
+            raise TransactionNotFound(f"transaction {end.txn} does not exist")
+        # Not OPEN: a repeated commit (COMMITTED: nothing written twice), or ended another way.
+        if sm.plan_end(outcome.status, pb.TXN_COMMIT, outcome.expired) is not sm.Step.DONE:
+            await self.end_txn(txn_id, pb.TXN_COMMIT)  # COMMITTING: finish it as the classic path
+        return pb.EndTxnResponse(status=sm.COMMITTED)
 
     async def end_txn(self, txn_id: int, action: pb.TxnAction, timed_out: bool = False,
                       expired: bool = False) -> None:

@@ -42,6 +42,11 @@ class CoordinatorSettings(ServiceSettings):
     # serves in one SQL transaction (issue 18); false keeps the two-phase path for every
     # transaction (to compare the two in one build).  No effect on a coordinator process.
     one_phase_commit: bool = True
+    # A broker hosting this coordinator commits a small transaction whose sends and acks
+    # travel with its commit in one request and one SQL transaction (issue 26); false:
+    # it does not offer /v1/txn/end-one-request, and clients end every transaction the
+    # classic way.  No effect on a coordinator process (it serves no partition).
+    one_request_commit: bool = True
 
     @field_validator("coordinator_id", mode="before")
     @classmethod

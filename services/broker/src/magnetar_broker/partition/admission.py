@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from magnetar_broker import metrics
-from magnetar_broker.partition.batchcheck import BatchProblem, checked_batch
+from magnetar_broker.partition.batchcheck import BatchProblem, BatchShape, checked_batch
 from magnetar_broker.partition.dedup import Verdict, drop_persisted, judge
 from magnetar_broker.partition.dedupstate import DedupState
 from magnetar_broker.partition.planner import Append, TxnAppend
@@ -63,8 +63,10 @@ class Admission:
         self.max_message_size = max_message_size
         self.max_batch_messages = max_batch_messages
 
-    async def admit(self, producer: Sender, req: Batch) -> Append | Sent:
-        """Validate and deduplicate one batch: a queue item, or the duplicate's answer."""
+    async def check(self, producer: Sender, req: Batch) -> BatchShape:
+        """A batch's own rules, whatever becomes of it: the partition open and taking
+        sends, the producer not fenced, the backlog quota (which may hold the send), the
+        batch's size and shape (returned)."""
         door = self.door
         door.check_open()
         producer.check_not_fenced()
@@ -88,6 +90,14 @@ class Admission:
             if problem := door.delayed_delivery.delay_problem(req.deliver_at, int(time.time() * 1000)):
                 raise (BadRequest if req.deliver_at < 0 else NotAllowedError)(
                     f"send to {door.name.full}: {problem}; nothing was stored")
+        return shape
+
+    async def admit(self, producer: Sender, req: Batch) -> Append | Sent:
+        """Validate and deduplicate one batch: a queue item, or the duplicate's answer."""
+        shape = await self.check(producer, req)
+        door = self.door
+        batch, n = req.payload, req.num_messages
+        lowest, highest = req.sequence_id, req.highest_sequence_id
         txn = req.txn
         actor = await self.txnbuf.check_send(txn) if txn is not None else None
         name = producer.name

@@ -3,7 +3,8 @@
 what was written; ``apply`` is the only place a written group changes the partition in
 memory (log head, dedup state, transaction buffer, cache, counters), whether the group
 went through the queue or was written in another SQL transaction (a one-phase end:
-``write_in`` then ``applied``)."""
+``write_in`` then ``applied``; a one-request commit: ``plan_committed`` then
+``committed``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,15 @@ from magnetar_broker.partition.access import AccessState
 from magnetar_broker.partition.cache import EntryCache
 from magnetar_broker.partition.dedupstate import DedupState
 from magnetar_broker.partition.lease import Lease
-from magnetar_broker.partition.planner import Append, GroupPlan, Settled, TxnAppend, TxnEnd, plan_plain
+from magnetar_broker.partition.planner import (
+    Append,
+    GroupPlan,
+    PlainPlan,
+    Settled,
+    TxnAppend,
+    TxnEnd,
+    plan_plain,
+)
 from magnetar_broker.partition.quotagate import QuotaGate
 from magnetar_broker.partition.txnbuffer import TxnBuffer
 from magnetar_broker.rates import Rate
@@ -149,7 +158,7 @@ class Writer:
     # ---------------------------------------------------------------- in another SQL transaction
 
     async def write_in(self, conn: Any, items: list[Item]) -> Written | NotWritten:
-        """Write a group (transaction ends today; a one-request transaction's data next)
+        """Write a group (a one-phase end's markers and outcomes)
         in ``conn``'s SQL transaction, with the writer held by the caller (``hold``),
         changing nothing in memory; ``applied`` once it committed.  NotWritten, with
         nothing written, when it is not this path's to write: the partition is no longer
@@ -172,6 +181,27 @@ class Writer:
     def applied(self, written: Written) -> None:
         """``write_in``'s SQL transaction committed: apply it."""
         self.apply(self.txnbuf.settle(written.plan, written.registered), len(written.plan.results))
+
+    # ---------------------------------------------------------------- committed at once
+
+    def plan_committed(self, items: list[Append]) -> PlainPlan:
+        """A one-request commit's batches for this partition (the writer held by the
+        caller, ``hold``): entries at the log's head, in order, as committed entries (no
+        buffer, no marker); nothing changes here until ``committed``.  TopicTerminated
+        or NotOwner when the partition takes no more sends (nothing planned)."""
+        self.lease.check_open()
+        if self.lease.terminated_entry is not None:
+            raise TopicTerminated(f"{self.lease.name.full} was terminated; it takes no more messages")
+        for item in items:
+            if getattr(item.producer, "fenced", False):
+                raise _fenced(item.producer)
+        return plan_plain(items, self.next_entry_id, self.dedup.enabled, int(time.time() * 1000))
+
+    def committed(self, plan: PlainPlan) -> None:
+        """``plan_committed``'s entries were written and committed: apply them."""
+        count = len(plan.columns[0])
+        self.apply(Settled(list(plan.columns[0]), plan.entries(), {}, 0, [], plan.sequences,
+                           plan.next_entry_id), count)
 
     # ---------------------------------------------------------------- the one apply
 

@@ -1,19 +1,30 @@
 """Transactional acknowledgements of a subscription (PIP-31 pending ack), a part of
 the Subscription (composed, ``sub.txn``): conflict checks (pendingack.py), durable pending rows, and the commit or
 abort of a transaction's acks.  Concurrent acks, and concurrent ends, of one
-subscription share one database transaction (group commit)."""
+subscription share one database transaction (group commit).
+
+A one-request transaction's acks are *held* instead (``hold``): checked for conflicts
+and kept in memory only, as pending as any other (not redelivered, conflicting), until
+its commit writes them with its data in one SQL transaction (``plan_held`` under the
+subscription's locks, ``held_committed`` after the COMMIT), its abort or its timeout
+releases them (``release``), or the transaction goes the classic way and a classic ack
+makes them durable (``_ack_round``).  A broker that restarts forgets them: the commit
+checks its acks again then (docs/transactions.md, "One-request transactions")."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from magnetar_broker import metrics
 from magnetar_broker.partition.batchcheck import PositionLike
 from magnetar_broker.partition.txnbuffer import ended_txn_error, txn_actor
 from magnetar_broker.partition.txnrules import (
+    Actor,
     ended_error,
     may_act,
     not_owner_error,
@@ -52,6 +63,38 @@ class Holder(Protocol):
     def acked_in_transaction(self, individual: list[tuple[int, int]]) -> None: ...
 
 
+# How long past its transaction's timeout a held ack stays: the coordinator aborts a
+# transaction within its timeout + timeout_check_interval (1 s by default), and a commit
+# arriving later finds it aborted anyway.
+HOLD_GRACE_S = 2.0
+
+
+@dataclass
+class Held:
+    """A one-request transaction's acks held here (in ``pending`` too), not written."""
+    actor: Actor
+    individual: set[tuple[int, int]] = field(default_factory=set)
+    cumulative: tuple[int, int] | None = None
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Committing:
+    """A one-request commit's statement in flight here: its transactions and the
+    positions it settles (a hold touching neither need not wait for it)."""
+    txns: frozenset[TxnID]
+    positions: frozenset[tuple[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class HeldPlan:
+    """What a one-request commit settles here: the transaction's acks, and its acks that
+    were not held (checked now: a broker restart or an expired hold forgot them)."""
+    txn: TxnID
+    individual: list[tuple[int, int]]
+    cumulative: tuple[int, int] | None
+
+
 class TxnAcks:
     """The acknowledgements of one subscription made inside transactions: a part of the
     subscription (``Subscription.txn``), which it reads and updates (cursor, deliveries,
@@ -64,6 +107,8 @@ class TxnAcks:
         # Transactions this subscription is registered with -> their owner's role, so every
         # later transactional ack checks the owner with a dict lookup.
         self._registered: dict[TxnID, str | None] = {}
+        self.held: dict[TxnID, Held] = {}  # one-request transactions' acks, in memory only
+        self._committing: Committing | None = None  # a one-request commit's statement in flight
         self._acker: GroupCommit[tuple[Any, ...], MagnetarError | None] = GroupCommit(self._ack_txns, 256)
         self._ender: GroupCommit[tuple[TxnID, bool], MagnetarError | None] = GroupCommit(self._end_txns, 256)
 
@@ -90,9 +135,10 @@ class TxnAcks:
             ok = txn not in first_acks or first_acks[txn][0] == actor[0]
         return None if ok else not_owner_error(txn, self._ack_what(), actor)
 
-    async def ack(self, positions: Sequence[PositionLike], cumulative: bool, txn: TxnID) -> None:
-        """Acknowledge in a transaction: pending until it ends; durable before the reply.
-        Concurrent transactional acks on a subscription share one database write."""
+    async def _checked(self, positions: Sequence[PositionLike], cumulative: bool,
+                       txn: TxnID) -> tuple[list[tuple[int, int]], tuple[str, bool]]:
+        """A transactional ack's own rules (a durable subscription, cumulative only where
+        allowed, positions in the log): its positions and the acting role."""
         if not self.sub.durable:
             raise NotAllowedError("a reader cannot acknowledge in a transaction")
         if cumulative and self.sub.sub_type in (pb.SUB_SHARED, pb.SUB_KEY_SHARED):
@@ -103,8 +149,157 @@ class TxnAcks:
         if not wanted or any(e >= end for e, _ in wanted):
             raise BadRequest(f"transactional ack on {self.sub.log.name.full} names no position or one past the end")
         await self.sub.check_positions("transactional ack", positions)
-        actor = await self._check_txn(txn)
+        return wanted, await self._check_txn(txn)
+
+    async def ack(self, positions: Sequence[PositionLike], cumulative: bool, txn: TxnID) -> None:
+        """Acknowledge in a transaction: pending until it ends; durable before the reply.
+        Concurrent transactional acks on a subscription share one database write."""
+        wanted, actor = await self._checked(positions, cumulative, txn)
         await self._acker.submit((wanted, cumulative, txn, actor))
+
+    # ---------------------------------------------------------------- held (one-request)
+
+    async def hold(self, positions: Sequence[PositionLike], cumulative: bool, txn: TxnID,
+                   hold_s: float) -> None:
+        """A one-request transaction's ack: checked against every other transaction's
+        (TransactionConflict raises here, as for a classic ack) and held in memory for
+        ``hold_s`` (its time left) plus HOLD_GRACE_S; written by its commit.  A
+        transaction whose acks here are durable already (it went the classic way) acks
+        the classic way."""
+        wanted, actor = await self._checked(positions, cumulative, txn)
+        if txn in self._registered:
+            await self._acker.submit((wanted, cumulative, txn, actor))
+            return
+        committing = self._committing
+        if (committing is not None and not cumulative and txn not in committing.txns
+                and committing.positions.isdisjoint(wanted)):
+            # A one-request commit holds the lock through its statement, but changes
+            # nothing a hold reads (pending, cursor) until its apply, which does not
+            # await: a hold of other messages need not wait for its fsync.
+            self._hold_now(wanted, cumulative, txn, actor, hold_s)
+            return
+        async with self.sub.lock:
+            self._hold_now(wanted, cumulative, txn, actor, hold_s)
+
+    def _hold_now(self, wanted: list[tuple[int, int]], cumulative: bool, txn: TxnID,
+                  actor: tuple[str, bool], hold_s: float) -> None:
+        held = self.held.get(txn)
+        if held is not None and held.actor[0] != actor[0] and not actor[1]:
+            raise not_owner_error(txn, self._ack_what(), actor)
+        if cumulative:
+            wanted = [max(wanted)]
+            self.pending.check_cumulative(txn, wanted[0][0], wanted[0][1], self.sub.cursor)
+        else:
+            wanted = self.pending.check_individual(txn, wanted, self.sub.cursor)
+        if held is None:
+            held = self.held[txn] = Held(actor)
+        if wanted:
+            self.pending.add(txn, wanted, cumulative)
+        for entry_id, index in wanted:
+            # Held by the transaction now: not the consumer's to redeliver.
+            if cumulative:
+                held.cumulative = (entry_id, index)
+                self.sub.deliveries.acked_cumulative(entry_id, index)
+            else:
+                held.individual.add((entry_id, index))
+                self.sub.deliveries.acked(entry_id, index)
+        if held.timer is not None:
+            held.timer.cancel()
+        held.timer = asyncio.get_running_loop().call_later(
+            hold_s + HOLD_GRACE_S, lambda: asyncio.ensure_future(self.release(txn, "timed out")))
+
+    async def release(self, txn: TxnID, why: str = "aborted") -> None:
+        """Let a one-request transaction's held acks go (its abort, its timeout): the
+        messages are redelivered, counted as a redelivery (as an abort's are)."""
+        async with self.sub.lock:
+            held = self.held.pop(txn, None)
+            if held is None:
+                return
+            if held.timer is not None:
+                held.timer.cancel()
+            individual, cumulative = self.pending.take(txn)
+            metrics.TP_ABORTED.inc()
+            await self._requeue(individual, cumulative)
+        self.sub.log.wake()
+
+    def plan_held(self, txn: TxnID, acks: Sequence[tuple[Sequence[tuple[int, int]], bool]],
+                  actor: tuple[str, bool], cursor: Cursor, taken: set[tuple[int, int]]) -> HeldPlan:
+        """What the commit of ``txn`` settles here, checked, changing nothing (the caller
+        holds ``sub.lock`` and ``sub.persist_lock``): its held acks and those of ``acks``
+        not held (checked as new ones: TransactionConflict), applied to ``cursor`` (a copy
+        the commit writes).  ``taken``: positions settled by the commits written with it
+        (a second commit of one message conflicts), extended here."""
+        if txn in self._registered:
+            raise TransactionConflict(f"transaction {TxnID(*txn)} acknowledged on {self.sub.name!r} "
+                                      "the classic way; it cannot commit in one request")
+        held = self.held.get(txn)
+        if held is not None and not may_act(actor, held.actor[0]):
+            raise not_owner_error(txn, self._ack_what(), actor)
+        individual = set(held.individual) if held is not None else set()
+        cumulative = held.cumulative if held is not None else None
+        for positions, is_cumulative in acks:
+            if is_cumulative:
+                last = max(positions)
+                if cumulative is not None and last <= cumulative:
+                    continue
+                if self.sub.sub_type in (pb.SUB_SHARED, pb.SUB_KEY_SHARED):
+                    raise NotAllowedError(f"cumulative ack is not allowed on {SUB_NAMES[self.sub.sub_type]} "
+                                          f"subscription {self.sub.name!r}")
+                self.pending.check_cumulative(txn, last[0], last[1], self.sub.cursor)
+                cumulative = last
+                continue
+            for position in positions:
+                if position not in individual:
+                    self.pending.check_individual(txn, [position], self.sub.cursor)
+                    individual.add(position)
+        clash = individual & taken
+        if clash:
+            entry_id, index = min(clash)
+            raise TransactionConflict(f"message {entry_id}:{index} is acknowledged by another "
+                                      "transaction committed with this one")
+        taken |= individual
+        ordered = sorted(individual)
+        apply_acks(cursor, ordered, cumulative)
+        return HeldPlan(txn, ordered, cumulative)
+
+    @contextmanager
+    def committing(self, plans: Sequence[HeldPlan]) -> Iterator[None]:
+        """Around a one-request commit's statement and apply (the caller holds
+        ``sub.lock``): holds of other transactions on other messages go on meanwhile."""
+        positions = {p for plan in plans for p in plan.individual}
+        positions |= {plan.cumulative for plan in plans if plan.cumulative is not None}
+        self._committing = Committing(frozenset(plan.txn for plan in plans), frozenset(positions))
+        try:
+            yield
+        finally:
+            self._committing = None
+
+    def held_committed(self, plan: HeldPlan) -> None:
+        """A one-request commit's SQL transaction committed: the same cursor moves in
+        memory (under the caller's locks)."""
+        held = self.held.pop(plan.txn, None)
+        if held is not None and held.timer is not None:
+            held.timer.cancel()
+        self.pending.take(plan.txn)
+        apply_acks(self.sub.cursor, plan.individual, plan.cumulative)
+        for entry_id, index in plan.individual:
+            self.sub.deliveries.acked(entry_id, index)
+        if plan.cumulative:
+            self.sub.deliveries.acked_cumulative(*plan.cumulative)
+        metrics.TP_COMMITTED.inc()
+
+    def _convert_held(self, txn: TxnID) -> list[PendingAckRow]:
+        """A classic ack of a transaction holding acks here (it spilled to the classic
+        way): its held acks become durable in the same write (their rows)."""
+        held = self.held.pop(txn, None)
+        if held is None:
+            return []
+        if held.timer is not None:
+            held.timer.cancel()
+        rows = [PendingAckRow(e, i, txn[0], txn[1], False) for e, i in sorted(held.individual)]
+        if held.cumulative is not None:
+            rows.append(PendingAckRow(*held.cumulative, txn[0], txn[1], True))
+        return rows
 
     async def _ack_txns(self, items: list[Any]) -> list[Any]:
         results: list[Any] = [None] * len(items)
@@ -141,10 +336,12 @@ class TxnAcks:
                 continue
             results[place] = None  # a clash of an earlier round is gone
             # Held at once, so a later item of this group sees the conflict.
-            if wanted:
+            converted = self._convert_held(txn)
+            if wanted or converted:
                 self.pending.add(txn, wanted, cumulative)
                 if txn not in self._registered:
                     first_acks.setdefault(txn, actor)
+            rows += converted
             rows += [PendingAckRow(e, i, txn[0], txn[1], cumulative) for e, i in wanted]
             accepted.append((place, wanted, cumulative, txn))
         refused: dict[TxnID, MagnetarError] = {}
