@@ -191,6 +191,10 @@ class PartitionProducer(Batcher):
         self.sealed_count += 1
         if batch.txn is not None and batch.txn.keeping:
             self._keep(batch)
+            if batch.deliver_at:
+                # A one-request commit carries no delivery time: the transaction goes
+                # the classic way, where the broker indexes its delayed messages.
+                batch.txn.spill()
             return
         self.ready.append(batch)
         if self.sender is None:
