@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -262,4 +264,27 @@ def send_paced(producer, total: int, rate: float, payload: bytes, sample_every: 
         else:
             producer.send_async(payload, sent)
     producer.flush()
+    return latencies
+
+
+def end_to_end_latencies(consumer, producer, total: int, rate: float, size: int,
+                         timeout_ms: int = 60_000) -> list[float]:
+    """Send ``total`` messages of ``size`` bytes at ``rate`` (each stamped with its send
+    time) while a thread receives and acknowledges them: each one's send-to-receive
+    latency, s."""
+    latencies: list[float] = []
+
+    def receive_all() -> None:
+        for _ in range(total):
+            msg = consumer.receive(timeout_millis=timeout_ms)
+            latencies.append(time.perf_counter() - struct.unpack("d", msg.data()[:8])[0])
+            consumer.acknowledge(msg)
+
+    receiver = threading.Thread(target=receive_all)
+    receiver.start()
+    filler = b"z" * max(size - 8, 0)
+    for _ in paced(total, rate):
+        producer.send_async(struct.pack("d", time.perf_counter()) + filler, lambda r, m: None)
+    producer.flush()
+    receiver.join()
     return latencies

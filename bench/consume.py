@@ -13,14 +13,20 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import struct
 import sys
 import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import RssSampler, bench_cluster, durable_postgres, paced, percentile, report  # noqa: E402
+from _common import (  # noqa: E402
+    RssSampler,
+    bench_cluster,
+    durable_postgres,
+    end_to_end_latencies,
+    percentile,
+    report,
+)
 
 import magnetar  # noqa: E402
 
@@ -62,21 +68,7 @@ def tail_latency(client, topic: str, rate: int, seconds: float, size: int) -> di
     consumer = client.subscribe(topic, "tail", initial_position=magnetar.InitialPosition.Latest)
     producer = client.create_producer(topic, batching_max_publish_delay_ms=1)
     total = int(rate * seconds)
-    latencies: list[float] = []
-
-    def receive_all():
-        for _ in range(total):
-            msg = consumer.receive(timeout_millis=30000)
-            latencies.append(time.perf_counter() - struct.unpack("d", msg.data()[:8])[0])
-            consumer.acknowledge(msg)
-
-    receiver = threading.Thread(target=receive_all)
-    receiver.start()
-    filler = b"z" * max(size - 8, 0)
-    for _ in paced(total, rate):
-        producer.send_async(struct.pack("d", time.perf_counter()) + filler, lambda r, m: None)
-    producer.flush()
-    receiver.join()
+    latencies = end_to_end_latencies(consumer, producer, total, rate, size, timeout_ms=30000)
     return {"offered_msgs_per_s": rate, "messages": total,
             "p50_end_to_end_ms": round(percentile(latencies, 50) * 1000, 2),
             "p99_end_to_end_ms": round(percentile(latencies, 99) * 1000, 2)}

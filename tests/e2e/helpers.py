@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -136,3 +137,16 @@ def keys_for_each_consumer(cluster, topic: str, subscription: str, per_consumer:
         if all(len(keys) == per_consumer for keys in chosen.values()):
             return chosen
     raise AssertionError(f"1000 keys did not give each of {sorted(chosen)} {per_consumer} keys")
+
+
+def admin(cluster, method: str, path: str, body=None) -> tuple[int, object]:
+    """An admin API call as JSON: (status, decoded body or None)."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(cluster.admin_url + path, data=data, method=method,
+                                 headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")

@@ -36,6 +36,7 @@ EXPECTED = {
     "auto-create":                     [1, 1, 1, 1, 0, 0],
     "produce":                         [1, 1, 1, 0, 0, 0],
     "consume":                         [1, 1, 0, 1, 0, 0],
+    "consume with a dead-letter topic": [1, 1, 0, 0, 0, 0],  # the DLQ needs produce too
     "subscribe restricted sub":        [1, 1, 0, 0, 0, 0],
     "unsubscribe owner's sub":         [1, 1, 0, 0, 0, 0],
     "send via owner's producer id":    [0, 0, 0, 0, 0, 0],
@@ -129,6 +130,9 @@ def attempt(op: str, role: str, client: magnetar.Client, victim: Victim, admin: 
             client.create_producer(TOPIC).send(f"from {role}".encode())
         elif op == "consume":
             client.subscribe(TOPIC, f"own-{role}").close()
+        elif op == "consume with a dead-letter topic":
+            client.subscribe(TOPIC, f"dlq-{role}", consumer_type=magnetar.ConsumerType.Shared,
+                             dead_letter_policy=magnetar.ConsumerDeadLetterPolicy(3)).close()
         elif op == "subscribe restricted sub":
             client.subscribe(TOPIC, "restricted", consumer_type=magnetar.ConsumerType.Shared).close()
         elif op == "unsubscribe owner's sub":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import urllib.request
+from datetime import timedelta
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -302,3 +303,24 @@ def test_a_chunked_message_commits_whole_in_one_request(cluster):
         assert read_all(roomy, out) == [data]
     finally:
         roomy.close()
+
+
+def test_a_delayed_message_takes_its_transaction_the_classic_way_and_waits_for_its_time(cluster, client):
+    """A one-request commit carries no delivery time (issue 27's delayed delivery): a
+    transaction sending a delayed message spills, and the message still waits for its
+    time after the commit on a Shared subscription."""
+    broker, _, out = _local(cluster, client, "delayed")
+    consumer = client.subscribe(out, "d", consumer_type=magnetar.ConsumerType.Shared,
+                                initial_position=magnetar.InitialPosition.Earliest)
+    producer = client.create_producer(out)
+    before = _one_request_count(cluster, broker)
+    txn = _txn_on(cluster, client, broker)
+    producer.send(b"at commit", txn=txn)
+    producer.send(b"delayed", deliver_after=timedelta(seconds=5), txn=txn)
+    txn.commit()
+    assert _one_request_count(cluster, broker) == before and _registered(cluster, txn) == 1
+    assert consumer.receive(timeout_millis=10000).data() == b"at commit"
+    with pytest.raises(magnetar.Timeout):   # not before its time
+        consumer.receive(timeout_millis=1000)
+    assert consumer.receive(timeout_millis=10000).data() == b"delayed"
+    consumer.close()

@@ -13,16 +13,13 @@ after a sleep.
 from __future__ import annotations
 
 import asyncio
-import json
-import urllib.error
-import urllib.request
 
 import asyncpg
 import pytest
 
 import magnetar
 from magnetar_protocol import magnetar_pb2 as pb
-from tests.e2e.helpers import SHIPPED_RETENTION, two_more_passes
+from tests.e2e.helpers import SHIPPED_RETENTION, admin, two_more_passes
 from tests.waiting import wait_until
 
 LIFECYCLE_ENV = {
@@ -55,18 +52,6 @@ def mclient(lc):
 
 def full(topic: str) -> str:
     return f"persistent://{NS}/{topic}"
-
-
-def admin(cluster, method: str, path: str, body=None) -> tuple[int, object]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(cluster.admin_url + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
 
 
 def ok(cluster, method: str, path: str, body=None):

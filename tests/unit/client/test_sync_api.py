@@ -46,7 +46,8 @@ def test_the_contract_names_exist_with_the_same_names_in_asyncio():
     assert list(sig.parameters)[1:7] == ["topic", "producer_name", "initial_sequence_id",
                                          "access_mode", "batching_enabled", "send_timeout_millis"]
     assert list(inspect.signature(magnetar.Producer.send).parameters)[1:] == [
-        "data", "properties", "partition_key", "sequence_id", "event_timestamp", "txn", "ordering_key"]
+        "data", "properties", "partition_key", "sequence_id", "event_timestamp", "txn", "ordering_key",
+        "deliver_at", "deliver_after"]
 
 
 @pytest.fixture

@@ -24,9 +24,11 @@ from magnetar._errors import *  # noqa: F403 (every error class; _errors.__all__
 from magnetar._message import Message
 from magnetar._sync import Client, Consumer, Producer, Reader, Transaction
 from magnetar._types import (
+    ConsumerDeadLetterPolicy,
     ConsumerType,
     InitialPosition,
     MessageId,
+    MultiplierRedeliveryBackoff,
     PartitionsRoutingMode,
     ProducerAccessMode,
     Result,
@@ -36,6 +38,7 @@ from magnetar._types import (
 
 __all__ = ["Client", "Producer", "Consumer", "Reader", "Transaction", "Message", "MessageId",
            "TxnID", "ConsumerType", "InitialPosition", "ProducerAccessMode",
-           "PartitionsRoutingMode", "Result", "TransactionState"]
+           "PartitionsRoutingMode", "Result", "TransactionState", "MultiplierRedeliveryBackoff",
+           "ConsumerDeadLetterPolicy"]
 
 __all__ += _errors.__all__  # the one hierarchy of magnetar_protocol.errors, plus two

@@ -1,4 +1,5 @@
-"""Grouped acknowledgements and delayed negative acks.  Pure: the caller sends.
+"""Grouped acknowledgements, delayed negative acks and the ack timeout's tracker.  Pure:
+the caller sends.
 
 As Pulsar's ack grouping tracker: plain acks are collected and sent every
 ``ACK_GROUP_S`` or once ``ACK_GROUP_MAX`` are waiting, so acking costs no request per
@@ -10,7 +11,10 @@ client acknowledges a batch once all of it is acknowledged).
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections import deque
+from typing import Protocol
 
 from magnetar_protocol import magnetar_pb2 as pb
 
@@ -96,16 +100,33 @@ def ack_requests(consumer_id: int, session_id: str, individual: list[Ack],
     return requests
 
 
+class Backoff(Protocol):
+    """A redelivery backoff (``magnetar.MultiplierRedeliveryBackoff``)."""
+
+    def next(self, redelivery_count: int) -> int: ...
+
+
 class NackTracker:
-    """Negatively acknowledged positions waiting out the redelivery delay.  The delay is
-    the same for every nack, so due times arrive in order and a deque suffices."""
+    """Negatively acknowledged positions waiting out their redelivery delay: the fixed
+    ``negative_ack_redelivery_delay_ms``, or, with a backoff (Pulsar's
+    ``MultiplierRedeliveryBackoff``), a delay that grows with the message's redelivery
+    count; due times then come out of order, hence a heap."""
 
-    def __init__(self, delay_s: float) -> None:
+    def __init__(self, delay_s: float, backoff: Backoff | None = None) -> None:
         self.delay_s = max(delay_s, 0.0)
-        self._due: deque[tuple[float, int, Pos]] = deque()  # (due time, partition, position)
+        self.backoff = backoff
+        self._due: list[tuple[float, int, int, Pos]] = []  # (due time, order, partition, position)
+        self._order = 0
 
-    def add(self, partition: int, pos: Pos, now: float) -> None:
-        self._due.append((now + self.delay_s, partition, pos))
+    def delay_for(self, redelivery_count: int) -> float:
+        """Seconds before a message nacked with this redelivery count goes out again."""
+        if self.backoff is None:
+            return self.delay_s
+        return max(self.backoff.next(redelivery_count), 0) / 1000
+
+    def add(self, partition: int, pos: Pos, now: float, redelivery_count: int = 0) -> None:
+        self._order += 1
+        heapq.heappush(self._due, (now + self.delay_for(redelivery_count), self._order, partition, pos))
 
     def next_due(self) -> float | None:
         return self._due[0][0] if self._due else None
@@ -114,9 +135,70 @@ class NackTracker:
         """Positions whose delay is over, by partition."""
         out: dict[int, list[Pos]] = {}
         while self._due and self._due[0][0] <= now:
-            _, partition, pos = self._due.popleft()
+            _, _, partition, pos = heapq.heappop(self._due)
             out.setdefault(partition, []).append(pos)
         return out
 
     def __len__(self) -> int:
         return len(self._due)
+
+
+Key = tuple[int, int, int]  # (partition, entry id, batch index)
+
+
+class UnackedTracker:
+    """Received messages not acknowledged yet, for the ack timeout (Pulsar's
+    UnAckedMessageTracker): time buckets of one tick each, a message in the newest; each
+    tick takes the oldest bucket, whose messages are then redelivered.  So a message goes
+    out again between ``timeout`` and ``timeout + tick`` after it was received, and a
+    tick costs the size of one bucket, whatever the number of messages held.  Not
+    thread-safe: the consumer guards it."""
+
+    def __init__(self, timeout_s: float, tick_s: float) -> None:
+        tick_s = min(tick_s, timeout_s)
+        self.tick_s = tick_s
+        count = max(math.ceil(timeout_s / tick_s), 1)
+        self._buckets: deque[set[Key]] = deque(set() for _ in range(count + 1))
+        self._where: dict[Key, set[Key]] = {}
+
+    def add(self, key: Key) -> None:
+        if key in self._where:
+            return
+        newest = self._buckets[-1]
+        newest.add(key)
+        self._where[key] = newest
+
+    def remove(self, key: Key) -> None:
+        """Forget an acknowledged message (batch index -1: every message of the entry)."""
+        if key[2] < 0:
+            for held in [k for k in self._where if k[0] == key[0] and k[1] == key[1]]:
+                self.remove(held)
+            return
+        bucket = self._where.pop(key, None)
+        if bucket is not None:
+            bucket.discard(key)
+
+    def remove_through(self, partition: int, entry_id: int, batch_index: int) -> None:
+        """A cumulative ack: everything of ``partition`` up to the position (batch index
+        -1: the whole entry)."""
+        last = (entry_id, float("inf") if batch_index < 0 else batch_index)
+        for key in [k for k in self._where if k[0] == partition and (k[1], k[2]) <= last]:
+            self.remove(key)
+
+    def clear(self) -> None:
+        for bucket in self._buckets:
+            bucket.clear()
+        self._where.clear()
+
+    def tick(self) -> list[Key]:
+        """Advance one tick: the messages whose time is up (forgotten here)."""
+        oldest = self._buckets.popleft()
+        expired = list(oldest)
+        for key in expired:
+            del self._where[key]
+        oldest.clear()
+        self._buckets.append(oldest)
+        return expired
+
+    def __len__(self) -> int:
+        return len(self._where)

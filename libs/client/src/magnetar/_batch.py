@@ -19,13 +19,34 @@ the batch is sealed, which costs less than a protobuf object per message.
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 from magnetar_protocol import magnetar_pb2 as pb
 
 
+def delivery_time(deliver_at=None, deliver_after=None) -> int | None:
+    """A delayed message's delivery time in ms since the epoch (pulsar-client's
+    ``deliver_at``, ms, or ``deliver_after``, a timedelta from now), None for none.  A
+    negative time or delay is a ValueError; so is giving both."""
+    if deliver_at is None and deliver_after is None:
+        return None
+    if deliver_at is not None and deliver_after is not None:
+        raise ValueError("give deliver_at or deliver_after, not both")
+    if deliver_after is not None:
+        if not isinstance(deliver_after, timedelta):
+            raise TypeError(f"deliver_after must be a datetime.timedelta, not {type(deliver_after).__name__}")
+        if deliver_after < timedelta(0):
+            raise ValueError(f"deliver_after must not be negative, got {deliver_after}")
+        return int(time.time() * 1000 + deliver_after.total_seconds() * 1000)
+    if isinstance(deliver_at, bool) or not isinstance(deliver_at, int) or deliver_at < 0:
+        raise ValueError(f"deliver_at must be ms since the epoch (an int >= 0), got {deliver_at!r}")
+    return deliver_at
+
+
 def message_fields(properties=None, partition_key=None, event_timestamp=None,
-                   ordering_key=None) -> dict | None:
-    """Validated optional ``SingleMessage`` fields, or None when there are none."""
+                   ordering_key=None, deliver_at: int | None = None) -> dict | None:
+    """Validated optional ``SingleMessage`` fields, or None when there are none
+    (``deliver_at``: from ``delivery_time``)."""
     fields: dict = {}
     if properties:
         fields["properties"] = {str(k): str(v) for k, v in properties.items()}
@@ -44,6 +65,8 @@ def message_fields(properties=None, partition_key=None, event_timestamp=None,
         if not isinstance(ordering_key, bytes):
             raise TypeError(f"ordering_key must be bytes or str, not {type(ordering_key).__name__}")
         fields["ordering_key"] = ordering_key
+    if deliver_at:
+        fields["deliver_at_time"] = deliver_at
     return fields or None
 
 
@@ -51,7 +74,7 @@ class Batch:
     """Messages bound for one send: parallel lists, plus the encoded bytes once sealed."""
 
     __slots__ = ("payloads", "seqs", "callbacks", "fields", "size", "lowest", "highest", "txn",
-                 "created", "data", "chunk_part", "kept")
+                 "created", "data", "deliver_at", "chunk_part", "kept")
 
     def __init__(self, txn, lowest: int, created: float) -> None:
         self.payloads: list[bytes] = []
@@ -64,6 +87,7 @@ class Batch:
         self.txn = txn
         self.created = created
         self.data = b""
+        self.deliver_at = 0  # the latest delivery time of its messages (the broker's index hint)
         # A chunk before its message's last: its settling releases no slot and runs no
         # user callback (the last chunk's does, for the message).
         self.chunk_part = False
@@ -133,6 +157,7 @@ class Batcher:
             if batch.fields is None:
                 batch.fields = {}
             batch.fields[len(batch.payloads) - 1] = fields
+            batch.deliver_at = max(batch.deliver_at, fields.get("deliver_at_time", 0))
         batch.size += size
         batch.highest = seq
         if len(batch.payloads) >= self.max_messages:

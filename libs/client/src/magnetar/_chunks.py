@@ -51,6 +51,8 @@ def chunk_metadata(producer_name: str, sequence_id: int, publish_time: int, size
             metadata.ordering_key = fields["ordering_key"]
         if fields.get("event_time"):
             metadata.event_time = fields["event_time"]
+        if fields.get("deliver_at_time"):
+            metadata.deliver_at_time = fields["deliver_at_time"]
     return metadata
 
 

@@ -1,6 +1,7 @@
 """The ``magnetar.asyncio`` consumer: one PartitionConsumer per partition feeding one
 receiver queue (a partitioned topic's messages are merged), grouped plain acks,
-delayed negative acks, and transactional acks that wait for the broker's answer.
+delayed negative acks (a fixed delay or a backoff), the ack timeout, and transactional
+acks that wait for the broker's answer.
 
 The sync API reads the receiver queue from the user's thread (a thread-safe C queue),
 so receiving and plain acks cost no hop to the client's thread.
@@ -11,17 +12,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue as thread_queue
+import threading
 import time
 import uuid
 from collections.abc import Callable
 
-from magnetar._acks import ACK_GROUP_MAX, ACK_GROUP_S, NackTracker
+from magnetar._acks import ACK_GROUP_MAX, ACK_GROUP_S, NackTracker, UnackedTracker
 from magnetar._errors import AlreadyClosed
 from magnetar._message import Message, UndecodableEntry
 from magnetar._partition_consumer import PartitionConsumer
 from magnetar._partition_watch import PartitionWatch, connect_new
 from magnetar._reader import gather_last, has_more, initial_start
-from magnetar._types import ConsumerType, MessageId
+from magnetar._retryletter import RetryLetters
+from magnetar._types import ConsumerDeadLetterPolicy, ConsumerType, MessageId
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import MagnetarError, NotAllowedError, Timeout
 
@@ -32,7 +35,8 @@ class Consumer:
     """``magnetar.asyncio`` consumer (create it with ``await client.subscribe``); a
     reader uses one on a non-durable subscription."""
 
-    def __init__(self, core, topic: str, partitions: int, options: dict, threaded: bool = False):
+    def __init__(self, core, topic: str, partitions: int, options: dict, threaded: bool = False,
+                 merge_into: Consumer | None = None):
         self.core = core
         self.topic_name = topic
         self.options = options
@@ -40,12 +44,26 @@ class Consumer:
             options["consumer_name"] = f"c-{uuid.uuid4().hex[:8]}"
         self.parts = [PartitionConsumer(self, f"{topic}-partition-{i}" if partitions else topic,
                                         i if partitions else -1) for i in range(max(partitions, 1))]
-        self.queue = thread_queue.SimpleQueue() if threaded else asyncio.Queue()
         self.loop = asyncio.get_running_loop()
-        self.space = _Room(self.loop, self.queue, options["receiver_queue_size"])
+        if merge_into is not None:  # a retry topic's consumer feeds its consumer's queue
+            self.queue, self.space = merge_into.queue, merge_into.space
+        else:
+            self.queue = thread_queue.SimpleQueue() if threaded else asyncio.Queue()
+            self.space = _Room(self.loop, self.queue, options["receiver_queue_size"])
+        # enable_retry: the retry topic's consumer (same subscription) and reconsume_later's
+        # producers (_retryletter.py).
+        self.retry: Consumer | None = None
+        self.letters: RetryLetters | None = None
         self.closed = False
         self.on_close: Callable[[Consumer], None] | None = None  # the client forgets a closed consumer
-        self._nacks = NackTracker(options["nack_delay_ms"] / 1000)
+        self._nacks = NackTracker(options["nack_delay_ms"] / 1000, options.get("nack_backoff"))
+        # The ack timeout (off unless set): received messages not acknowledged within it
+        # are redelivered.  Receives and acks come from any thread, hence the lock; it
+        # is taken only when the timeout is on.
+        self._unacked: UnackedTracker | None = None
+        if options.get("ack_timeout_ms"):
+            self._unacked = UnackedTracker(options["ack_timeout_ms"] / 1000, options["tick_ms"] / 1000)
+        self._unacked_lock = threading.Lock()
         self._ack_wake = asyncio.Event()  # a full group: flush now
         # An idle consumer's flusher sleeps until an ack comes: the first plain ack after
         # a flush signals it (once per group, from any thread), instead of the flusher
@@ -70,8 +88,35 @@ class Consumer:
             p.start()
         self._tasks = [self.loop.create_task(self._ack_flusher()),
                        self.loop.create_task(self._nack_sender())]
+        if self._unacked is not None:
+            self._tasks.append(self.loop.create_task(self._ack_timeout_ticker()))
         self.watch.start()
         return self
+
+    async def start_retry(self, topic: str, partitions: int, letters: RetryLetters) -> None:
+        """Also consume the retry topic (``enable_retry``), into the same queue."""
+        policy = letters.policy  # the retry topic's dead letters go to the same DLQ
+        options = dict(self.options, dead_letter_policy=ConsumerDeadLetterPolicy(
+            policy.max_redeliver_count, letters.dlq_topic, policy.initial_subscription_name,
+            letters.retry_topic))
+        self.retry = await Consumer(self.core, topic, partitions, options, merge_into=self).start()
+        self.letters = letters
+
+    def _owner(self, msg_or_id) -> Consumer:
+        """This consumer, or its retry topic's for a message received from there."""
+        if self.retry is not None and type(msg_or_id) is Message:
+            part = msg_or_id._info.source
+            if part is not None and part.consumer is self.retry:
+                return self.retry
+        return self
+
+    async def reconsume_later(self, msg: Message, delay) -> None:
+        """Send the message to the retry topic, due after ``delay`` (a timedelta or ms),
+        or to the dead-letter topic once its ``RECONSUMETIMES`` passes the policy's
+        ``max_redeliver_count``, and acknowledge it: one transaction (_retryletter.py)."""
+        if self.letters is None:
+            raise NotAllowedError("reconsume_later needs subscribe(..., enable_retry=True)")
+        await self.letters.reconsume_later(self, msg, delay)
 
     async def _grow(self, count: int) -> None:
         """Subscribe to partitions added since this consumer started.  They start at
@@ -122,6 +167,9 @@ class Consumer:
                 continue
             self.space.notify()
             if self._accept(msg):
+                owner = self._owner(msg)
+                if owner._unacked is not None:
+                    owner._track(msg)
                 return msg
 
     def receive_from_thread(self, timeout_millis: int | None = None) -> Message:
@@ -141,7 +189,46 @@ class Consumer:
                 continue
             self.space.notify()
             if self._accept(msg):
+                owner = self._owner(msg)
+                if owner._unacked is not None:
+                    owner._track(msg)
                 return msg
+
+    # ---------------------------------------------------------------- the ack timeout
+
+    def _track(self, msg: Message) -> None:
+        info = msg._info
+        with self._unacked_lock:
+            self._unacked.add((info.partition, info.entry_id, msg._index))
+            for entry, index in msg._extra:   # a chunked message: its other chunks too
+                self._unacked.add((info.partition, entry, index))
+
+    def _untrack(self, part: PartitionConsumer, entry: int, index: int, cumulative: bool = False,
+                 extra=()) -> None:
+        if self._unacked is None:
+            return
+        with self._unacked_lock:
+            if cumulative:
+                self._unacked.remove_through(part.partition, *max([(entry, index), *extra]))
+            else:
+                for e, i in ((entry, index), *extra):
+                    self._unacked.remove((part.partition, e, i))
+
+    async def _ack_timeout_ticker(self) -> None:
+        """Each tick, redeliver what was received longer than the ack timeout ago and
+        not acknowledged (Pulsar's UnAckedMessageTracker); the broker counts the
+        redelivery."""
+        tracker = self._unacked
+        assert tracker is not None
+        while not self.closed:
+            await asyncio.sleep(tracker.tick_s)
+            with self._unacked_lock:
+                expired = tracker.tick()
+            by_partition: dict[int, list[tuple[int, int]]] = {}
+            for partition, entry, index in expired:
+                by_partition.setdefault(partition, []).append((entry, index))
+            for partition, positions in by_partition.items():
+                await self._redeliver(self._part(partition), positions, "ack timeout")
 
     # ---------------------------------------------------------------- acks
 
@@ -160,8 +247,13 @@ class Consumer:
 
     def ack_nowait(self, msg_or_id, cumulative: bool = False) -> None:
         """A plain ack, grouped (any thread)."""
+        if (owner := self._owner(msg_or_id)) is not self:
+            owner.ack_nowait(msg_or_id, cumulative)
+            return
         part, entry, index, size = self._position(msg_or_id)
         extra = msg_or_id._extra if type(msg_or_id) is Message else ()
+        if self._unacked is not None:
+            self._untrack(part, entry, index, cumulative, extra)
         if cumulative:
             self._check_cumulative()
             part.acks.cumulative(*max([(entry, index), *extra]))
@@ -182,6 +274,9 @@ class Consumer:
     async def acknowledge(self, msg_or_id, txn=None, cumulative: bool = False) -> None:
         """Plain acks are grouped and return at once; a transactional ack waits for the
         broker (TransactionConflict and friends raise here)."""
+        if (owner := self._owner(msg_or_id)) is not self:
+            await owner.acknowledge(msg_or_id, txn, cumulative)
+            return
         if txn is None:
             self.ack_nowait(msg_or_id, cumulative)
             return
@@ -189,6 +284,9 @@ class Consumer:
             self._check_cumulative()
         part, entry, index, _ = self._position(msg_or_id)
         extra = msg_or_id._extra if type(msg_or_id) is Message else ()
+        # Pending in the transaction now: the broker holds it for the transaction and
+        # redelivers it if the transaction aborts, so the ack timeout lets it be.
+        self._untrack(part, entry, index, cumulative, extra)
         if cumulative:
             entry, index = max([(entry, index), *extra])
             extra = ()
@@ -217,14 +315,23 @@ class Consumer:
     async def flush_acks(self) -> None:
         """Send the grouped plain acks now."""
         await asyncio.gather(*(p.send_acks() for p in self.parts if len(p.acks)))
+        if self.retry is not None:
+            await self.retry.flush_acks()
 
     def negative_acknowledge(self, msg_or_id) -> None:
-        """Have the message redelivered after ``negative_ack_redelivery_delay_ms``
-        (event loop; the sync API hops here)."""
+        """Have the message redelivered after ``negative_ack_redelivery_delay_ms``, or
+        after the backoff's delay for its redelivery count (event loop; the sync API hops
+        here)."""
+        if (owner := self._owner(msg_or_id)) is not self:
+            owner.negative_acknowledge(msg_or_id)
+            return
         part, entry, index, _ = self._position(msg_or_id)
+        extra = msg_or_id._extra if type(msg_or_id) is Message else ()
+        self._untrack(part, entry, index, extra=extra)
+        count = msg_or_id.redelivery_count() if type(msg_or_id) is Message else 0
         now = time.monotonic()
-        for position in ((entry, index), *(msg_or_id._extra if type(msg_or_id) is Message else ())):
-            self._nacks.add(part.partition, position, now)
+        for position in ((entry, index), *extra):   # a chunked message: every chunk
+            self._nacks.add(part.partition, position, now, count)
 
     async def _nack_sender(self) -> None:
         while not self.closed:
@@ -234,24 +341,30 @@ class Consumer:
                 await asyncio.sleep(0.05 if due is None else min(due - now, 0.5))
                 continue
             for partition, positions in self._nacks.take_due(now).items():
-                part = self._part(partition)
-                req = pb.RedeliverRequest(positions=[pb.Position(entry_id=e, batch_index=i)
-                                                     for e, i in positions])
-                try:
-                    await part.call("/v1/consumers/redeliver", req, pb.RedeliverResponse)
-                except MagnetarError as exc:  # redelivered anyway when the session lapses
-                    log.info("negative ack on %s not delivered: %s", part.topic, exc)
+                await self._redeliver(self._part(partition), positions, "negative ack")
+
+    async def _redeliver(self, part: PartitionConsumer, positions: list[tuple[int, int]], why: str) -> None:
+        req = pb.RedeliverRequest(positions=[pb.Position(entry_id=e, batch_index=i) for e, i in positions])
+        try:
+            await part.call("/v1/consumers/redeliver", req, pb.RedeliverResponse)
+        except MagnetarError as exc:  # redelivered anyway when the session lapses
+            log.info("%s on %s not delivered: %s", why, part.topic, exc)
 
     async def redeliver_unacknowledged_messages(self) -> None:
         """Have every unacknowledged message of this consumer redelivered now, those
         received and those still queued here (dropped first, as Pulsar's client does, so
         each comes once, in order)."""
+        if self._unacked is not None:
+            with self._unacked_lock:
+                self._unacked.clear()
         for part in self.parts:
             part.drop_queued()
             try:
                 await part.redeliver_all()
             finally:
                 part.resume()
+        if self.retry is not None:
+            await self.retry.redeliver_unacknowledged_messages()
 
     # ---------------------------------------------------------------- positions
 
@@ -280,6 +393,9 @@ class Consumer:
                 part.not_seeking.set()
             part.returned = None
             self._known_last.pop(part.partition, None)
+        if self._unacked is not None:  # what it held goes out again from the new position
+            with self._unacked_lock:
+                self._unacked.clear()
         self.space.notify()
 
     def has_reached_end_of_topic(self) -> bool:
@@ -314,6 +430,10 @@ class Consumer:
         if self.closed:
             return
         self.closed = True
+        if self.retry is not None:
+            await self.retry.close(unsubscribe)
+        if self.letters is not None:
+            await self.letters.close()
         self.watch.stop()
         for task in self._tasks:
             task.cancel()

@@ -103,6 +103,13 @@ class PartitionConsumer:
             sub_type=int(o["consumer_type"]), initial_position=self.initial_position,
             consumer_name=o["consumer_name"], priority_level=o["priority_level"],
             durable=o["durable"], read_compacted=o.get("read_compacted", False))
+        policy = o.get("dead_letter_policy")
+        if policy is not None:
+            req.dead_letter_policy.CopyFrom(pb.DeadLetterPolicy(
+                max_redeliver_count=policy.max_redeliver_count,
+                dead_letter_topic=policy.dead_letter_topic or "",
+                initial_subscription_name=policy.initial_subscription_name or "",
+                retry_letter_topic=policy.retry_letter_topic or ""))
         if not o["durable"]:
             position, inclusive = start_position(self.start_id or MessageId.earliest,
                                                  self.start_inclusive, self.returned)

@@ -183,6 +183,7 @@ class PartitionProducer(Batcher):
             batch.size = len(pieces[2 * i + 1])
             batch.highest = seq
             batch.chunk_part = i < count - 1
+            batch.deliver_at = (fields or {}).get("deliver_at_time", 0)  # every chunk waits for it
             batch.data = batch.encode()
             self._sealed(batch)
 
@@ -190,6 +191,10 @@ class PartitionProducer(Batcher):
         self.sealed_count += 1
         if batch.txn is not None and batch.txn.keeping:
             self._keep(batch)
+            if batch.deliver_at:
+                # A one-request commit carries no delivery time: the transaction goes
+                # the classic way, where the broker indexes its delayed messages.
+                batch.txn.spill()
             return
         self.ready.append(batch)
         if self.sender is None:
@@ -372,6 +377,8 @@ class PartitionProducer(Batcher):
                              highest_sequence_id=batch.highest)
         if batch.txn is not None:
             req.txn.CopyFrom(batch.txn.txn_id.to_wire())
+        if batch.deliver_at:
+            req.deliver_at_time = batch.deliver_at
         return req
 
     def _settle_ok(self, batch: Batch, reply: pb.SendResponse) -> None:

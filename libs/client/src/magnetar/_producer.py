@@ -12,7 +12,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 
-from magnetar._batch import message_fields
+from magnetar._batch import delivery_time, message_fields
 from magnetar._errors import AlreadyClosed
 from magnetar._partition_producer import PartitionProducer
 from magnetar._partition_watch import PartitionWatch, connect_new
@@ -134,12 +134,15 @@ class Producer:
             part.send_soon()
 
     def send_async(self, data, callback, properties=None, partition_key=None, sequence_id=None,
-                   event_timestamp=None, txn=None, ordering_key=None) -> None:
+                   event_timestamp=None, txn=None, ordering_key=None, deliver_at=None,
+                   deliver_after=None) -> None:
         """Queue a message (on the event loop; never blocks: raises ProducerQueueIsFull
         when ``max_pending_messages`` are pending).  ``callback(result, msg_id)`` gets
-        ``Result.Ok`` and the MessageId, or the exception and None."""
+        ``Result.Ok`` and the MessageId, or the exception and None.  ``deliver_at`` (ms
+        since the epoch) or ``deliver_after`` (a timedelta): delayed delivery."""
         data = self.check(data)
-        fields = message_fields(properties, partition_key, event_timestamp, ordering_key)
+        fields = message_fields(properties, partition_key, event_timestamp, ordering_key,
+                                delivery_time(deliver_at, deliver_after))
         seq = check_sequence_id(sequence_id)
         self.slots.take()
         try:
@@ -149,10 +152,14 @@ class Producer:
             raise
 
     async def send(self, data, properties=None, partition_key=None, sequence_id=None,
-                   event_timestamp=None, txn=None, ordering_key=None) -> MessageId:
-        """Send one message and wait for the broker's receipt; its MessageId."""
+                   event_timestamp=None, txn=None, ordering_key=None, deliver_at=None,
+                   deliver_after=None) -> MessageId:
+        """Send one message and wait for the broker's receipt; its MessageId.
+        ``deliver_at`` (ms since the epoch) or ``deliver_after`` (a timedelta): not
+        delivered before then to Shared and Key_Shared subscriptions (docs/client.md)."""
         data = self.check(data)
-        fields = message_fields(properties, partition_key, event_timestamp, ordering_key)
+        fields = message_fields(properties, partition_key, event_timestamp, ordering_key,
+                                delivery_time(deliver_at, deliver_after))
         seq = check_sequence_id(sequence_id)
         await self.slots.take_async()
         future = asyncio.get_running_loop().create_future()

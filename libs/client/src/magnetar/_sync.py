@@ -14,10 +14,11 @@ import concurrent.futures
 import threading
 from collections import deque
 from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from magnetar import asyncio as aio
-from magnetar._batch import message_fields
+from magnetar._batch import delivery_time, message_fields
 from magnetar._core import ONE_REQUEST_MAX_BYTES
 from magnetar._errors import AlreadyClosed
 from magnetar._message import Message
@@ -108,7 +109,9 @@ class Client:
 
     def subscribe(self, topic: str, subscription_name: str, **options: Any) -> "Consumer":
         """A consumer; options as ``magnetar.asyncio.Client.subscribe`` (consumer_type,
-        initial_position, consumer_name, receiver_queue_size, negative_ack_redelivery_delay_ms)."""
+        initial_position, consumer_name, receiver_queue_size, negative_ack_redelivery_delay_ms,
+        negative_ack_redelivery_backoff, unacked_messages_timeout_ms, tick_duration_ms,
+        dead_letter_policy, enable_retry)."""
         return Consumer(self._io, self._io.run(
             self._client.subscribe(topic, subscription_name, _threaded=True, **options)))
 
@@ -179,37 +182,42 @@ class Producer:
 
     def send(self, data: bytes, properties: dict[Any, Any] | None = None, partition_key: str | None = None,
              sequence_id: int | None = None, event_timestamp: int | None = None,
-             txn: "Transaction | None" = None, ordering_key: bytes | str | None = None) -> MessageId:
+             txn: "Transaction | None" = None, ordering_key: bytes | str | None = None,
+             deliver_at: int | None = None, deliver_after: timedelta | None = None) -> MessageId:
         """Send and wait for the broker's receipt; the message's MessageId (entry id -1
-        for a dropped duplicate or a transactional send)."""
+        for a dropped duplicate or a transactional send).  ``deliver_at`` (ms since the
+        epoch) or ``deliver_after`` (a timedelta): delayed delivery (Shared and
+        Key_Shared subscriptions; docs/client.md)."""
         self._io.check_thread()
         waiter = _Waiter()
         self._queue(data, waiter, properties, partition_key, sequence_id, event_timestamp,
-                    txn, True, ordering_key)
+                    txn, True, ordering_key, delivery_time(deliver_at, deliver_after))
         return waiter.result()
 
     def send_async(self, data: bytes, callback: Callable[[Any, MessageId | None], None],
                    properties: dict[Any, Any] | None = None,
                    partition_key: str | None = None, sequence_id: int | None = None,
                    event_timestamp: int | None = None, txn: "Transaction | None" = None,
-                   ordering_key: bytes | str | None = None) -> None:
+                   ordering_key: bytes | str | None = None, deliver_at: int | None = None,
+                   deliver_after: timedelta | None = None) -> None:
         """Queue a message; ``callback(result, msg_id)`` runs on the client's thread with
         ``magnetar.Result.Ok`` and the MessageId, or the exception and None.  Blocks
         while ``max_pending_messages`` are pending (``block_if_queue_full=False``: raises
         ProducerQueueIsFull).  Payload errors (TypeError, MessageTooBig) raise here."""
         self._queue(data, callback, properties, partition_key, sequence_id, event_timestamp,
-                    txn, False, ordering_key)
+                    txn, False, ordering_key, delivery_time(deliver_at, deliver_after))
 
     def _queue(self, data: bytes, callback: Callable[[Any, MessageId | None], None],
                properties: dict[Any, Any] | None, partition_key: str | None, sequence_id: int | None,
                event_timestamp: int | None, txn: Transaction | None, seal: bool,
-               ordering_key: bytes | str | None = None) -> None:
+               ordering_key: bytes | str | None = None, deliver_at: int | None = None) -> None:
         p = self._p
         if type(data) is not bytes or p.closed or len(data) > p.max_message_size:
             data = p.check(data)
         fields = None
-        if properties is not None or partition_key is not None or event_timestamp or ordering_key is not None:
-            fields = message_fields(properties, partition_key, event_timestamp, ordering_key)
+        if properties is not None or partition_key is not None or event_timestamp or ordering_key is not None \
+                or deliver_at:
+            fields = message_fields(properties, partition_key, event_timestamp, ordering_key, deliver_at)
         if sequence_id is not None:
             check_sequence_id(sequence_id)
         inner_txn = None
@@ -306,6 +314,12 @@ class Consumer:
         self._check_open()
         self._c._position(message)  # a TypeError raises here, not on the client's thread
         self._io.loop.call_soon_threadsafe(self._c.negative_acknowledge, message)
+
+    def reconsume_later(self, message: Message, delay: timedelta | int) -> None:
+        """Send the message to the retry topic, due after ``delay`` (a timedelta or ms;
+        to the dead-letter topic past the policy's ``max_redeliver_count``), and
+        acknowledge it, in one transaction (needs ``enable_retry=True``)."""
+        self._io.run(self._c.reconsume_later(message, delay))
 
     def redeliver_unacknowledged_messages(self) -> None:
         """Have every unacknowledged message of this consumer redelivered now."""

@@ -27,12 +27,15 @@ from magnetar._keys import KeyConnection
 from magnetar._message import Message
 from magnetar._producer import Producer, producer_options
 from magnetar._reader import Reader
+from magnetar._retryletter import RetryLetters
 from magnetar._transaction import Transaction, check_timeout, open_transaction
 from magnetar._transport import Transport
 from magnetar._types import (
+    ConsumerDeadLetterPolicy,
     ConsumerType,
     InitialPosition,
     MessageId,
+    MultiplierRedeliveryBackoff,
     PartitionsRoutingMode,
     ProducerAccessMode,
     Result,
@@ -46,9 +49,22 @@ Tracked = TypeVar("Tracked", Producer, Consumer)  # what a client closes with it
 
 __all__ = ["Client", "Producer", "Consumer", "Reader", "Message", "MessageId", "Transaction",
            "TxnID", "ConsumerType", "InitialPosition", "ProducerAccessMode",
+           "MultiplierRedeliveryBackoff", "ConsumerDeadLetterPolicy",
            "PartitionsRoutingMode", "Result", "TransactionState", "Transport"]
 
 __all__ += _errors.__all__  # the one hierarchy of magnetar_protocol.errors, plus two
+
+
+def check_ack_timeout(timeout_ms: int | None, tick_ms: int) -> int:
+    """The ack timeout in ms (0: off), or ValueError.  At least a second, as Pulsar's Java
+    client requires (the C++ one, under the Python wheel, 10 s); the tick at least 100 ms."""
+    if timeout_ms is None or timeout_ms == 0:
+        return 0
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 1000:
+        raise ValueError(f"unacked_messages_timeout_ms must be at least 1000 (or None/0: off), got {timeout_ms!r}")
+    if isinstance(tick_ms, bool) or not isinstance(tick_ms, int) or tick_ms < 100:
+        raise ValueError(f"tick_duration_ms must be at least 100, got {tick_ms!r}")
+    return timeout_ms
 
 
 class Client:
@@ -145,12 +161,26 @@ class Client:
                         initial_position: InitialPosition = InitialPosition.Latest,
                         consumer_name: str | None = None, receiver_queue_size: int = 1000,
                         negative_ack_redelivery_delay_ms: int = 60000, priority_level: int = 0,
+                        unacked_messages_timeout_ms: int | None = None, tick_duration_ms: int = 1000,
+                        negative_ack_redelivery_backoff: MultiplierRedeliveryBackoff | None = None,
+                        dead_letter_policy: ConsumerDeadLetterPolicy | None = None,
+                        enable_retry: bool = False,
                         max_pending_chunked_message: int = 10,
                         auto_ack_oldest_chunked_message_on_queue_full: bool = False,
                         expire_time_of_incomplete_chunked_message_ms: int = 60000,
                         is_read_compacted: bool = False,
                         _threaded: bool = False) -> Consumer:
         """A consumer of ``subscription_name`` on ``topic`` (merging every partition).
+
+        ``unacked_messages_timeout_ms``: received messages not acknowledged within it are
+        redelivered (None or 0: never; at least 1000), checked every ``tick_duration_ms``
+        (Pulsar's ack-timeout tick).  ``negative_ack_redelivery_backoff``: a
+        ``MultiplierRedeliveryBackoff`` whose delay grows with the redelivery count, in
+        place of the fixed ``negative_ack_redelivery_delay_ms``.  ``dead_letter_policy``:
+        a ``ConsumerDeadLetterPolicy``; the broker moves a message redelivered more often
+        than it allows to the dead-letter topic (docs/client.md).  ``enable_retry``
+        (needs ``dead_letter_policy``): also consume the retry topic, for
+        ``reconsume_later``.
         Chunked messages (pulsar-client's options): at most ``max_pending_chunked_message``
         incomplete at once, each for ``expire_time_of_incomplete_chunked_message_ms``.
         ``is_read_compacted``: the topic's compacted view, then what came after it
@@ -158,17 +188,39 @@ class Client:
         self._check_open()
         if not subscription_name or not isinstance(subscription_name, str):
             raise ValueError("subscription_name is required")
+        ack_timeout = check_ack_timeout(unacked_messages_timeout_ms, tick_duration_ms)
+        if negative_ack_redelivery_backoff is not None \
+                and not isinstance(negative_ack_redelivery_backoff, MultiplierRedeliveryBackoff):
+            raise TypeError("negative_ack_redelivery_backoff must be a magnetar.MultiplierRedeliveryBackoff")
+        if dead_letter_policy is not None and not isinstance(dead_letter_policy, ConsumerDeadLetterPolicy):
+            raise TypeError("dead_letter_policy must be a magnetar.ConsumerDeadLetterPolicy")
+        if enable_retry and dead_letter_policy is None:
+            raise ValueError("enable_retry needs a dead_letter_policy (its max_redeliver_count "
+                             "bounds reconsume_later)")
         full, partitions = await self.core.partitions(topic)
         options = {"subscription": subscription_name, "consumer_type": ConsumerType(consumer_type),
                    "initial_position": InitialPosition(initial_position), "durable": True,
                    "consumer_name": consumer_name or "",
                    "receiver_queue_size": max(receiver_queue_size, 1),
                    "priority_level": priority_level,
-                   "nack_delay_ms": max(negative_ack_redelivery_delay_ms, 0)}
+                   "nack_delay_ms": max(negative_ack_redelivery_delay_ms, 0),
+                   "nack_backoff": negative_ack_redelivery_backoff,
+                   "ack_timeout_ms": ack_timeout, "tick_ms": tick_duration_ms,
+                   "dead_letter_policy": dead_letter_policy}
         options |= chunk_options(max_pending_chunked_message, auto_ack_oldest_chunked_message_on_queue_full,
                                  expire_time_of_incomplete_chunked_message_ms)
         options["read_compacted"] = bool(is_read_compacted)
         consumer = await Consumer(self.core, full, partitions, options, _threaded).start()
+        if enable_retry:
+            assert dead_letter_policy is not None
+            letters = RetryLetters(self.core, full, subscription_name, dead_letter_policy,
+                                   lambda t, n, o: Consumer(self.core, t, n, o).start())
+            try:
+                retry_full, retry_partitions = await self.core.partitions(letters.retry_topic)
+                await consumer.start_retry(retry_full, retry_partitions, letters)
+            except BaseException:
+                await consumer.close()
+                raise
         return self._track(consumer)
 
     async def create_reader(self, topic: str, start_message_id: MessageId,

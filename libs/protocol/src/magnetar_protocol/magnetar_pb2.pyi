@@ -336,13 +336,14 @@ class CreateProducerResponse(_message.Message):
     def __init__(self, producer_id: _Optional[int] = ..., producer_name: _Optional[str] = ..., last_sequence_id: _Optional[int] = ..., topic_epoch: _Optional[int] = ..., max_message_size: _Optional[int] = ..., waiting: _Optional[bool] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("producer_id", "batch", "num_messages", "sequence_id", "highest_sequence_id", "txn", "session_id")
+    __slots__ = ("producer_id", "batch", "num_messages", "sequence_id", "highest_sequence_id", "txn", "deliver_at_time", "session_id")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     NUM_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     HIGHEST_SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     TXN_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_TIME_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     batch: bytes
@@ -350,8 +351,9 @@ class SendRequest(_message.Message):
     sequence_id: int
     highest_sequence_id: int
     txn: TxnId
+    deliver_at_time: int
     session_id: str
-    def __init__(self, producer_id: _Optional[int] = ..., batch: _Optional[bytes] = ..., num_messages: _Optional[int] = ..., sequence_id: _Optional[int] = ..., highest_sequence_id: _Optional[int] = ..., txn: _Optional[_Union[TxnId, _Mapping]] = ..., session_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, producer_id: _Optional[int] = ..., batch: _Optional[bytes] = ..., num_messages: _Optional[int] = ..., sequence_id: _Optional[int] = ..., highest_sequence_id: _Optional[int] = ..., txn: _Optional[_Union[TxnId, _Mapping]] = ..., deliver_at_time: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("entry_id", "duplicate", "last_sequence_id", "partition")
@@ -400,7 +402,7 @@ class CloseProducerResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("session_id", "topic", "subscription", "sub_type", "initial_position", "consumer_name", "priority_level", "durable", "start_position", "start_inclusive", "read_compacted")
+    __slots__ = ("session_id", "topic", "subscription", "sub_type", "initial_position", "consumer_name", "priority_level", "durable", "start_position", "start_inclusive", "dead_letter_policy", "read_compacted")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -411,6 +413,7 @@ class SubscribeRequest(_message.Message):
     DURABLE_FIELD_NUMBER: _ClassVar[int]
     START_POSITION_FIELD_NUMBER: _ClassVar[int]
     START_INCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_POLICY_FIELD_NUMBER: _ClassVar[int]
     READ_COMPACTED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     topic: str
@@ -422,8 +425,21 @@ class SubscribeRequest(_message.Message):
     durable: bool
     start_position: Position
     start_inclusive: bool
+    dead_letter_policy: DeadLetterPolicy
     read_compacted: bool
-    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., subscription: _Optional[str] = ..., sub_type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ..., durable: _Optional[bool] = ..., start_position: _Optional[_Union[Position, _Mapping]] = ..., start_inclusive: _Optional[bool] = ..., read_compacted: _Optional[bool] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., subscription: _Optional[str] = ..., sub_type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ..., durable: _Optional[bool] = ..., start_position: _Optional[_Union[Position, _Mapping]] = ..., start_inclusive: _Optional[bool] = ..., dead_letter_policy: _Optional[_Union[DeadLetterPolicy, _Mapping]] = ..., read_compacted: _Optional[bool] = ...) -> None: ...
+
+class DeadLetterPolicy(_message.Message):
+    __slots__ = ("max_redeliver_count", "dead_letter_topic", "initial_subscription_name", "retry_letter_topic")
+    MAX_REDELIVER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_SUBSCRIPTION_NAME_FIELD_NUMBER: _ClassVar[int]
+    RETRY_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    max_redeliver_count: int
+    dead_letter_topic: str
+    initial_subscription_name: str
+    retry_letter_topic: str
+    def __init__(self, max_redeliver_count: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., initial_subscription_name: _Optional[str] = ..., retry_letter_topic: _Optional[str] = ...) -> None: ...
 
 class SubscribeResponse(_message.Message):
     __slots__ = ("consumer_id",)
@@ -558,6 +574,42 @@ class CloseConsumerRequest(_message.Message):
 class CloseConsumerResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class DeadLetterAppendRequest(_message.Message):
+    __slots__ = ("topic", "initial_subscription", "producer_name", "batch", "num_messages", "source_topic_id", "source_topic", "source_broker", "source_epoch", "subscription", "mark_delete", "acked_state", "deliver_at_time")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    NUM_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_BROKER_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    MARK_DELETE_FIELD_NUMBER: _ClassVar[int]
+    ACKED_STATE_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_TIME_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    initial_subscription: str
+    producer_name: str
+    batch: bytes
+    num_messages: int
+    source_topic_id: int
+    source_topic: str
+    source_broker: str
+    source_epoch: int
+    subscription: str
+    mark_delete: int
+    acked_state: bytes
+    deliver_at_time: int
+    def __init__(self, topic: _Optional[str] = ..., initial_subscription: _Optional[str] = ..., producer_name: _Optional[str] = ..., batch: _Optional[bytes] = ..., num_messages: _Optional[int] = ..., source_topic_id: _Optional[int] = ..., source_topic: _Optional[str] = ..., source_broker: _Optional[str] = ..., source_epoch: _Optional[int] = ..., subscription: _Optional[str] = ..., mark_delete: _Optional[int] = ..., acked_state: _Optional[bytes] = ..., deliver_at_time: _Optional[int] = ...) -> None: ...
+
+class DeadLetterAppendResponse(_message.Message):
+    __slots__ = ("entry_id",)
+    ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    entry_id: int
+    def __init__(self, entry_id: _Optional[int] = ...) -> None: ...
 
 class CursorState(_message.Message):
     __slots__ = ("entries",)

@@ -1,7 +1,7 @@
 """Storage-lifecycle policies (Pulsar's retention, messageTTL, backlogQuota and
-compactionThreshold): their JSON shapes, validation and how a topic's effective policy
-is resolved.  Pure: no I/O; the admin validates bodies with it and brokers resolve what
-they read with it.
+compactionThreshold), the delayed_delivery policy and a subscription's dead-letter
+policy: their JSON shapes, validation and how a topic's effective policy is resolved.
+Pure: no I/O; the admin validates bodies with it and brokers resolve what they read with it.
 
 Semantics follow Apache Pulsar (docs/operations.md):
 - retention ``{"retentionTimeInMinutes", "retentionSizeInMB"}``: how long / how much
@@ -129,6 +129,93 @@ def parse_backlog_quota(body, quota_type: str | None = None) -> BacklogQuota:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A subscription's dead-letter policy as an operator sets it (Pulsar's
+    DeadLetterPolicy fields): a message redelivered more than ``max_redeliver_count``
+    times moves to ``dead_letter_topic`` ("" = ``<topic>-<subscription>-DLQ``), on which
+    ``initial_subscription_name`` is created first ("" = none)."""
+    max_redeliver_count: int
+    dead_letter_topic: str = ""
+    initial_subscription_name: str = ""
+    retry_letter_topic: str = ""
+
+    def as_json(self) -> dict:
+        return {"maxRedeliverCount": self.max_redeliver_count,
+                "deadLetterTopic": self.dead_letter_topic or None,
+                "initialSubscriptionName": self.initial_subscription_name or None,
+                "retryLetterTopic": self.retry_letter_topic or None}
+
+
+def parse_dead_letter(body) -> DeadLetter:
+    fields = ("maxRedeliverCount", "deadLetterTopic", "initialSubscriptionName", "retryLetterTopic")
+    if not isinstance(body, dict):
+        raise PolicyError('deadLetterPolicy: the body must be {"maxRedeliverCount": N, "deadLetterTopic": '
+                          '"...", "initialSubscriptionName": "..."} (the last two optional)')
+    unknown = set(body) - set(fields)
+    if unknown:
+        raise PolicyError(f"deadLetterPolicy: unknown field(s) {sorted(unknown)}")
+    count = _int(body, "maxRedeliverCount", 1, "deadLetterPolicy")
+    if count > 2**31 - 1:
+        raise PolicyError(f"deadLetterPolicy: maxRedeliverCount {count} is out of range")
+    texts = []
+    for key in fields[1:]:
+        value = body.get(key)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise PolicyError(f"deadLetterPolicy: {key} must be a non-empty string or null, not {value!r}")
+        texts.append(value or "")
+    return DeadLetter(count, *texts)
+
+
+@dataclass(frozen=True, slots=True)
+class DelayedDelivery:
+    """Pulsar's delayed_delivery policy (DelayedDeliveryPolicies): ``active`` false delivers
+    delayed messages at once; a delayed message goes out at most ``tick_ms`` after its
+    time; a producer may ask for at most ``max_delay_ms`` (0: no limit)."""
+    active: bool = True
+    tick_ms: int = 1000
+    max_delay_ms: int = 0
+
+    def as_json(self) -> dict:
+        return {"active": self.active, "tickTime": self.tick_ms, "maxDeliveryDelayInMillis": self.max_delay_ms}
+
+    def delay_problem(self, deliver_at: int, now_ms: int) -> str | None:
+        """Why a send asking for delivery at ``deliver_at`` (ms) is refused, or None."""
+        if deliver_at < 0:
+            return f"deliver_at_time {deliver_at} is negative"
+        if self.max_delay_ms and deliver_at - now_ms > self.max_delay_ms:
+            return (f"delivery in {deliver_at - now_ms} ms exceeds the maximum delivery delay of "
+                    f"{self.max_delay_ms} ms (the namespace's delayed_delivery policy)")
+        return None
+
+
+def parse_delayed_delivery(body) -> DelayedDelivery:
+    """Pulsar's DelayedDeliveryPolicies body: {"active": bool, "tickTime": ms,
+    "maxDeliveryDelayInMillis": ms}; tickTime and the limit optional."""
+    if not isinstance(body, dict):
+        raise PolicyError('delayedDelivery: the body must be {"active": true|false, "tickTime": ms, '
+                          '"maxDeliveryDelayInMillis": ms}')
+    unknown = set(body) - {"active", "tickTime", "maxDeliveryDelayInMillis"}
+    if unknown:
+        raise PolicyError(f"delayedDelivery: unknown field(s) {sorted(unknown)}")
+    active = body.get("active")
+    if not isinstance(active, bool):
+        raise PolicyError(f"delayedDelivery: active must be true or false, not {active!r}")
+    tick = _int(body, "tickTime", 1, "delayedDelivery", 1000)
+    limit = _int(body, "maxDeliveryDelayInMillis", 0, "delayedDelivery", 0)
+    return DelayedDelivery(active, tick, limit)
+
+
+def resolve_delayed(default: DelayedDelivery, namespace: Row | None, topic: Row | None) -> DelayedDelivery:
+    """The topic's delayed_delivery policy over its namespace's over the broker's settings."""
+    for row in (topic, namespace):
+        if row is not None and row.delayed_delivery_active is not None:
+            return DelayedDelivery(row.delayed_delivery_active,
+                                   row.delayed_delivery_tick_ms or default.tick_ms,
+                                   row.delayed_delivery_max_delay_ms or 0)
+    return default
+
+
+@dataclass(frozen=True, slots=True)
 class Row:
     """One storage_policies row (namespace or topic level); None = not set there."""
     retention_time_minutes: int | None = None
@@ -137,6 +224,9 @@ class Row:
     backlog_limit_size: int | None = None
     backlog_limit_time: int | None = None
     backlog_policy: str | None = None
+    delayed_delivery_active: bool | None = None      # migration 0011
+    delayed_delivery_tick_ms: int | None = None
+    delayed_delivery_max_delay_ms: int | None = None
     compaction_threshold: int | None = None
 
 

@@ -112,6 +112,7 @@ entries = Table(
     Column("payload", LargeBinary, nullable=False),
     Column("txn_most", BigInteger, nullable=True),
     Column("txn_least", BigInteger, nullable=True),
+    Column("deliver_at", BigInteger, nullable=True),  # migration 0011
     PrimaryKeyConstraint("topic_id", "entry_id"),
     Index("entries_txn_marker", "topic_id", "txn_most", "txn_least", unique=True,
           postgresql_where=text("txn_most IS NOT NULL")),
@@ -341,11 +342,49 @@ storage_policies = Table(
     Column("backlog_policy", Text, CheckConstraint(
         "backlog_policy IN ('producer_request_hold', 'producer_exception', 'consumer_backlog_eviction')")),
     Column("updated_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+    # migration 0011: Pulsar's delayed_delivery policy
+    Column("delayed_delivery_active", Boolean),
+    Column("delayed_delivery_tick_ms", BigInteger, CheckConstraint("delayed_delivery_tick_ms > 0")),
+    Column("delayed_delivery_max_delay_ms", BigInteger, CheckConstraint("delayed_delivery_max_delay_ms >= 0")),
     Column("compaction_threshold", BigInteger, CheckConstraint("compaction_threshold >= 0")),  # migration 0012
     PrimaryKeyConstraint("tenant", "namespace", "topic"),
     _namespace_fk(),
     CheckConstraint("(retention_time_minutes IS NULL) = (retention_size_mb IS NULL)"),
     CheckConstraint("(backlog_policy IS NULL) = (backlog_limit_size IS NULL)"),
+)
+
+# ---------------------------------------------------------------- dead-letter policies (0010)
+
+dead_letter_policies = Table(
+    "dead_letter_policies",
+    metadata,
+    Column("tenant", Text, nullable=False),
+    Column("namespace", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("subscription", Text, nullable=False),
+    Column("max_redeliver_count", Integer, CheckConstraint("max_redeliver_count > 0"), nullable=False),
+    Column("dead_letter_topic", Text, nullable=False, server_default=text("''")),
+    Column("initial_subscription_name", Text, nullable=False, server_default=text("''")),
+    Column("retry_letter_topic", Text, nullable=False, server_default=text("''")),
+    Column("updated_at", TIMESTAMP(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("topic", "subscription"),
+    _namespace_fk(),
+)
+
+
+# ---------------------------------------------------------------- delayed delivery (0011)
+
+delayed_deliveries = Table(
+    "delayed_deliveries",
+    metadata,
+    Column("topic_id", BigInteger, nullable=False),
+    Column("subscription", Text, nullable=False),
+    Column("deliver_at", BigInteger, nullable=False),
+    Column("entry_id", BigInteger, nullable=False),
+    Column("indices", LargeBinary, nullable=False, server_default=text("'\\x'::bytea")),
+    Column("messages", Integer, CheckConstraint("messages > 0"), nullable=False),
+    PrimaryKeyConstraint("topic_id", "subscription", "deliver_at", "entry_id"),
+    Index("delayed_deliveries_entry", "topic_id", "entry_id"),
 )
 
 

@@ -23,6 +23,7 @@ OWNER: dict[str, str] = {
     "topic_permissions": "admin",
     "subscription_permissions": "admin",
     "storage_policies": "admin",
+    "dead_letter_policies": "admin",
     # The partition log and its leases.
     "brokers": "broker",
     "topic_owners": "broker",
@@ -32,6 +33,7 @@ OWNER: dict[str, str] = {
     "txn_entries": "broker",
     "txn_outcomes": "broker",
     "pending_acks": "broker",
+    "delayed_deliveries": "broker",
     "compactions": "broker",
     "compacted_entries": "broker",
     # Transactions.
@@ -67,6 +69,7 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("admin", "txn_entries"): _ADMIN_DELETES_TOPIC,
     ("admin", "txn_outcomes"): _ADMIN_DELETES_TOPIC,
     ("admin", "pending_acks"): _ADMIN_DELETES_TOPIC,
+    ("admin", "delayed_deliveries"): _ADMIN_DELETES_TOPIC,
     ("admin", "compactions"): _ADMIN_DELETES_TOPIC,
     ("admin", "compacted_entries"): _ADMIN_DELETES_TOPIC,
     ("broker", "transactions"): "a one-request commit (a broker hosting the transaction's "

@@ -1,6 +1,7 @@
 """Storage-lifecycle policy routes on Pulsar's admin v2 paths (docs/admin.md): retention,
-messageTTL, backlogQuota and compactionThreshold per namespace and per topic, the namespace's whole policy
-object, and expire-messages.  Bodies are validated by magnetar_protocol.policies (400
+messageTTL, backlogQuota and compactionThreshold per namespace and per topic, the namespace's
+whole policy object, expire-messages, and a subscription's dead-letter policy (Magnetar's own
+path: Pulsar sets it only in clients).  Bodies are validated by magnetar_protocol.policies (400
 with the reason; nothing is written)."""
 
 from __future__ import annotations
@@ -17,14 +18,18 @@ from magnetar_protocol.policies import (
     QUOTA_POLICIES,
     QUOTA_TYPES,
     BacklogQuota,
+    DelayedDelivery,
     PolicyError,
     Retention,
     Row,
     parse_backlog_quota,
     parse_compaction_threshold,
+    parse_dead_letter,
+    parse_delayed_delivery,
     parse_retention,
     parse_ttl,
 )
+from magnetar_protocol.topics import TopicName
 
 NS = "/admin/v2/namespaces/{tenant}/{namespace}"
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
@@ -37,6 +42,16 @@ QUOTA_DOC = body_doc({"type": "object", "properties": {
     "limitTime": {"type": "integer", "minimum": -1, "description": "seconds"},
     "policy": {"type": "string", "enum": list(QUOTA_POLICIES)}}},
     example={"limitSize": 10737418240, "limitTime": -1, "policy": "producer_request_hold"})
+DELAYED_DOC = body_doc({"type": "object", "required": ["active"], "properties": {
+    "active": {"type": "boolean"}, "tickTime": {"type": "integer", "minimum": 1},
+    "maxDeliveryDelayInMillis": {"type": "integer", "minimum": 0}}},
+    example={"active": True, "tickTime": 1000, "maxDeliveryDelayInMillis": 86400000})
+DEAD_LETTER_DOC = body_doc({"type": "object", "required": ["maxRedeliverCount"], "properties": {
+    "maxRedeliverCount": {"type": "integer", "minimum": 1},
+    "deadLetterTopic": {"type": "string", "description": "default: <topic>-<subscription>-DLQ"},
+    "initialSubscriptionName": {"type": "string", "description": "created on the dead-letter topic first"},
+    "retryLetterTopic": {"type": "string", "description": "default: <topic>-<subscription>-RETRY"}}},
+    example={"maxRedeliverCount": 5, "initialSubscriptionName": "triage"})
 Seconds = Annotated[int, Path(ge=0, le=MAX_VALUE, description="seconds")]
 
 
@@ -86,7 +101,10 @@ def policy_routes() -> APIRouter:
                 "message_ttl_in_seconds": row.message_ttl_seconds,
                 "backlog_quota_map": quota_map_json(row),
                 "compaction_threshold": row.compaction_threshold,
-                "deduplicationEnabled": await service.store.deduplication(*scope[:2])}
+                "deduplicationEnabled": await service.store.deduplication(*scope[:2]),
+                "delayed_delivery_policies": None if row.delayed_delivery_active is None else DelayedDelivery(
+                    row.delayed_delivery_active, row.delayed_delivery_tick_ms or 1000,
+                    row.delayed_delivery_max_delay_ms or 0).as_json()}
 
     def level_routes(prefix: str, scope_of, tag: str) -> None:
         @r.get(prefix + "/retention", tags=[tag], summary="Retention set at this level (null: none)")
@@ -171,6 +189,32 @@ def policy_routes() -> APIRouter:
             await service.store.set_backlog_quota(*scope, quota.limit_size, quota.limit_time, quota.policy)
             return Response(status_code=204)
 
+        @r.get(prefix + "/delayedDelivery", tags=[tag],
+               summary="The delayed_delivery policy set at this level (null: none)")
+        async def get_delayed(service: Service, tenant: str, namespace: str, topic: str = "") -> dict | None:
+            scope = await scope_of(service, tenant, namespace, topic)
+            row = await service.store.storage_policies(*scope)
+            if row.delayed_delivery_active is None:
+                return None
+            return DelayedDelivery(row.delayed_delivery_active, row.delayed_delivery_tick_ms or 1000,
+                                   row.delayed_delivery_max_delay_ms or 0).as_json()
+
+        @r.post(prefix + "/delayedDelivery", tags=[tag], **NO_CONTENT, openapi_extra=DELAYED_DOC,
+                summary="Set delayed delivery (active; tickTime ms; maxDeliveryDelayInMillis, 0 = no limit)")
+        async def set_delayed(service: Service, body: Body, tenant: str, namespace: str,
+                              topic: str = "") -> Response:
+            scope = await scope_of(service, tenant, namespace, topic)
+            policy = _checked(parse_delayed_delivery, None if body is bodies.MISSING else body)
+            await service.store.set_delayed_delivery(*scope, policy.active, policy.tick_ms, policy.max_delay_ms)
+            return Response(status_code=204)
+
+        @r.delete(prefix + "/delayedDelivery", tags=[tag], **NO_CONTENT,
+                  summary="Remove the delayed_delivery policy at this level")
+        async def remove_delayed(service: Service, tenant: str, namespace: str, topic: str = "") -> Response:
+            scope = await scope_of(service, tenant, namespace, topic)
+            await service.store.set_delayed_delivery(*scope, None, None, None)
+            return Response(status_code=204)
+
         @r.delete(prefix + "/backlogQuota", tags=[tag], **NO_CONTENT, summary="Remove the backlog quota here")
         async def remove_quota(service: Service, tenant: str, namespace: str, topic: str = "",
                                quota_type: Annotated[str | None, Query(alias="backlogQuotaType")] = None
@@ -186,6 +230,44 @@ def policy_routes() -> APIRouter:
 
     level_routes(NS, ns_scope, "namespaces")
     level_routes(TOPIC, topic_scope, "topics")
+
+    # ---------------------------------------------------------------- dead-letter policy
+
+    @r.get(TOPIC + "/subscription/{subscription}/deadLetterPolicy", tags=["topics"],
+           summary="The subscription's dead-letter policy set by an operator (null: none)")
+    async def get_dead_letter(tenant: str, namespace: str, topic: str, subscription: str,
+                              service: Service) -> dict | None:
+        _, _, full = await topic_scope(service, tenant, namespace, topic)
+        policy = await service.store.dead_letter_policy(full, bodies.subscription(subscription))
+        return None if policy is None else policy.as_json()
+
+    @r.post(TOPIC + "/subscription/{subscription}/deadLetterPolicy", tags=["topics"], **NO_CONTENT,
+            openapi_extra=DEAD_LETTER_DOC,
+            summary="Move messages redelivered more than maxRedeliverCount times to a dead-letter topic, "
+                    "whatever client consumes (the copy and the ack in one SQL transaction)")
+    async def set_dead_letter(tenant: str, namespace: str, topic: str, subscription: str,
+                              service: Service, body: Body) -> Response:
+        _, _, full = await topic_scope(service, tenant, namespace, topic)
+        sub = bodies.subscription(subscription)
+        policy = _checked(parse_dead_letter, None if body is bodies.MISSING else body)
+        if policy.initial_subscription_name:
+            bodies.subscription(policy.initial_subscription_name)
+        for target in filter(None, (policy.dead_letter_topic, policy.retry_letter_topic)):
+            # The broker writes there for this subscription: a topic whose tenant the
+            # caller administers too, in a namespace that exists.
+            name = TopicName.parse(target)
+            await service.require_tenant_admin(name.tenant)
+            await service.store.deduplication(name.tenant, name.namespace)  # 404 without the namespace
+        await service.store.set_dead_letter_policy(TopicName.parse(full), sub, policy)
+        return Response(status_code=204)
+
+    @r.delete(TOPIC + "/subscription/{subscription}/deadLetterPolicy", tags=["topics"], **NO_CONTENT,
+              summary="Remove the subscription's dead-letter policy (consumers' own ones apply again)")
+    async def remove_dead_letter(tenant: str, namespace: str, topic: str, subscription: str,
+                                 service: Service) -> Response:
+        _, _, full = await topic_scope(service, tenant, namespace, topic)
+        await service.store.remove_dead_letter_policy(full, bodies.subscription(subscription))
+        return Response(status_code=204)
 
     # ---------------------------------------------------------------- expire-messages
 

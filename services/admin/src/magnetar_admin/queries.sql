@@ -124,6 +124,9 @@ DELETE FROM txn_outcomes WHERE topic_id = ANY($1::bigint[]);
 -- name: delete_pending_acks
 DELETE FROM pending_acks WHERE topic_id = ANY($1::bigint[]);
 
+-- name: delete_delayed_deliveries
+DELETE FROM delayed_deliveries WHERE topic_id = ANY($1::bigint[]);
+
 -- name: delete_producer_sequences
 DELETE FROM producer_sequences WHERE topic_id = ANY($1::bigint[]);
 
@@ -183,6 +186,10 @@ WHERE topic_id = $1 AND entry_id = ANY($2::bigint[]);
 SELECT topic_id FROM subscriptions WHERE topic_id = ANY($1::bigint[]) AND subscription = $2;
 
 -- name: delete_subscription
+-- With the delayed messages it was waiting for (migration 0011).
+WITH delayed AS (
+    DELETE FROM delayed_deliveries WHERE topic_id = ANY($1::bigint[]) AND subscription = $2
+)
 DELETE FROM subscriptions WHERE topic_id = ANY($1::bigint[]) AND subscription = $2
 RETURNING topic_id;
 
@@ -342,7 +349,8 @@ WHERE heartbeat_at > now() - make_interval(secs => $1::float8) ORDER BY url;
 
 -- name: get_storage_policies
 SELECT retention_time_minutes, retention_size_mb, message_ttl_seconds,
-       backlog_limit_size, backlog_limit_time, backlog_policy, compaction_threshold
+       backlog_limit_size, backlog_limit_time, backlog_policy, delayed_delivery_active,
+       delayed_delivery_tick_ms, delayed_delivery_max_delay_ms, compaction_threshold
 FROM storage_policies WHERE tenant = $1 AND namespace = $2 AND topic = $3;
 
 -- name: set_compaction_threshold
@@ -373,6 +381,16 @@ ON CONFLICT (tenant, namespace, topic) DO UPDATE
         backlog_limit_time = excluded.backlog_limit_time,
         backlog_policy = excluded.backlog_policy, updated_at = now();
 
+-- name: set_delayed_delivery
+-- Pulsar's delayed_delivery policy at one level (NULLs: removed).
+INSERT INTO storage_policies (tenant, namespace, topic, delayed_delivery_active, delayed_delivery_tick_ms,
+                              delayed_delivery_max_delay_ms)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (tenant, namespace, topic) DO UPDATE
+    SET delayed_delivery_active = excluded.delayed_delivery_active,
+        delayed_delivery_tick_ms = excluded.delayed_delivery_tick_ms,
+        delayed_delivery_max_delay_ms = excluded.delayed_delivery_max_delay_ms, updated_at = now();
+
 -- name: delete_topic_storage_policies
 DELETE FROM storage_policies WHERE topic = $1;
 
@@ -383,3 +401,27 @@ SELECT partitions FROM partitioned_topics WHERE topic = $1 FOR UPDATE;
 -- name: grow_partitioned
 -- update-partitioned-topic: grow only (the caller checked under the row lock).
 UPDATE partitioned_topics SET partitions = $2 WHERE topic = $1 AND partitions < $2;
+
+
+-- ---------------------------------------------------------------- dead-letter policies (0010)
+-- Per subscription of a topic (or partitioned topic: its full name covers its partitions).
+
+-- name: get_dead_letter_policy
+SELECT max_redeliver_count, dead_letter_topic, initial_subscription_name, retry_letter_topic
+FROM dead_letter_policies WHERE topic = $1 AND subscription = $2;
+
+-- name: set_dead_letter_policy
+INSERT INTO dead_letter_policies (tenant, namespace, topic, subscription, max_redeliver_count,
+                                  dead_letter_topic, initial_subscription_name, retry_letter_topic)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (topic, subscription) DO UPDATE
+    SET max_redeliver_count = excluded.max_redeliver_count,
+        dead_letter_topic = excluded.dead_letter_topic,
+        initial_subscription_name = excluded.initial_subscription_name,
+        retry_letter_topic = excluded.retry_letter_topic, updated_at = now();
+
+-- name: delete_dead_letter_policy
+DELETE FROM dead_letter_policies WHERE topic = $1 AND subscription = $2 RETURNING 1;
+
+-- name: delete_topic_dead_letter_policies
+DELETE FROM dead_letter_policies WHERE topic = $1;

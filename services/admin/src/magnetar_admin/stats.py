@@ -45,10 +45,13 @@ def batch_deleted_indexes(acks: dict[int, int]) -> dict[str, list[int]]:
 def subscription_stats(backlog: int, backlog_bytes: int, live: dict, durable: bool) -> dict:
     consumers = list(live.get("consumers", []))
     active = [c.get("consumerName") for c in consumers if c.get("isActive")]
+    # Delayed messages waiting for their time (Pulsar's msgDelayed) are in the backlog.
+    delayed = live.get("msgDelayed", 0)
     out = {
         "type": live.get("type", "None"),
-        "msgBacklog": backlog,
+        "msgBacklog": backlog + delayed,
         "msgBacklogNoDelayed": backlog,
+        "msgDelayed": delayed,
         "backlogSize": backlog_bytes,
         "unackedMessages": live.get("unackedMessages", 0),
         "msgRateOut": float(live.get("msgRateOut", 0.0)),
@@ -60,6 +63,11 @@ def subscription_stats(backlog: int, backlog_bytes: int, live: dict, durable: bo
         "consumers": consumers,
         "isDurable": durable,
         "pendingAckedMessages": live.get("pendingAckedMessages", 0),
+        # Dead letters: the policy in force (an operator's, else its consumers'), what
+        # this broker moved since it took the partition, what waits to be moved.
+        "deadLetterPolicy": live.get("deadLetterPolicy"),
+        "msgDeadLettered": live.get("msgDeadLettered", 0),
+        "msgDeadLetterPending": live.get("msgDeadLetterPending", 0),
     }
     if live.get("type") == "Failover" and active:
         out["activeConsumerName"] = active[0]
@@ -159,7 +167,7 @@ _SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "ms
            "numberOfEntries", "numberOfMessages", "waitingPublishers")
 _SUB_SUMMED = ("msgBacklog", "msgBacklogNoDelayed", "backlogSize", "unackedMessages", "msgRateOut",
                "msgThroughputOut", "msgRateRedeliver", "msgOutCounter", "bytesOutCounter",
-               "pendingAckedMessages")
+               "pendingAckedMessages", "msgDelayed", "msgDeadLettered", "msgDeadLetterPending")
 
 
 def partitioned_stats(partitions: dict[str, dict], count: int, per_partition: bool) -> dict:
@@ -173,6 +181,7 @@ def partitioned_stats(partitions: dict[str, dict], count: int, per_partition: bo
     for p in parts:
         for name, s in p["subscriptions"].items():
             merged = subs.setdefault(name, {"type": "None", "consumers": [], "isDurable": s["isDurable"],
+                                            "deadLetterPolicy": s.get("deadLetterPolicy"),
                                             **{k: 0 for k in _SUB_SUMMED}})
             for k in _SUB_SUMMED:
                 merged[k] += s.get(k, 0)

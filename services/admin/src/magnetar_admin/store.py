@@ -19,7 +19,7 @@ from magnetar_protocol.errors import (
     TenantNotFound,
     TopicNotFound,
 )
-from magnetar_protocol.policies import Row
+from magnetar_protocol.policies import DeadLetter, Row
 from magnetar_protocol.topics import TopicName
 from magnetar_protocol.txnid import TxnID
 from magnetar_storage.listeners import listeners_of
@@ -29,8 +29,8 @@ Q = load_queries("magnetar_admin")
 
 # Tables keyed by topic_id, children first; `topics` goes last.
 _TOPIC_ROWS = ("delete_entries", "delete_txn_entries", "delete_txn_outcomes", "delete_pending_acks",
-               "delete_producer_sequences", "delete_subscriptions", "delete_compacted_entries",
-               "delete_compactions", "delete_topic_owners", "delete_topics")
+               "delete_delayed_deliveries", "delete_producer_sequences", "delete_subscriptions",
+               "delete_compacted_entries", "delete_compactions", "delete_topic_owners", "delete_topics")
 
 
 class DeletedSubscription(NamedTuple):
@@ -215,6 +215,7 @@ class AdminStore:
             await self._delete_topic_rows(conn, [r["topic_id"] for r in rows])
             await conn.execute(Q["delete_topic_grants"], name.base.full)
             await conn.execute(Q["delete_topic_storage_policies"], name.base.full)
+            await conn.execute(Q["delete_topic_dead_letter_policies"], name.base.full)
 
     @staticmethod
     async def _delete_topic_rows(conn: asyncpg.Connection, topic_ids: list[int]) -> None:
@@ -375,6 +376,21 @@ class AdminStore:
     async def set_message_ttl(self, tenant: str, namespace: str, topic: str, seconds: int | None) -> None:
         await self.pool.execute(Q["set_message_ttl"], tenant, namespace, topic, seconds)
 
+    async def set_delayed_delivery(self, tenant: str, namespace: str, topic: str, active: bool | None,
+                                   tick_ms: int | None, max_delay_ms: int | None) -> None:
+        await self.pool.execute(Q["set_delayed_delivery"], tenant, namespace, topic, active, tick_ms, max_delay_ms)
+
+    async def dead_letter_policy(self, topic: str, subscription: str) -> DeadLetter | None:
+        row = await self.pool.fetchrow(Q["get_dead_letter_policy"], topic, subscription)
+        return DeadLetter(*row.values()) if row else None
+
+    async def set_dead_letter_policy(self, name: TopicName, subscription: str, policy: DeadLetter) -> None:
+        await self.pool.execute(Q["set_dead_letter_policy"], name.tenant, name.namespace, name.full, subscription,
+                                policy.max_redeliver_count, policy.dead_letter_topic,
+                                policy.initial_subscription_name, policy.retry_letter_topic)
+
+    async def remove_dead_letter_policy(self, topic: str, subscription: str) -> bool:
+        return await self.pool.fetchval(Q["delete_dead_letter_policy"], topic, subscription) is not None
     async def set_compaction_threshold(self, tenant: str, namespace: str, topic: str, threshold: int | None) -> None:
         await self.pool.execute(Q["set_compaction_threshold"], tenant, namespace, topic, threshold)
 

@@ -16,8 +16,10 @@ from magnetar_broker.commands import (
     Seek,
     Subscribe,
 )
+from magnetar_broker.deadletter_ops import APPEND_PATH
 from magnetar_broker.partition.sends import Batch, Sent
 from magnetar_broker.service import BrokerService
+from magnetar_broker.subscription.deadrules import DeadLetterPolicy
 from magnetar_broker.transactions import TxnHandlers
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import MagnetarError, NotOwner, to_wire
@@ -48,7 +50,9 @@ def subscribe_command(req: pb.SubscribeRequest) -> Subscribe:
         consumer_name=req.consumer_name, priority=req.priority_level,
         start=(Position(req.start_position.entry_id, req.start_position.batch_index)
                if req.HasField("start_position") else None),
-        start_inclusive=req.start_inclusive, read_compacted=req.read_compacted)
+        start_inclusive=req.start_inclusive, read_compacted=req.read_compacted,
+        dead_letter=(DeadLetterPolicy.from_wire(req.dead_letter_policy)
+                     if req.HasField("dead_letter_policy") else None))
 
 
 def seek_command(req: pb.SeekRequest) -> Seek:
@@ -61,7 +65,8 @@ def seek_command(req: pb.SeekRequest) -> Seek:
 def batch_command(req: pb.SendRequest) -> Batch:
     return Batch(producer_id=req.producer_id, payload=req.batch, num_messages=req.num_messages,
                  sequence_id=req.sequence_id, highest_sequence_id=req.highest_sequence_id,
-                 txn=TxnID.from_wire(req.txn) if req.HasField("txn") else None, session_id=req.session_id)
+                 txn=TxnID.from_wire(req.txn) if req.HasField("txn") else None, session_id=req.session_id,
+                 deliver_at=req.deliver_at_time)
 
 
 def sent_reply(sent: Sent) -> pb.SendResponse:
@@ -186,6 +191,12 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
         ("/v1/consumers/last-message-id", pb.LastMessageIdRequest, last_id),
         ("/v1/consumers/close", pb.CloseConsumerRequest, close_consumer),
     ]
+    async def append_dead_letters(req: pb.DeadLetterAppendRequest) -> pb.DeadLetterAppendResponse:
+        # A source broker's half of a dead-letter move (it names other roles' cursors).
+        service.auth.require_superuser("appending dead letters (a broker's call)")
+        return await service.dead_letters.append(req)
+
+    routes.append((APPEND_PATH, pb.DeadLetterAppendRequest, append_dead_letters))
     txn = txn_handlers(service)
     routes += [
         ("/v1/txn/coordinators", pb.LookupCoordinatorsRequest, txn.coordinators),

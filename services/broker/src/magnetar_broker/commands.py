@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from magnetar_broker.partition.batchcheck import WHOLE
+from magnetar_broker.subscription.deadrules import DeadLetterPolicy
 from magnetar_broker.subscription.dispatch import SUB_NAMES
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import BadRequest, NotAllowedError
@@ -37,6 +38,9 @@ class CreateProducer:
     topic_epoch: int | None = None  # an exclusive producer's epoch, on a reconnect
     wait_ms: int = 0
     client_producer_id: int = 0  # the client's id: tells a retried create from another producer
+    # Created on the topic (at its end) unless it exists: Pulsar's initialSubscriptionName,
+    # which its clients' dead-letter producers use so the first dead letter has a reader.
+    initial_subscription: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +58,14 @@ class Subscribe:
     priority: int = 0
     start: Position | None = None  # a reader's first position; None: after the last entry
     start_inclusive: bool = False
+    dead_letter: DeadLetterPolicy | None = None  # the consumer's (its client's) policy
     read_compacted: bool = False  # the compacted view below its horizon, then the log
 
     def __post_init__(self) -> None:
         if self.sub_type not in SUB_NAMES:
             raise BadRequest(f"unknown subscription type {self.sub_type}")
+        if self.dead_letter is not None and not self.durable:
+            raise BadRequest("a reader has no dead-letter policy (it acknowledges nothing)")
         if self.read_compacted and self.durable and self.sub_type not in (pb.SUB_EXCLUSIVE, pb.SUB_FAILOVER):
             # Pulsar's rule: one consumer reads at a time, so the view is read in order.
             raise NotAllowedError("read_compacted is allowed only on Exclusive and Failover subscriptions "

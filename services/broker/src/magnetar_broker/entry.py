@@ -21,6 +21,10 @@ class Entry:
     # A marker committed by this broker: its batches, still in memory, joined on first
     # read rather than at commit (a commit's cost stays independent of its size).
     parts: tuple[bytes, ...] | None = None
+    # The latest delivery time of its messages (ms; 0: none is delayed), as its producer
+    # said; each message carries its own (SingleMessage.deliver_at_time).  A commit
+    # marker's is 0: a subscription that honours delays decodes markers.
+    deliver_at: int = 0
     # An entry of the compacted view (partition/compacted.py): the mask of its batch
     # indices in the view (the others were compacted away); None for the log's entries.
     kept: int | None = None

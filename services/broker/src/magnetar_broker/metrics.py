@@ -21,6 +21,8 @@ COMMIT_BATCHES = Histogram(
 OWNED_TOPICS = Gauge("magnetar_broker_owned_topics", "Partitions served by this broker")
 SESSIONS = Gauge("magnetar_broker_sessions", "Open client sessions")
 REDELIVERIES = Counter("magnetar_broker_redeliveries_total", "Messages queued for redelivery")
+DEAD_LETTERED = Counter("magnetar_broker_dead_lettered_total",
+                        "Messages moved to a dead-letter topic (copy and ack in one SQL transaction)")
 DEDUP_EXPIRED = Counter("magnetar_broker_dedup_producers_expired_total",
                         "Idle producer names whose deduplication state was forgotten")
 

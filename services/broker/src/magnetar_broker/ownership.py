@@ -12,11 +12,13 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from magnetar_broker import metrics
 from magnetar_broker.partition.log import PartitionLog
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
+from magnetar_broker.subscription.subscription import refresh_dead_letter_policies
 from magnetar_protocol.errors import (
     InvalidTopicName,
     NamespaceNotFound,
@@ -24,6 +26,7 @@ from magnetar_protocol.errors import (
     ServiceNotReady,
     TopicNotFound,
 )
+from magnetar_protocol.policies import DelayedDelivery, Row, resolve_delayed
 from magnetar_protocol.topics import TopicName
 from magnetar_runtime.roles import Roles
 
@@ -45,6 +48,11 @@ class Ownership:
         self.logs: dict[str, PartitionLog] = {}
         self._loading: dict[str, asyncio.Lock] = {}
         self._on_lost = on_lost
+        # Where the subscriptions of the partitions loaded here write their dead-letter
+        # moves (subscription/deadletters.Sink; the service's, set once it exists).
+        self.dead_letter_sink: Any = None
+        self.default_delayed = DelayedDelivery(settings.delayed_delivery_enabled, settings.delayed_delivery_tick_ms,
+                                               settings.delayed_delivery_max_delay_ms)
 
     # ---------------------------------------------------------------- topics
 
@@ -112,6 +120,7 @@ class Ownership:
             if epoch is None:
                 raise NotOwner(f"{name.full} is not owned by this broker; look it up again")
             policy = (await self.store.namespace(name.tenant, name.namespace)).deduplication
+            rows = await self.store.delayed_delivery_policies([name.namespace_name])
             plog = PartitionLog(
                 name, topic_id, epoch, self.store,
                 dedup=self.settings.deduplication_enabled if policy is None else policy,
@@ -121,12 +130,21 @@ class Ownership:
                 max_batches_per_commit=self.settings.max_batches_per_commit,
                 on_lost=self._lost,
                 roles=self.roles,
+                delayed_delivery=self._delayed_delivery(name, rows),
             )
             await plog.load()
+            plog.dead_letter_sink = self.dead_letter_sink
             self.logs[name.full] = plog
             metrics.OWNED_TOPICS.set(len(self.logs))
             log.info("serving %s (epoch %d, next entry %d)", name.full, epoch, plog.next_entry_id)
             return plog
+
+    def _delayed_delivery(self, name: TopicName, rows: list[tuple[tuple[str, str, str], Row]]) -> DelayedDelivery:
+        """The partition's delayed_delivery policy: its topic's, else its namespace's, else
+        this broker's settings."""
+        found = {key: row for key, row in rows}
+        return resolve_delayed(self.default_delayed, found.get((name.tenant, name.namespace, "")),
+                               found.get((name.tenant, name.namespace, name.base.full)))
 
     def _lost(self, plog: PartitionLog) -> None:
         if self.logs.get(plog.name.full) is plog:
@@ -155,6 +173,18 @@ class Ownership:
         await self._refresh_policies()
 
     async def _refresh_policies(self) -> None:
+        logs = [p for p in self.logs.values() if not p.closed]
+        if logs:
+            # Operators' dead-letter policies, set through the admin API meanwhile: one
+            # query for every partition served here.
+            rows = await self.store.dead_letter_policies(
+                sorted({n for p in logs for n in (p.name.full, p.name.base.full)}))
+            for plog in logs:
+                refresh_dead_letter_policies(plog, rows)
+            # Delayed-delivery policies: one query for the namespaces served here.
+            delayed = await self.store.delayed_delivery_policies(sorted({p.name.namespace_name for p in logs}))
+            for plog in logs:
+                plog.delayed_delivery = self._delayed_delivery(plog.name, delayed)
         namespaces = {(p.name.tenant, p.name.namespace) for p in self.logs.values()}
         for tenant, namespace in namespaces:
             policy = (await self.store.namespace(tenant, namespace)).deduplication

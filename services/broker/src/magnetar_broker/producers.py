@@ -17,10 +17,11 @@ from magnetar_broker.partition.access import Outcome
 from magnetar_broker.partition.log import PartitionLog, Producer
 from magnetar_broker.sessions import Session, SessionRegistry, new_object_id
 from magnetar_broker.settings import BrokerSettings
+from magnetar_broker.subscription.subscription import FROM_LATEST, durable
 from magnetar_protocol.errors import ProducerBusy, ProducerFenced
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_runtime.auth import current_role
-from magnetar_runtime.permissions import PRODUCE
+from magnetar_runtime.permissions import CONSUME, PRODUCE
 
 log = logging.getLogger("magnetar.broker.producers")
 
@@ -58,6 +59,10 @@ class ProducerHandlers:
         topic = TopicName.parse(cmd.topic)
         await self.authz.require(topic, PRODUCE)
         plog = await self.ownership.get_log(topic)
+        if cmd.initial_subscription:
+            validate_name_part("subscription", cmd.initial_subscription)
+            await self.authz.require(topic, CONSUME, cmd.initial_subscription)
+            await durable(plog, cmd.initial_subscription, FROM_LATEST)
         name = cmd.name
         if name:
             validate_name_part("producer", name)

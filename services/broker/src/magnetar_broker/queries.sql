@@ -89,11 +89,12 @@ WITH owner AS (
     SELECT 1 FROM owner WHERE :exclusive_epoch::bigint IS NULL OR topic_epoch = :exclusive_epoch::bigint
 ), appended AS (
     INSERT INTO entries (topic_id, entry_id, producer_name, sequence_id, highest_sequence_id,
-                         num_messages, publish_time, payload)
+                         num_messages, publish_time, payload, deliver_at)
+    -- :delays: each entry's delivery time, or NULL when none is delayed (unnest pads it).
     SELECT :topic_id, e.* FROM unnest(
         :entry_entry_id::bigint[], :entry_producer::text[], :entry_lowest::bigint[],
         :entry_highest::bigint[], :entry_messages::integer[], :entry_publish_time::bigint[],
-        :entry_payload::bytea[]) AS e
+        :entry_payload::bytea[], :delays::bigint[]) AS e
     WHERE EXISTS (SELECT 1 FROM allowed)
     RETURNING 1
 ), sequences AS (
@@ -162,11 +163,15 @@ WHERE topic_id = $1 AND subscription = $4 AND EXISTS (SELECT 1 FROM owner)
 RETURNING 1;
 
 -- name: delete_subscription
--- Whether this broker still held the lease (the row is deleted only then).
+-- Whether this broker still held the lease (the row is deleted only then), with the
+-- delayed messages it was waiting for (migration 0011).
 WITH owner AS (
     SELECT 1 FROM topic_owners
     WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
     FOR SHARE
+), delayed AS (
+    DELETE FROM delayed_deliveries
+    WHERE topic_id = $1 AND subscription = $4 AND EXISTS (SELECT 1 FROM owner)
 ), deleted AS (
     DELETE FROM subscriptions
     WHERE topic_id = $1 AND subscription = $4 AND EXISTS (SELECT 1 FROM owner)
@@ -198,6 +203,7 @@ SELECT EXISTS (SELECT 1 FROM owner);
 -- Rows come as one array per column, named after the planner's row types (EntryRow
 -- entry_*, BufferedRow buffered_*, SequenceRow sequence_*, OutcomeRow outcome_*,
 -- discarded TxnIDs discard_*, RegistrationRow registration_*).
+-- :delays: each entry's delivery time (NULL: not delayed; a commit marker's always).
 WITH owner AS (
     SELECT topic_epoch FROM topic_owners
     WHERE topic_id = :topic_id AND broker_id = :broker_id AND epoch = :epoch
@@ -232,11 +238,12 @@ WITH owner AS (
     GROUP BY 1, 2
 ), new_entries AS (
     INSERT INTO entries (topic_id, entry_id, producer_name, sequence_id, highest_sequence_id,
-                         num_messages, publish_time, payload, txn_most, txn_least)
+                         num_messages, publish_time, payload, txn_most, txn_least, deliver_at)
     SELECT :topic_id, e.* FROM unnest(
         :entry_entry_id::bigint[], :entry_producer::text[], :entry_lowest::bigint[],
         :entry_highest::bigint[], :entry_messages::integer[], :entry_publish_time::bigint[],
-        :entry_payload::bytea[], :entry_txn_most::bigint[], :entry_txn_least::bigint[]) AS e
+        :entry_payload::bytea[], :entry_txn_most::bigint[], :entry_txn_least::bigint[],
+        :delays::bigint[]) AS e
     WHERE EXISTS (SELECT 1 FROM allowed)
     RETURNING 1
 ), new_txn_entries AS (
@@ -316,7 +323,7 @@ WHERE topic_id = $1 AND txn_most = $2 AND txn_least = $3
 ORDER BY seq;
 
 -- name: read_entries_full
-SELECT entry_id, producer_name, num_messages, publish_time, payload, txn_most, txn_least
+SELECT entry_id, producer_name, num_messages, publish_time, payload, txn_most, txn_least, deliver_at
 FROM entries
 WHERE topic_id = $1 AND entry_id >= $2 AND entry_id < $3
 ORDER BY entry_id
@@ -536,7 +543,8 @@ SELECT (SELECT admin_roles FROM tenants WHERE tenant = $1) AS admin_roles,
 -- A topic's lifecycle policy rows (migration 0008): the namespace's (topic '') and the
 -- topic's own ($3: the full name of the topic or of its partitioned topic).
 SELECT topic, retention_time_minutes, retention_size_mb, message_ttl_seconds,
-       backlog_limit_size, backlog_limit_time, backlog_policy, compaction_threshold
+       backlog_limit_size, backlog_limit_time, backlog_policy, delayed_delivery_active,
+       delayed_delivery_tick_ms, delayed_delivery_max_delay_ms, compaction_threshold
 FROM storage_policies
 WHERE tenant = $1 AND namespace = $2 AND topic IN ('', $3);
 
@@ -650,10 +658,12 @@ RETURNING epoch;
 SELECT min(entry_id) FROM entries WHERE topic_id = $1;
 
 -- name: trim_floor
--- What protects entries from trimming: every durable subscription's mark-delete and the
--- lowest entry pending in a transaction's acknowledgement.
+-- What protects entries from trimming: every durable subscription's mark-delete, the
+-- lowest entry pending in a transaction's acknowledgement, and the lowest entry a
+-- delayed message waits in (its subscription's cursor has passed it).
 SELECT ARRAY(SELECT mark_delete_entry FROM subscriptions WHERE topic_id = $1) AS mark_deletes,
-       (SELECT min(entry_id) FROM pending_acks WHERE topic_id = $1) AS pending_min;
+       least((SELECT min(entry_id) FROM pending_acks WHERE topic_id = $1),
+             (SELECT min(entry_id) FROM delayed_deliveries WHERE topic_id = $1)) AS pending_min;
 
 -- name: entry_metas
 -- The oldest entries in [$2, $3), at most $4: id, publish time and bytes (a commit
@@ -767,3 +777,75 @@ SELECT s.subscription, s.mark_delete_entry, s.acked_state,
        (SELECT coalesce(sum(length(e.payload)), 0)::bigint FROM entries e
         WHERE e.topic_id = s.topic_id AND e.entry_id > s.mark_delete_entry) AS bytes
 FROM subscriptions s WHERE s.topic_id = $1;
+
+-- ---------------------------------------------------------------- dead-letter policies (0010)
+
+-- name: dead_letter_policies
+-- The operators' dead-letter policies of the partitions $1 (their own names and their
+-- partitioned topics' names, which cover them).
+SELECT topic, subscription, max_redeliver_count, dead_letter_topic, initial_subscription_name,
+       retry_letter_topic
+FROM dead_letter_policies WHERE topic = ANY($1::text[]);
+
+-- ---------------------------------------------------------------- delayed delivery (0011)
+-- A Shared or Key_Shared subscription's delayed messages (subscription/delayed.py): written
+-- with the cursor that passes them, found again by time through the primary key.
+
+-- name: save_cursor_with_delays
+-- save_cursor plus the subscription's delayed rows in one statement, only while this
+-- broker holds the lease: upserted ($7..$10: deliver_at, entry, indices, messages),
+-- deleted ($11, $12: deliver_at, entry), and every row of an entry up to $13 deleted
+-- (expiry, a seek: NULL for none).  The caller never names one row twice.
+WITH owner AS (
+    SELECT 1 FROM topic_owners
+    WHERE topic_id = $1 AND broker_id = $2 AND epoch = $3
+    FOR SHARE
+), cursor AS (
+    UPDATE subscriptions SET mark_delete_entry = $5, acked_state = $6, updated_at = now()
+    WHERE topic_id = $1 AND subscription = $4 AND EXISTS (SELECT 1 FROM owner)
+    RETURNING 1
+), cleared AS (
+    DELETE FROM delayed_deliveries
+    WHERE topic_id = $1 AND subscription = $4 AND entry_id <= $13::bigint
+      AND EXISTS (SELECT 1 FROM cursor)
+), gone AS (
+    DELETE FROM delayed_deliveries d
+    USING unnest($11::bigint[], $12::bigint[]) AS x (at, entry)
+    WHERE d.topic_id = $1 AND d.subscription = $4 AND d.deliver_at = x.at AND d.entry_id = x.entry
+      AND EXISTS (SELECT 1 FROM cursor)
+), added AS (
+    INSERT INTO delayed_deliveries (topic_id, subscription, deliver_at, entry_id, indices, messages)
+    SELECT $1, $4, a.at, a.entry, a.indices, a.messages
+    FROM unnest($7::bigint[], $8::bigint[], $9::bytea[], $10::integer[]) AS a (at, entry, indices, messages)
+    WHERE EXISTS (SELECT 1 FROM cursor)
+    ON CONFLICT (topic_id, subscription, deliver_at, entry_id) DO UPDATE
+        SET indices = excluded.indices, messages = excluded.messages
+)
+SELECT count(*) FROM cursor;
+
+-- name: due_delays
+-- The subscription's delayed rows due by $3, after the key ($4, $5) (those before were
+-- loaded already), in key order, at most $6.
+SELECT deliver_at, entry_id, indices, messages FROM delayed_deliveries
+WHERE topic_id = $1 AND subscription = $2 AND deliver_at <= $3 AND (deliver_at, entry_id) > ($4, $5)
+ORDER BY deliver_at, entry_id
+LIMIT $6;
+
+-- name: next_delay
+-- The delivery time of the subscription's first delayed row after the key ($3, $4).
+SELECT deliver_at FROM delayed_deliveries
+WHERE topic_id = $1 AND subscription = $2 AND (deliver_at, entry_id) > ($3, $4)
+ORDER BY deliver_at, entry_id
+LIMIT 1;
+
+-- name: delayed_count
+-- Messages of the subscription still waiting for their time after $3 (msgDelayed).
+SELECT coalesce(sum(messages), 0)::bigint FROM delayed_deliveries
+WHERE topic_id = $1 AND subscription = $2 AND deliver_at > $3;
+
+-- name: delayed_delivery_policies
+-- The delayed_delivery policy rows (namespace level: topic '') of the namespaces $1 ("tenant/namespace").
+SELECT tenant, namespace, topic, delayed_delivery_active, delayed_delivery_tick_ms,
+       delayed_delivery_max_delay_ms
+FROM storage_policies
+WHERE tenant || '/' || namespace = ANY($1::text[]) AND delayed_delivery_active IS NOT NULL;

@@ -83,6 +83,7 @@ class RegistrationRow(NamedTuple):
 class GroupRows:
     """What the group's statement writes (store.write_txn_group), by table."""
     entries: list[EntryRow] = field(default_factory=list)
+    delays: list[int | None] = field(default_factory=list)  # each entry's delivery time (None: none)
     txn_entries: list[BufferedRow] = field(default_factory=list)
     sequences: list[SequenceRow] = field(default_factory=list)
     outcomes: list[OutcomeRow] = field(default_factory=list)

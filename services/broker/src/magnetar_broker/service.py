@@ -24,6 +24,7 @@ from magnetar_broker.commands import (
     Subscribe,
 )
 from magnetar_broker.compactor import Compactor
+from magnetar_broker.deadletter_ops import DeadLetterMoves
 from magnetar_broker.lifecycle import StorageLifecycle
 from magnetar_broker.ownership import Ownership
 from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
@@ -34,6 +35,7 @@ from magnetar_broker.sessions import Session, SessionRegistry, new_object_id
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
 from magnetar_broker.subscription.cursor import Cursor
+from magnetar_broker.subscription.deadrules import DeadLetterPolicy
 from magnetar_broker.subscription.subscription import FROM_EARLIEST, FROM_LATEST, Consumer, Subscription, durable
 from magnetar_broker.topic_metrics import PartitionSample, export
 from magnetar_protocol import magnetar_pb2 as pb
@@ -51,7 +53,8 @@ from magnetar_protocol.listeners import choose_pulsar_url, choose_url, listener_
 from magnetar_protocol.topics import TopicName, validate_name_part
 from magnetar_runtime.auth import Authenticator, current_role
 from magnetar_runtime.loops import BackgroundLoop
-from magnetar_runtime.permissions import CONSUME, LOOKUP
+from magnetar_runtime.permissions import CONSUME, LOOKUP, PRODUCE
+from magnetar_runtime.rpc import RpcClient
 
 log = logging.getLogger("magnetar.broker")
 
@@ -107,6 +110,11 @@ class BrokerService:
                                       settings.terminate_txn_wait_ms / 1000)
         self.producer_handlers = ProducerHandlers(self.sessions, self.authz, self.ownership,
                                                   self.producers, self.broker_id, settings)
+        # Broker-to-broker calls (a dead-letter move to a partition another broker owns),
+        # made with this broker's own credentials.
+        self.rpc = RpcClient(headers=self.auth.headers())
+        self.dead_letters = DeadLetterMoves(self.ownership, store, self.broker_id, self.rpc)
+        self.ownership.dead_letter_sink = self.dead_letters
 
     # ---------------------------------------------------------------- compaction
 
@@ -162,6 +170,7 @@ class BrokerService:
         await self.session_loop.stop()
         await self.dedup_expiry_loop.stop()
         await self.topic_metrics_loop.stop()
+        await self.rpc.close()
         log.info("broker %s stopped", self.broker_id)
 
     def _topic_lost(self, plog: PartitionLog) -> None:
@@ -201,8 +210,11 @@ class BrokerService:
             stored_bytes, _ = await self.store.storage_stats(plog.topic_id)
             # Messages after each stored mark-delete position less those acknowledged
             # individually past it (Pulsar's msgBacklog), as the admin's stats count them.
-            backlogs = {name: (b.messages - await stored_acked_beyond(plog, b.mark_delete, decode_acks(b.acked_state)),
-                               b.nbytes)
+            # Delayed messages are past their cursor (kept apart until their time) and in
+            # the backlog all the same, as Pulsar counts them.
+            delayed = {name: sub.delays.pending for name, sub in plog.subscriptions.items() if sub.durable}
+            backlogs = {name: (b.messages - await stored_acked_beyond(plog, b.mark_delete, decode_acks(b.acked_state))
+                               + delayed.get(name, 0), b.nbytes)
                         for name, b in (await self.store.subscription_backlogs(plog.topic_id)).items()}
             rate_in, throughput_in = plog.rate_in.rates(now)
             rate_out, throughput_out = plog.rate_out.rates(now)  # gone readers' too, as the stats
@@ -215,6 +227,7 @@ class BrokerService:
                 "pulsar_subscriptions_count": len(backlogs),
                 "pulsar_producers_count": len(plog.producers),
                 "pulsar_consumers_count": sum(len(s.consumers) for s in plog.subscriptions.values()),
+                "pulsar_subscription_delayed": sum(delayed.values()),
             }, {name: b[0] for name, b in backlogs.items()}))
         metrics.TOPIC_GAUGES_COLLECTOR.latest = export(
             samples, self.settings.cluster_name, self.settings.metrics_per_topic, self.settings.metrics_max_topics)
@@ -377,12 +390,25 @@ class BrokerService:
             sub = await durable(plog, sub_name, start)
         else:
             sub = await plog.subscriptions.get_or_open(sub_name, lambda: self._open_reader(plog, sub_name, cmd))
+        if cmd.dead_letter is not None:
+            await self._check_dead_letter_topic(name, sub_name, cmd.dead_letter)
         consumer = Consumer(new_object_id(), cmd.consumer_name or f"consumer-{uuid.uuid4().hex[:6]}",
                             cmd.session_id, cmd.priority, sub, role=role, read_compacted=cmd.read_compacted)
         sub.add_consumer(consumer, cmd.sub_type)
+        if cmd.dead_letter is not None:
+            sub.dead.client_policy = cmd.dead_letter  # the latest subscriber's (the admin's wins)
         self.consumers[consumer.consumer_id] = consumer
         session.consumers.add(consumer.consumer_id)
         return consumer
+
+    async def _check_dead_letter_topic(self, name: TopicName, subscription: str, policy: DeadLetterPolicy) -> None:
+        """Refuse, before anything is moved, a dead-letter topic the caller could not
+        produce to itself: a malformed name (400), no such namespace (404), no produce
+        permission (403).  The topic is created now when auto-creation allows it."""
+        for topic in {policy.dlq_topic(name.base.full, subscription)}:
+            target = TopicName.parse(topic)
+            await self.authz.require(target, PRODUCE)
+            await self.ownership.partitions(target)
 
     async def _open_reader(self, plog: PartitionLog, name: str, cmd: Subscribe) -> Subscription:
         """A reader's subscription (not durable), at its start position."""

@@ -99,6 +99,16 @@ class BrokerSettings(ServiceSettings):
     # answers 409 and takes sends again.  Below the admin's broker request timeout (5 s).
     terminate_txn_wait_ms: int = Field(3000, ge=0)
 
+    # Delayed delivery (docs/operations.md), Pulsar's broker settings and defaults: on
+    # (delayedDeliveryEnabled; false delivers delayed messages at once), delivered at most
+    # one tick after their time (delayedDeliveryTickTimeMillis: a coarser tick wakes
+    # subscriptions less often), no limit on the delay a producer asks for
+    # (delayedDeliveryMaxDelayInMillis, 0; longer ones are refused with NotAllowed).  A
+    # namespace's or topic's delayed_delivery policy overrides the three.
+    delayed_delivery_enabled: bool = True
+    delayed_delivery_tick_ms: int = Field(1000, gt=0)
+    delayed_delivery_max_delay_ms: int = Field(0, ge=0)
+
     # Topic gauges of Pulsar's names (pulsar_storage_size, pulsar_msg_backlog, ...): per
     # namespace by default, per topic when true (Pulsar's exposeTopicLevelMetricsInPrometheus),
     # then for at most metrics_max_topics topics per broker (the largest backlogs; the rest

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -113,6 +114,16 @@ class SubscriptionBacklog(NamedTuple):
     messages: int           # messages after it
     nbytes: int             # their bytes
     acked_state: bytes      # the stored individual acks
+
+
+class DeadLetterRow(NamedTuple):
+    """An operator's dead-letter policy of a subscription (migration 0010)."""
+    topic: str              # the topic's, or its partitioned topic's, full name
+    subscription: str
+    max_redeliver_count: int
+    dead_letter_topic: str
+    initial_subscription_name: str
+    retry_letter_topic: str
 
 
 def columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
@@ -260,15 +271,17 @@ class BrokerStore:
         return -1 if value is None else value
 
     async def append_entries(self, topic_id: int, epoch: int, columns: EntryColumns,
-                             sequences: dict[str, int], topic_epoch: int | None = None) -> tuple[bool, bool]:
-        """Write entries and dedup state (producer -> highest sequence id) in one statement.
+                             sequences: dict[str, int], topic_epoch: int | None = None,
+                             delays: list[int | None] | None = None) -> tuple[bool, bool]:
+        """Write entries and dedup state (producer -> highest sequence id) in one statement;
+        ``delays``: each entry's delivery time (None: no entry is delayed).
 
         Returns (still owner, topic epoch matched); nothing is written unless both.
         """
         row = await self.pool.fetchrow(*Q.bind("append_entries",
             topic_id=topic_id, broker_id=self.broker_id, epoch=epoch, exclusive_epoch=topic_epoch,
             **{"entry_" + name: column for name, column in columns._asdict().items()},
-            sequence_producer=list(sequences), sequence_highest=list(sequences.values())))
+            sequence_producer=list(sequences), sequence_highest=list(sequences.values()), delays=delays))
         return row["owned"] == 1, row["allowed"] == 1
 
     async def topic_epoch(self, topic_id: int) -> int:
@@ -291,7 +304,7 @@ class BrokerStore:
         out = []
         for r in rows:
             if r[5] is None:
-                out.append(Entry(r[0], r[1], r[2], r[3], r[4]))
+                out.append(Entry(r[0], r[1], r[2], r[3], r[4], deliver_at=r[7] or 0))
             else:
                 txn = TxnID(r[5], r[6])
                 out.append(Entry(r[0], r[1], r[2], r[3], await self.txn_payload(topic_id, txn), txn))
@@ -329,7 +342,8 @@ class BrokerStore:
             **named_columns("sequence_", rows.sequences, SequenceRow),
             **named_columns("outcome_", rows.outcomes, OutcomeRow),
             **named_columns("discard_", rows.discards, TxnID),
-            **named_columns("registration_", rows.registrations, RegistrationRow)))
+            **named_columns("registration_", rows.registrations, RegistrationRow),
+            delays=rows.delays))
         registered = [Registration(*r) for r in zip(row["reg_ok"], row["reg_batches"], row["reg_messages"],
                                                     row["reg_status"], row["reg_expired"], row["reg_owner"])]
         return GroupWritten(bool(row["owned"]), bool(row["allowed"]), registered)
@@ -429,9 +443,66 @@ class BrokerStore:
             Q["save_cursor"], topic_id, self.broker_id, epoch, name, mark_delete, state
         ) is not None
 
+    async def save_cursor_for(self, conn: Any, topic_id: int, broker_id: str, epoch: int, name: str,
+                              mark_delete: int, state: bytes) -> bool:
+        """``save_cursor`` in ``conn``'s transaction, checked against ``broker_id``'s lease
+        (a dead-letter move written by the destination's owner for the source's)."""
+        return await conn.fetchval(Q["save_cursor"], topic_id, broker_id, epoch, name, mark_delete,
+                                   state) is not None
+
+    async def create_subscription_in(self, conn: Any, topic_id: int, epoch: int, name: str,
+                                     mark_delete: int) -> None:
+        """A durable subscription at ``mark_delete`` unless it exists (lease-checked), in
+        ``conn``'s transaction."""
+        await conn.execute(Q["create_subscription"], topic_id, self.broker_id, epoch, name, mark_delete)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        """A connection in a SQL transaction of its own, for writes of several parts that
+        must commit together (a dead-letter move); committed when the block ends, rolled
+        back when it raises."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield conn
+
     async def delete_subscription(self, topic_id: int, epoch: int, name: str) -> bool:
         """Delete a durable subscription's row; False when the lease has moved."""
         return await self.pool.fetchval(Q["delete_subscription"], topic_id, self.broker_id, epoch, name)
+
+    # ---------------------------------------------------------------- delayed delivery (0011)
+
+    async def save_cursor_with_delays(self, topic_id: int, epoch: int, name: str, mark_delete: int, state: bytes,
+                                      upserts: list[tuple[int, int, bytes, int]], deletes: list[tuple[int, int]],
+                                      clear_through: int | None) -> bool:
+        """``save_cursor`` and the subscription's delayed rows in one statement (queries.sql
+        ``save_cursor_with_delays``); False when this broker no longer holds the lease."""
+        return bool(await self.pool.fetchval(
+            Q["save_cursor_with_delays"], topic_id, self.broker_id, epoch, name, mark_delete, state,
+            *columns(upserts, 4), *columns(deletes, 2), clear_through))
+
+    async def due_delays(self, topic_id: int, name: str, until_ms: int, after: tuple[int, int],
+                         limit: int) -> list[tuple[int, int, bytes, int]]:
+        """(deliver_at, entry, indices, messages) of the rows due by ``until_ms`` after the
+        key ``after``, in key order."""
+        rows = await self.pool.fetch(Q["due_delays"], topic_id, name, until_ms, *after, limit)
+        return [(r[0], r[1], bytes(r[2]), r[3]) for r in rows]
+
+    async def next_delay(self, topic_id: int, name: str, after: tuple[int, int]) -> int | None:
+        return await self.pool.fetchval(Q["next_delay"], topic_id, name, *after)
+
+    async def delayed_count(self, topic_id: int, name: str, now_ms: int) -> int:
+        return await self.pool.fetchval(Q["delayed_count"], topic_id, name, now_ms)
+
+    async def delayed_delivery_policies(self, namespaces: list[str]) -> list[tuple[tuple[str, str, str], Row]]:
+        """The delayed_delivery policy rows of the namespaces ("tenant/namespace"), as
+        ((tenant, namespace, topic), Row)."""
+        rows = await self.pool.fetch(Q["delayed_delivery_policies"], namespaces)
+        return [((r[0], r[1], r[2]), Row(delayed_delivery_active=r[3], delayed_delivery_tick_ms=r[4],
+                                         delayed_delivery_max_delay_ms=r[5])) for r in rows]
+
+    async def dead_letter_policies(self, topics: list[str]) -> list[DeadLetterRow]:
+        """The operators' dead-letter policies of ``topics`` (full names: partitions and
+        their partitioned topics)."""
+        return [DeadLetterRow(*r.values()) for r in await self.pool.fetch(Q["dead_letter_policies"], topics)]
 
     # ---------------------------------------------------------------- storage lifecycle
 

@@ -30,6 +30,8 @@ TOPIC_GAUGES = {
     "pulsar_subscriptions_count": "Durable subscriptions",
     "pulsar_producers_count": "Connected producers",
     "pulsar_consumers_count": "Connected consumers",
+    "pulsar_subscription_delayed": "Messages waiting for their delivery time (delayed delivery), summed over "
+                                   "the topic's subscriptions (they are in pulsar_msg_backlog too)",
 }
 SUBSCRIPTION_GAUGE = ("pulsar_subscription_back_log", "Unacknowledged messages of one subscription")
 

@@ -1,5 +1,5 @@
 """Storage-lifecycle policy commands shared by ``namespaces`` and ``topics`` (as in
-pulsar-admin): set/get/remove-retention, -message-ttl, -backlog-quota,
+pulsar-admin): set/get/remove-retention, -message-ttl, -backlog-quota, -delayed-delivery,
 -compaction-threshold, plus
 ``namespaces policies`` and ``topics expire-messages``.  Sizes take Pulsar's units
 (10M, 2G, 1T; bytes without a unit for quotas, MB for retention) and times its suffixes
@@ -11,6 +11,7 @@ import json
 import re
 
 from magnetar.admin_cli._http import UsageError
+from magnetar.admin_cli._names import duration_ms
 
 _SIZE = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 _TIME = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -91,6 +92,31 @@ def add_policy_commands(add, scope: str, path_of) -> None:
         api.request("DELETE", path_of(a) + "/backlogQuota")
         out.done(f"Removed the backlog quota of {getattr(a, scope)}")
 
+    def set_delayed(api, out, a) -> None:
+        if a.enable == a.disable:
+            raise UsageError("give --enable or --disable")
+        body = {"active": a.enable, "tickTime": duration_ms(a.time),
+                "maxDeliveryDelayInMillis": duration_ms(a.max_delay) if a.max_delay else 0}
+        api.request("POST", path_of(a) + "/delayedDelivery", body)
+        out.done(f"Delayed delivery of {getattr(a, scope)}: {body}", **body)
+
+    def get_delayed(api, out, a) -> None:
+        out.emit(api.request("GET", path_of(a) + "/delayedDelivery"),
+                 lambda v: print("not set here" if v is None else json.dumps(v)))
+
+    def remove_delayed(api, out, a) -> None:
+        api.request("DELETE", path_of(a) + "/delayedDelivery")
+        out.done(f"Removed the delayed-delivery policy of {getattr(a, scope)}")
+
+    p = add("set-delayed-delivery", set_delayed, "turn delayed delivery on or off, its tick and longest delay",
+            (scope,))
+    p.add_argument("--enable", "-e", action="store_true", help="honour delivery times (Shared, Key_Shared)")
+    p.add_argument("--disable", "-d", action="store_true", help="deliver delayed messages at once")
+    p.add_argument("--time", "-t", default="1s", help="the tick: how late a delayed message may go (default 1s)")
+    p.add_argument("--maxDelay", "-md", dest="max_delay", help="the longest delay a producer may ask for, e.g. 1d "
+                   "(default: no limit)")
+    add("get-delayed-delivery", get_delayed, "show the delayed-delivery policy set here", (scope,))
+    add("remove-delayed-delivery", remove_delayed, "remove the delayed-delivery policy set here", (scope,))
     def set_threshold(api, out, a) -> None:
         threshold = size_bytes(a.threshold)
         if threshold < 0:

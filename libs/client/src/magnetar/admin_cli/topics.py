@@ -1,7 +1,7 @@
 """``topics ...``: create, list, delete, stats, subscriptions, permissions, and the
 backlog operations (create-subscription, skip, clear-backlog, reset-cursor,
 peek-messages, get-message-by-id, last-message-id, terminate, compact, compaction-status, unload,
-update-partitioned-topic)."""
+update-partitioned-topic) and a subscription's dead-letter policy."""
 
 from __future__ import annotations
 
@@ -267,6 +267,27 @@ def group_backlog(add) -> None:
         api.request("POST", topic_path(t) + "/partitions", a.partitions)
         out.done(f"{t.full} now has {a.partitions} partitions", topic=t.full, partitions=a.partitions)
 
+    def dead_letter_path(a) -> str:
+        return topic_path(topic(a.topic)) + f"/subscription/{q(name('subscription', a.subscription))}/deadLetterPolicy"
+
+    def set_dead_letter(api, out, a) -> None:
+        body = {"maxRedeliverCount": a.max_redeliver_count}
+        for key, value in (("deadLetterTopic", a.dead_letter_topic),
+                           ("initialSubscriptionName", a.initial_subscription_name),
+                           ("retryLetterTopic", a.retry_letter_topic)):
+            if value:
+                body[key] = value
+        api.request("POST", dead_letter_path(a), body)
+        out.done(f"Dead-letter policy of {topic(a.topic).full} subscription {a.subscription} set", **body)
+
+    def get_dead_letter(api, out, a) -> None:
+        data = api.request("GET", dead_letter_path(a))
+        out.emit(data, lambda d: print("no dead-letter policy set") if d is None else key_values(d))
+
+    def remove_dead_letter(api, out, a) -> None:
+        api.request("DELETE", dead_letter_path(a))
+        out.done(f"Dead-letter policy of {topic(a.topic).full} subscription {a.subscription} removed")
+
     def sub_arg(p) -> None:
         p.add_argument("--subscription", "-s", required=True)
 
@@ -302,3 +323,18 @@ def group_backlog(add) -> None:
     p = add("update-partitioned-topic", update_partitions, "raise a partitioned topic's partition count",
             ("topic",))
     p.add_argument("--partitions", "-p", type=int, required=True)
+    p = add("set-dead-letter-policy", set_dead_letter,
+            "move a subscription's messages redelivered too often to a dead-letter topic, on the broker, "
+            "whatever client consumes", ("topic",))
+    sub_arg(p)
+    p.add_argument("--max-redeliver-count", "-m", type=int, required=True,
+                   help="redeliveries allowed; the next failure moves the message")
+    p.add_argument("--dead-letter-topic", "-d", help="default: <topic>-<subscription>-DLQ")
+    p.add_argument("--initial-subscription-name", "-i", help="a subscription created on the dead-letter topic first")
+    p.add_argument("--retry-letter-topic", "-r", help="default: <topic>-<subscription>-RETRY")
+    p = add("get-dead-letter-policy", get_dead_letter, "a subscription's dead-letter policy set by an operator",
+            ("topic",))
+    sub_arg(p)
+    p = add("remove-dead-letter-policy", remove_dead_letter, "remove a subscription's dead-letter policy",
+            ("topic",))
+    sub_arg(p)

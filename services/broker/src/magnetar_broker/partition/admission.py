@@ -5,6 +5,7 @@ writer, or the duplicate's reply; it writes nothing."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -16,7 +17,8 @@ from magnetar_broker.partition.planner import Append, TxnAppend
 from magnetar_broker.partition.quotagate import QuotaGate
 from magnetar_broker.partition.sends import Batch, Sent
 from magnetar_broker.partition.txnbuffer import TxnBuffer
-from magnetar_protocol.errors import BadRequest, MessageTooBig
+from magnetar_protocol.errors import BadRequest, MessageTooBig, NotAllowedError
+from magnetar_protocol.policies import DelayedDelivery
 from magnetar_protocol.topics import TopicName
 
 # Room for batch framing and per-message metadata on top of the payload limit.
@@ -36,6 +38,8 @@ class Door(Protocol):
     def name(self) -> TopicName: ...
     @property
     def partition_index(self) -> int: ...
+    @property
+    def delayed_delivery(self) -> DelayedDelivery: ...
     def check_open(self) -> None: ...
     def check_not_terminated(self) -> None: ...
 
@@ -79,9 +83,14 @@ class Admission:
         if highest < lowest:
             raise BadRequest("send: highest_sequence_id is below sequence_id")
         try:
-            return checked_batch(batch, n, lowest, highest)
+            shape = checked_batch(batch, n, lowest, highest)
         except BatchProblem as exc:
             raise BadRequest(f"send to {door.name.full}: {exc}; nothing was stored") from None
+        if req.deliver_at:
+            if problem := door.delayed_delivery.delay_problem(req.deliver_at, int(time.time() * 1000)):
+                raise (BadRequest if req.deliver_at < 0 else NotAllowedError)(
+                    f"send to {door.name.full}: {problem}; nothing was stored")
+        return shape
 
     async def admit(self, producer: Sender, req: Batch) -> Append | Sent:
         """Validate and deduplicate one batch: a queue item, or the duplicate's answer."""
@@ -120,6 +129,6 @@ class Admission:
                 break
             self.dedup.admitted(name, highest)
         if txn is None:
-            return Append(producer, name, lowest, highest, n, batch, judged=shape.judged)
+            return Append(producer, name, lowest, highest, n, batch, judged=shape.judged, deliver_at=req.deliver_at)
         assert actor is not None
         return TxnAppend(producer, name, lowest, highest, n, batch, txn, actor, judged=shape.judged)

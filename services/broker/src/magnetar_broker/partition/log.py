@@ -36,11 +36,14 @@ from magnetar_protocol.errors import (
     ProducerFenced,
     TopicTerminated,
 )
+from magnetar_protocol.policies import DelayedDelivery
 from magnetar_protocol.topics import TopicName
 from magnetar_runtime.roles import Roles
 
 log = logging.getLogger("magnetar.broker.topic")
 T = TypeVar("T")
+
+PULSAR_DELAYED_DELIVERY = DelayedDelivery()  # on, 1 s ticks, no limit: Pulsar's broker defaults
 
 # terminated_entry while a terminate waits for the writes before it: sends are refused.
 TERMINATING = -2
@@ -86,7 +89,8 @@ class PartitionLog:
     def __init__(self, name: TopicName, topic_id: int, epoch: int, store: BrokerStore, *,
                  dedup: bool, max_message_size: int, max_batch_messages: int,
                  cache_bytes: int, max_batches_per_commit: int,
-                 on_lost: Callable[[PartitionLog], None], roles: Roles):
+                 on_lost: Callable[[PartitionLog], None], roles: Roles,
+                 delayed_delivery: DelayedDelivery = PULSAR_DELAYED_DELIVERY):
         self.name = name
         self.topic_id = topic_id
         self.epoch = epoch
@@ -115,6 +119,12 @@ class PartitionLog:
         # Subscriptions by name, opened by subscription/ through the registry's one
         # get-or-open (what they are is not this package's business).
         self.subscriptions: Registry[Any] = Registry()
+        # Where its subscriptions' dead letters go (subscription/deadletters.Sink, given by
+        # the broker that loads it): not this package's business either.
+        self.dead_letter_sink: Any = None
+        # Pulsar's delayed_delivery policy in force (the broker's settings, else its
+        # namespace's or topic's; refreshed by the owner's heartbeat).
+        self.delayed_delivery = delayed_delivery
         # The parts.
         self.dedup_state = DedupState(dedup, self._load_sequence)
         self.txnbuf = TxnBuffer(store, topic_id, name.full, roles)

@@ -62,6 +62,7 @@ class Append:
     highest: int
     num_messages: int
     batch: bytes
+    deliver_at: int = field(default=0, kw_only=True)  # its latest delivery time (0: none delayed)
     # False for a chunk before its message's last: it records no sequence id (Pulsar
     # judges a chunked message by its last chunk; every chunk carries its id).
     judged: bool = field(default=True, kw_only=True)
@@ -91,6 +92,7 @@ class PlainPlan:
     first_id: int
     columns: EntryColumns
     sequences: dict[str, int]  # producer -> its highest sequence id in the group (dedup on)
+    delays: list[int | None] | None = None  # each entry's delivery time; None: none delayed
 
     @property
     def next_entry_id(self) -> int:
@@ -98,7 +100,11 @@ class PlainPlan:
 
     def entries(self) -> list[Entry]:
         c = self.columns
-        return [Entry(*row) for row in zip(c.entry_id, c.producer, c.messages, c.publish_time, c.payload)]
+        if self.delays is None:
+            return [Entry(*row) for row in zip(c.entry_id, c.producer, c.messages, c.publish_time, c.payload)]
+        return [Entry(e, name, n, at, payload, deliver_at=delay or 0)
+                for e, name, n, at, payload, delay in zip(c.entry_id, c.producer, c.messages, c.publish_time,
+                                                          c.payload, self.delays)]
 
 
 def plan_plain(items: list[Append], next_entry_id: int, dedup: bool, now_ms: int) -> PlainPlan:
@@ -117,7 +123,8 @@ def plan_plain(items: list[Append], next_entry_id: int, dedup: bool, now_ms: int
         for i in items:
             if i.judged:
                 sequences[i.producer_name] = max(sequences.get(i.producer_name, -1), i.highest)
-    return PlainPlan(next_entry_id, columns, sequences)
+    delays = [i.deliver_at or None for i in items] if any(i.deliver_at for i in items) else None
+    return PlainPlan(next_entry_id, columns, sequences, delays)
 
 
 # ---------------------------------------------------------------- mixed groups
@@ -178,6 +185,7 @@ def plan_group(items: list[Any], txns: Mapping[TxnID, TxnBuf], next_entry_id: in
             rows.outcomes.append(OutcomeRow(*item.txn, item.commit))
             if item.commit and buf.messages:
                 rows.entries.append(EntryRow(next_id, "", 0, 0, buf.messages, now_ms, b"", *item.txn))
+                rows.delays.append(None)
                 markers[next_id] = item.txn
                 next_id += 1
             elif not item.commit:
@@ -194,6 +202,7 @@ def plan_group(items: list[Any], txns: Mapping[TxnID, TxnBuf], next_entry_id: in
         if not transactional:
             rows.entries.append(EntryRow(next_id, item.producer_name, item.lowest, item.highest,
                                          item.num_messages, now_ms, item.batch, None, None))
+            rows.delays.append(item.deliver_at or None)
             results[i] = next_id
             next_id += 1
             continue
@@ -300,7 +309,7 @@ def settle_group(plan: GroupPlan, txns: Mapping[TxnID, TxnBuf], registered: list
                                buf.payloads if batches == 0 else None, buf.size,
                                registered=True, owner=owner)
     cached: list[Entry] = []
-    for row in plan.rows.entries:
+    for row, deliver_at in zip(plan.rows.entries, plan.rows.delays):
         entry_id = row[0]
         if entry_id in plan.markers:
             txn = plan.markers[entry_id]
@@ -308,7 +317,7 @@ def settle_group(plan: GroupPlan, txns: Mapping[TxnID, TxnBuf], registered: list
             cached.append(Entry(entry_id, "", row[4], plan.now_ms, None, txn,
                                 tuple(payloads) if payloads is not None else None))
         else:
-            cached.append(Entry(entry_id, row[1], row[4], plan.now_ms, row[6]))
+            cached.append(Entry(entry_id, row[1], row[4], plan.now_ms, row[6], deliver_at=deliver_at or 0))
     ended: list[bool] = []
     for txn, buf in plan.staged.items():
         if buf.committed is not None and txns[txn].committed is None:

@@ -19,6 +19,7 @@ class Batch:
     highest_sequence_id: int
     txn: TxnID | None = None  # sent in a transaction: buffered until it ends
     session_id: str = ""      # the session its producer was created in ("": not named)
+    deliver_at: int = 0       # the latest delivery time of its messages, ms (0: none delayed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,7 +123,7 @@ class Writer:
         try:
             owned, allowed = await self.store.append_entries(
                 self.lease.topic_id, self.lease.epoch, plan.columns, plan.sequences,
-                self.access.exclusive_epoch(),
+                self.access.exclusive_epoch(), plan.delays,
             )
         except MagnetarError:
             raise

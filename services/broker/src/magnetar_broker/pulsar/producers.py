@@ -75,7 +75,8 @@ class Producers:
             session_id=self.conn.session_id, topic=cmd.topic,
             name=cmd.producer_name if cmd.HasField("producer_name") else "",
             access_mode=cmd.producer_access_mode, client_producer_id=cmd.producer_id,
-            topic_epoch=cmd.topic_epoch if cmd.HasField("topic_epoch") else None)
+            topic_epoch=cmd.topic_epoch if cmd.HasField("topic_epoch") else None,
+            initial_subscription=cmd.initial_subscription_name)
         try:
             created = await self.service.create_producer(create)
         except Exception as exc:
@@ -186,10 +187,12 @@ class Producers:
             except MagnetarError as exc:
                 return exc
         highest = max(metadata.highest_sequence_id, metadata.sequence_id + count - 1)
+        # deliver_at: the entry's delivery time (Pulsar's is the entry's, shared by a
+        # batch's messages), for the horizon check and the delayed index.
         return Batch(producer_id=producer.magnetar_id,
                      payload=stored.envelope_batch(frame.raw_metadata, metadata, frame.payload),
                      num_messages=count, sequence_id=metadata.sequence_id, highest_sequence_id=highest,
-                     txn=_txn_of(cmd), session_id=self.conn.session_id)
+                     txn=_txn_of(cmd), session_id=self.conn.session_id, deliver_at=metadata.deliver_at_time)
 
     async def _pump(self, producer: PulsarProducer) -> None:
         try:

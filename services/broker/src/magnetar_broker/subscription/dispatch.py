@@ -139,12 +139,24 @@ class Deliveries:
             moved += mask.bit_count()
         return moved
 
-    def requeue(self, entry_id: int, mask: int) -> None:
+    def requeue(self, entry_id: int, mask: int, count: bool = True) -> None:
         """Queue messages nobody holds for redelivery, counting one more delivery
-        (a transaction that acknowledged them aborted)."""
+        (a transaction that acknowledged them aborted) unless ``count`` is False (they
+        were taken off a redelivery, not delivered: a dead-letter move given up)."""
         self.redeliver[entry_id] = self.redeliver.get(entry_id, 0) | mask
-        for i in mask_indices(mask):
-            self.counts[(entry_id, i)] = self.counts.get((entry_id, i), 0) + 1
+        if count:
+            for i in mask_indices(mask):
+                self.counts[(entry_id, i)] = self.counts.get((entry_id, i), 0) + 1
+
+    def not_due(self, entry_id: int, mask: int) -> None:
+        """Messages queued for redelivery that were acknowledged meanwhile: off the queue
+        (whoever holds the entry's other messages still does)."""
+        self._no_redelivery(entry_id, mask)
+
+    def dead_lettered(self, entry_id: int, mask: int) -> None:
+        """Messages due for redelivery go to a dead-letter topic instead: no longer due
+        here (their counts stay until the move acknowledges them)."""
+        self._no_redelivery(entry_id, mask)
 
     def forget_consumer(self, consumer: int) -> int:
         moved = self.release(consumer, None, count=True)

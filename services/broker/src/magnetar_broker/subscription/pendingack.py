@@ -9,11 +9,20 @@ Pending messages are neither delivered nor redelivered until their transaction e
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
-from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
+from magnetar_broker.subscription.cursor import WHOLE, full_mask
 from magnetar_protocol.errors import TransactionConflict
 from magnetar_protocol.txnid import TxnID
+
+
+class Acked(Protocol):
+    """What the checks read of a subscription's acknowledgements (its Cursor, or a view
+    that also knows its due delayed messages)."""
+
+    @property
+    def mark_delete(self) -> int: ...
+    def is_acked(self, entry_id: int, index: int) -> bool: ...
 
 
 def _s(txn: TxnID) -> str:
@@ -54,7 +63,7 @@ class PendingAcks:
             return held.get(index) or held.get(WHOLE)
         return None
 
-    def check_individual(self, txn: TxnID, positions: list[tuple[int, int]], cursor: Cursor) -> list[Any]:
+    def check_individual(self, txn: TxnID, positions: list[tuple[int, int]], cursor: Acked) -> list[Any]:
         """Positions this transaction newly acknowledges; TransactionConflict on any clash."""
         fresh = []
         for entry_id, index in positions:
@@ -73,7 +82,7 @@ class PendingAcks:
                 fresh.append((entry_id, index))
         return fresh
 
-    def check_cumulative(self, txn: TxnID, entry_id: int, index: int, cursor: Cursor) -> None:
+    def check_cumulative(self, txn: TxnID, entry_id: int, index: int, cursor: Acked) -> None:
         if self.cumulative and self.cumulative[0] != txn:
             raise TransactionConflict(
                 f"transaction {_s(self.cumulative[0])} already holds a cumulative ack on this subscription")

@@ -20,8 +20,12 @@ from magnetar_broker import metrics
 from magnetar_broker.entry import Entry
 from magnetar_broker.partition.batchcheck import PositionLike
 from magnetar_broker.rates import Rate
+from magnetar_broker.store import DeadLetterRow
 from magnetar_broker.subscription.backlog import lowest_bits
 from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
+from magnetar_broker.subscription.deadletters import DeadLetters
+from magnetar_broker.subscription.deadrules import DeadLetterPolicy
+from magnetar_broker.subscription.delayed import Delays
 from magnetar_broker.subscription.dispatch import (
     SUB_NAMES,
     Deliveries,
@@ -51,6 +55,8 @@ MAX_UNACKED_PER_CONSUMER = 50_000
 # many, stop reading new entries until the slow consumer catches up (as Pulsar does).
 MAX_PARKED_MESSAGES = 20_000
 READ_AHEAD_ENTRIES = 64
+# Delayed messages one fetch keeps apart at most (the rows the next cursor write stores).
+DEFER_PER_FETCH = 10_000
 
 
 @dataclass(eq=False)
@@ -75,6 +81,26 @@ class Consumer:
     read_compacted: bool = False
 
 
+class AckedWithDelays:
+    """The cursor's acknowledgements, less the due delayed messages it passed."""
+
+    __slots__ = ("cursor", "delays")
+
+    def __init__(self, cursor: Cursor, delays: Delays) -> None:
+        self.cursor = cursor
+        self.delays = delays
+
+    @property
+    def mark_delete(self) -> int:
+        return self.cursor.mark_delete
+
+    def is_acked(self, entry_id: int, index: int) -> bool:
+        held = self.delays.held_mask(entry_id)
+        if held and (index == WHOLE or held >> index & 1):
+            return False
+        return self.cursor.is_acked(entry_id, index)
+
+
 class Subscription:
     def __init__(self, log: PartitionView, name: str, cursor: Cursor, durable: bool):
         self.log = log
@@ -94,6 +120,8 @@ class Subscription:
         # so a later state is never overwritten by an earlier one.
         self.persist_lock = asyncio.Lock()
         self.txn = TxnAcks(self)  # acknowledgements inside transactions
+        self.dead = DeadLetters(self)  # moves to its dead-letter topic
+        self.delays = Delays(self)     # its delayed messages, kept apart until their time
         self.rate_out = Rate(time.monotonic())  # msgRateOut / msgThroughputOut
         self.bytes_out = 0
         self.rate_redeliver = Rate(time.monotonic())  # msgRateRedeliver
@@ -117,6 +145,9 @@ class Subscription:
             cursor.ack_cumulative(log.first_entry_id - 1, WHOLE)
         sub = cls(log, name, cursor, durable=True)
         sub.txn.pending.load(await log.store.load_pending_acks(log.topic_id, name))
+        rows = await log.store.dead_letter_policies(sorted({log.name.full, log.name.base.full}))
+        sub.dead.admin_policy = admin_dead_letter_policies(log, rows).get(name)
+        await sub.delays.load()
         return sub
 
     # ---------------------------------------------------------------- consumers
@@ -176,6 +207,8 @@ class Subscription:
                 return []
             out: list[pb.DeliveredEntry] = []
             budget = max(max_messages, 1)
+            if self.delays.has_due(int(time.time() * 1000)):
+                await self.delays.load_due(int(time.time() * 1000))
             budget = await self._take_redeliveries(consumer, budget, out)
             if budget > 0 and len(self.deliveries.redeliver) < MAX_PARKED_MESSAGES:
                 await self._take_new(consumer, budget, out)
@@ -203,17 +236,28 @@ class Subscription:
             if entry is None:
                 self.deliveries.acked(entry_id, WHOLE)
                 continue
-            mask = self.deliveries.redeliver[entry_id] & self.cursor.unacked_mask(entry_id, entry.num_messages)
+            mask = self.deliveries.redeliver.get(entry_id, 0) & self.unacked_mask(entry_id, entry.num_messages)
             if entry.kept is not None:
                 mask &= entry.kept
             mask &= ~self.txn.pending.mask(entry_id, entry.num_messages)
             mask &= self._routed_to(consumer, entry)
+            if mask and self.dead.policy is not None:
+                # Redelivered more often than the dead-letter policy allows: moved instead.
+                indices = mask_indices(mask)
+                mask = self.dead.take_doomed(entry_id, mask, indices,
+                                             self.deliveries.counts_for(entry_id, indices))
             if self.sub_type == pb.SUB_SHARED and mask.bit_count() > budget:
                 mask = lowest_bits(mask, budget)
             if mask:
                 budget -= self._deliver(consumer, entry, mask, out, redelivered=True)
-            elif not self.deliveries.redeliver[entry_id] & self.cursor.unacked_mask(entry_id, entry.num_messages):
-                self.deliveries.acked(entry_id, WHOLE)
+            elif not (left := self.deliveries.redeliver.get(entry_id, 0)) & self.unacked_mask(
+                    entry_id, entry.num_messages):
+                # What was queued of it was acknowledged meanwhile: off the queue.  Only
+                # that: the entry's other messages may be out with consumers (a batch
+                # redelivered in parts, the rest just dead-lettered), and dropping their
+                # bookkeeping left their nacks nothing to take back (bench/deadletter.py's
+                # stall).
+                self.deliveries.not_due(entry_id, left)
         return budget
 
     async def _read_one(self, consumer: Consumer, entry_id: int) -> Entry | None:
@@ -237,7 +281,22 @@ class Subscription:
         return await self.log.read(self.read_position, max_entries)
 
     async def _take_new(self, consumer: Consumer, budget: int, out: list[Any]) -> None:
+        delaying = self.delays.honoured()
+        try:
+            await self._pass_new(consumer, budget, out, delaying, int(time.time() * 1000))
+        finally:
+            if delaying and self.delays.unsaved():
+                self._save_soon()  # the new delayed rows, and the cursor passing them
+
+    async def _pass_new(self, consumer: Consumer, budget: int, out: list[Any], delaying: bool, now_ms: int) -> None:
+        deferred = 0
         while budget > 0:
+            if deferred >= DEFER_PER_FETCH:
+                # Passing a long run of delayed messages: one fetch takes at most this
+                # many (the cursor write after it stores their rows), and wakes the
+                # long polls so the next one goes on.
+                self.log.wake()
+                return
             entries = await self._read_new(consumer, min(READ_AHEAD_ENTRIES, budget))
             if not entries:
                 return
@@ -249,6 +308,10 @@ class Subscription:
                     due &= entry.kept
                 due &= ~self.deliveries.pending_mask(entry.entry_id)
                 due &= ~self.txn.pending.mask(entry.entry_id, entry.num_messages)
+                if due and delaying:
+                    kept = due
+                    due = self.delays.defer(entry, due, now_ms)
+                    deferred += (kept & ~due).bit_count()
                 if not due:
                     continue
                 mine = due & self._routed_to(consumer, entry)
@@ -335,13 +398,53 @@ class Subscription:
             if cumulative:
                 self.cursor.ack_cumulative(p.entry_id, p.batch_index)
                 self.deliveries.acked_cumulative(p.entry_id, p.batch_index)
+                if self.delays.held:
+                    self.delays.acked_through(p.entry_id - 1)
+                    self.delays.acked(p.entry_id, p.batch_index)
             else:
                 self.cursor.ack(p.entry_id, p.batch_index)
                 self.deliveries.acked(p.entry_id, p.batch_index)
+                if self.delays.held:
+                    self.delays.acked(p.entry_id, p.batch_index)
         self.log.wake()
         if self.durable:
             await self._saver.submit(None)
             self.log.quota_acked()  # once the cursor is stored: the check reads it
+
+    def unacked_mask(self, entry_id: int, num_messages: int) -> int:
+        """The entry's messages not acknowledged: the cursor's, and due delayed messages
+        (the cursor passed those when it kept them apart)."""
+        mask = self.cursor.unacked_mask(entry_id, num_messages)
+        if self.delays.held:
+            mask |= self.delays.held_mask(entry_id)
+        return mask
+
+    def acknowledge(self, entry_id: int, index: int, num_messages: int) -> None:
+        """Acknowledge one message in memory (a dead-letter move wrote it): the cursor,
+        dispatch, and a due delayed message's row (stored with the next cursor write)."""
+        self.cursor.ack(entry_id, index, num_messages)
+        self.deliveries.acked(entry_id, index)
+        if self.delays.held:
+            self.delays.acked(entry_id, index)
+            self._save_soon()
+
+    @property
+    def acked(self) -> AckedWithDelays | Cursor:
+        """What transactional acks are checked against: the cursor, and the due delayed
+        messages it passed (acknowledgeable although the cursor says acknowledged)."""
+        return AckedWithDelays(self.cursor, self.delays) if self.delays.held else self.cursor
+
+    def acked_in_transaction(self, individual: list[tuple[int, int]]) -> None:
+        """A transaction that acknowledged these committed: due delayed messages among
+        them have their rows deleted with the next cursor write."""
+        if self.delays.held:
+            for entry_id, index in individual:
+                self.delays.acked(entry_id, index)
+            self._save_soon()
+
+    def held_in_transactions(self, entry_id: int, num_messages: int) -> int:
+        """The entry's messages a transaction's acknowledgement holds."""
+        return self.txn.pending.mask(entry_id, num_messages)
 
     def redeliver(self, consumer: Consumer, positions: Sequence[PositionLike]) -> int:
         chosen = None if not positions else [(p.entry_id, p.batch_index) for p in positions]
@@ -375,6 +478,8 @@ class Subscription:
             self.cursor.reset(entry_id - 1)
             self.cursor.ack_first(entry_id, batch_index)
             self.deliveries.clear()
+            self.dead.forget()
+            self.delays.reset()
             self.read_position = self.cursor.mark_delete + 1
         self.log.wake()
         if self.durable:
@@ -391,6 +496,8 @@ class Subscription:
                 return 0
             self.cursor.ack_cumulative(entry_id, WHOLE)
             self.deliveries.acked_cumulative(entry_id, WHOLE)
+            if self.delays.pending or self.delays.held:
+                self.delays.acked_through(entry_id)
             self.read_position = max(self.read_position, entry_id + 1)
         self.log.wake()
         if self.durable:
@@ -403,11 +510,31 @@ class Subscription:
         if self.durable:
             await self._saver.submit(None)
 
+    def _save_soon(self) -> None:
+        """Store the cursor without waiting (its failure loses the partition: logged there)."""
+        if self.durable:
+            self._saver.submit(None).add_done_callback(lambda f: f.cancelled() or f.exception())
+
     async def _save(self, items: list[None]) -> list[None]:
         async with self.persist_lock:
-            ok = await self.log.store.save_cursor(
-                self.log.topic_id, self.log.epoch, self.name, self.cursor.mark_delete,
-                self.cursor.encode())
+            changes = self.delays.take()
+            if changes is None:
+                ok = await self.log.store.save_cursor(
+                    self.log.topic_id, self.log.epoch, self.name, self.cursor.mark_delete,
+                    self.cursor.encode())
+            else:
+                # Delayed rows with the cursor, in one statement: the cursor passes new
+                # ones (acknowledges their messages) only where they are stored.
+                cursor = self.cursor
+                if changes.records:
+                    cursor = cursor.copy()
+                    self.delays.acknowledge(cursor, changes.records)
+                ok = await self.log.store.save_cursor_with_delays(
+                    self.log.topic_id, self.log.epoch, self.name, cursor.mark_delete, cursor.encode(),
+                    [(r.deliver_at, r.entry_id, r.indices(), r.mask.bit_count()) for r in changes.upserts],
+                    changes.deletes, changes.clear_through)
+                if ok:
+                    await self.delays.saved(changes)
         if not ok:
             self.log.lose("fenced while saving a cursor")
             raise NotOwner(f"{self.log.name.full} moved to another broker; look it up again")
@@ -437,6 +564,11 @@ class Subscription:
             "unackedMessages": sum(self.deliveries.unacked.values()),
             "msgRedeliverPending": sum(m.bit_count() for m in self.deliveries.redeliver.values()),
             "pendingAckedMessages": self.txn.pending.count(),
+            "msgDelayed": self.delays.pending,
+            "delayedDeliveryActive": self.delays.honoured(),
+            "deadLetterPolicy": None if self.dead.policy is None else self.dead.policy.as_json(),
+            "msgDeadLettered": self.dead.moved,
+            "msgDeadLetterPending": self.dead.pending(),
             "ongoingTxns": sorted(str(TxnID(*t)) for t in self.txn.pending.transactions()),
             "consumers": [
                 {"consumerName": c.name, "consumerId": c.consumer_id, "priorityLevel": c.priority,
@@ -447,6 +579,23 @@ class Subscription:
                 for c in self.consumers.values()
             ],
         }
+
+
+def admin_dead_letter_policies(log: PartitionView, rows: Sequence[DeadLetterRow]) -> dict[str, DeadLetterPolicy]:
+    """{subscription: policy} of the operators' policies ``rows`` that cover ``log`` (set
+    on its topic, or on the partitioned topic it is a partition of)."""
+    names = {log.name.full, log.name.base.full}
+    return {row.subscription: DeadLetterPolicy(row.max_redeliver_count, row.dead_letter_topic,
+                                               row.initial_subscription_name, row.retry_letter_topic)
+            for row in rows if row.topic in names}
+
+
+def refresh_dead_letter_policies(log: PartitionView, rows: Sequence[DeadLetterRow]) -> None:
+    """Give each durable subscription served on ``log`` its operator's policy (or none)."""
+    policies = admin_dead_letter_policies(log, rows)
+    for sub in list(log.subscriptions.values()):
+        if isinstance(sub, Subscription) and sub.durable:
+            sub.dead.admin_policy = policies.get(sub.name)
 
 
 FROM_LATEST = "latest"      # a new subscription starts after the last entry

@@ -34,7 +34,7 @@ from magnetar_broker.rows import OutcomeRow, PendingAckRow, RegistrationRow
 from magnetar_broker.store import AckRegistration
 from magnetar_broker.subscription.cursor import WHOLE, Cursor, full_mask
 from magnetar_broker.subscription.dispatch import SUB_NAMES, Deliveries
-from magnetar_broker.subscription.pendingack import PendingAcks
+from magnetar_broker.subscription.pendingack import Acked, PendingAcks
 from magnetar_broker.subscription.view import PartitionView
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import BadRequest, MagnetarError, NotAllowedError, TransactionConflict
@@ -51,12 +51,16 @@ class Holder(Protocol):
     sub_type: int | None
     cursor: Cursor
     deliveries: Deliveries
+
+    @property
+    def acked(self) -> Acked: ...  # the cursor, and the due delayed messages it has passed
     lock: asyncio.Lock
     persist_lock: asyncio.Lock
 
     async def check_positions(self, what: str, positions: Sequence[PositionLike]) -> None: ...
     def redelivered(self, messages: int) -> None: ...
     def rewind(self) -> int: ...
+    def acked_in_transaction(self, individual: list[tuple[int, int]]) -> None: ...
 
 
 # How long past its transaction's timeout a held ack stays: the coordinator aborts a
@@ -322,9 +326,9 @@ class TxnAcks:
             try:
                 if cumulative:
                     wanted = [max(wanted)]
-                    self.pending.check_cumulative(txn, wanted[0][0], wanted[0][1], self.sub.cursor)
+                    self.pending.check_cumulative(txn, wanted[0][0], wanted[0][1], self.sub.acked)
                 else:
-                    wanted = self.pending.check_individual(txn, wanted, self.sub.cursor)
+                    wanted = self.pending.check_individual(txn, wanted, self.sub.acked)
             except MagnetarError as exc:
                 results[place] = exc
                 if first_acks and isinstance(exc, TransactionConflict):
@@ -458,6 +462,7 @@ class TxnAcks:
             individual, cumulative = self.pending.take(txn)
             if commit:
                 apply_acks(self.sub.cursor, individual, cumulative)
+                self.sub.acked_in_transaction(individual)
                 if cumulative:
                     self.sub.deliveries.acked_cumulative(*cumulative)
             self.outcomes[txn] = commit

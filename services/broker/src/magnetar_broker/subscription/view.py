@@ -12,6 +12,7 @@ from magnetar_broker.partition.batchcheck import PositionLike
 from magnetar_broker.partition.lease import Lease
 from magnetar_broker.partition.registry import Registry
 from magnetar_broker.store import BrokerStore
+from magnetar_protocol.policies import DelayedDelivery
 from magnetar_runtime.roles import Roles
 
 T = TypeVar("T")
@@ -56,3 +57,11 @@ class PartitionView(Lease, Protocol):
     # where subscriptions are served (the one get-or-open)
     @property
     def subscriptions(self) -> Registry[Any]: ...
+
+    # its delayed_delivery policy (magnetar_protocol.policies.DelayedDelivery)
+    @property
+    def delayed_delivery(self) -> DelayedDelivery: ...
+
+    # where a subscription's dead letters are written (deadletters.Sink; None: nowhere yet)
+    @property
+    def dead_letter_sink(self) -> Any: ...
