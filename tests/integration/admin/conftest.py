@@ -34,7 +34,7 @@ from tests.waiting import wait_until
 SNAPSHOT = {t: f"SELECT * FROM {t}" for t in (
     "tenants", "namespaces", "partitioned_topics", "topics", "topic_owners", "entries",
     "producer_sequences", "subscriptions", "txn_entries", "txn_outcomes", "pending_acks",
-    "namespace_permissions", "topic_permissions", "subscription_permissions", "storage_policies")}
+    "namespace_permissions", "topic_permissions", "subscription_permissions", "storage_policies", "schemas")}
 SNAPSHOT["brokers"] = "SELECT broker_id, url FROM brokers"
 
 NO_BODY = object()
