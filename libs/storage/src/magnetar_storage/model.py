@@ -50,7 +50,7 @@ namespaces = Table(
     Column("namespace", Text, nullable=False),
     Column("deduplication_enabled", Boolean, nullable=True),
     _created_at(),
-    # schema policies (0012); NULL: the broker's default
+    # schema policies (0013); NULL: the broker's default
     Column("schema_compatibility_strategy", Text, CheckConstraint(
         "schema_compatibility_strategy IN ('ALWAYS_COMPATIBLE', 'ALWAYS_INCOMPATIBLE', 'BACKWARD', 'FORWARD', "
         "'FULL', 'BACKWARD_TRANSITIVE', 'FORWARD_TRANSITIVE', 'FULL_TRANSITIVE')")),

@@ -57,7 +57,7 @@ WHERE tenant = $1 AND namespace = $2
 RETURNING namespace;
 
 -- name: get_schema_policies
--- A namespace's schema policies (migration 0012); NULL: the broker's default.
+-- A namespace's schema policies (migration 0013); NULL: the broker's default.
 SELECT schema_compatibility_strategy, is_allow_auto_update_schema, schema_validation_enforced
 FROM namespaces WHERE tenant = $1 AND namespace = $2;
 

@@ -850,7 +850,7 @@ SELECT tenant, namespace, topic, delayed_delivery_active, delayed_delivery_tick_
 FROM storage_policies
 WHERE tenant || '/' || namespace = ANY($1::text[]) AND delayed_delivery_active IS NOT NULL;
 
--- ---------------------------------------------------------------- schema registry (migration 0012)
+-- ---------------------------------------------------------------- schema registry (migration 0013)
 
 -- name: schema_versions
 -- Every version of a topic's schema ($1: the full name of the topic or of its partitioned
