@@ -43,6 +43,13 @@ def test_the_hash_is_type_and_definition_not_properties():
     assert a.hash != si.Schema("AVRO", AVRO.encode() + b" ").hash
 
 
+def test_a_primitive_has_no_definition_whichever_client_sent_one():
+    # pulsar-client's Python StringSchema sends "null", Java's StringSchema nothing: one schema
+    wheel = si.from_pulsar(pb.Schema(name="t", type=pb.Schema.String, schema_data=b"null"))
+    assert wheel == si.from_proto(mpb.Schema(type="STRING")) == si.Schema("STRING")
+    assert si.from_payload({"type": "INT64", "schema": "null"}).data == b""
+
+
 def test_key_value_schemas_encode_decode_and_show_as_pulsar_does():
     body = {"type": "KEY_VALUE", "schema": json.dumps({"key": "", "value": json.loads(AVRO)}),
             "properties": {"key.schema.type": "STRING", "value.schema.type": "AVRO"}}

@@ -71,9 +71,14 @@ class Schema:
 
 
 def check(schema: Schema) -> Schema:
-    """The schema, or BadRequest saying what is wrong with it."""
+    """The schema (a primitive's without its definition), or BadRequest saying what is
+    wrong with it."""
     if schema.type not in TYPES:
         raise BadRequest(f"unknown schema type {schema.type!r}; one of {', '.join(TYPES)} (BYTES is no schema)")
+    if schema.type in PRIMITIVES and schema.data:
+        # A primitive has no definition: pulsar-client's Python layer sends "null" where
+        # Java's sends nothing; both are one schema, not two versions.
+        return Schema(schema.type, b"", schema.properties)
     if len(schema.data) > MAX_DEFINITION:
         raise BadRequest(f"the schema definition is {len(schema.data)} bytes; at most {MAX_DEFINITION}")
     if schema.type in ("AVRO", "JSON", "PROTOBUF", "PROTOBUF_NATIVE"):
