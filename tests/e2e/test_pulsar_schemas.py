@@ -2,7 +2,8 @@
 and the admin, one cluster for the module): Avro and JSON values with ``msg.value()``,
 schema versions on messages, GET_SCHEMA (latest and one version) and
 GET_OR_CREATE_SCHEMA, evolution under each strategy, incompatible producers and consumers
-refused, isAllowAutoUpdateSchema and schemaValidationEnforced.
+refused, isAllowAutoUpdateSchema and schemaValidationEnforced; and the Magnetar client's
+``schema=`` (magnetar.schema) interoperating with the wheel both ways.
 
 Each test that sets a schema policy does it on a namespace of its own, so the module's
 cluster is shared (no cluster-wide setting changes).
@@ -21,6 +22,8 @@ import pulsar
 import pytest
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
 
+import magnetar
+import magnetar.schema as mschema
 from magnetar_protocol import pulsar_api_pb2 as pb
 from tests.e2e.pulsar_wire import Wire
 
@@ -244,3 +247,114 @@ def test_get_or_create_schema_and_get_schema_frames(cluster):
         assert malformed.error_code == pb.NotAllowedError and "8 bytes" in malformed.error_message
     finally:
         wire.close()
+
+
+# ---------------------------------------------------------------- the Magnetar client's schema=
+
+
+# The same records declared with magnetar.schema, under the same names (a record's name
+# is part of its schema).
+MExample = type("Example", (mschema.Record,), {"a": mschema.Integer(), "b": mschema.Integer()})
+MWithDefault = type("WithDefault", (mschema.Record,), {"a": mschema.Integer(), "b": mschema.Integer(),
+                                                       "c": mschema.String(required_default=True)})
+MBadExample = type("BadExample", (mschema.Record,), {"a": mschema.String(), "b": mschema.Integer()})
+
+
+@pytest.fixture
+def mclient(cluster):
+    c = magnetar.Client(",".join(cluster.broker_urls), operation_timeout_seconds=10)
+    yield c
+    c.close()
+
+
+def versions(cluster, name: str) -> list[int]:
+    ns, local = name.removeprefix("persistent://").rsplit("/", 1)
+    status, answer = admin(cluster, "GET", f"/admin/v2/schemas/{ns}/{local}/schemas")
+    assert status == 200, answer
+    return [v["version"] for v in answer["getSchemaResponses"]]
+
+
+@pytest.mark.parametrize("kind", ["avro", "json"])
+def test_magnetar_and_wheel_clients_share_schema_and_values_both_ways(cluster, client, mclient, kind):
+    name = topic()
+    wheel_schema, magnetar_schema = ((AvroSchema(Example), mschema.AvroSchema(MExample)) if kind == "avro"
+                                     else (JsonSchema(Example), mschema.JsonSchema(MExample)))
+    wheel_consumer = client.subscribe(name, "wheel", schema=wheel_schema,
+                                      initial_position=pulsar.InitialPosition.Earliest)
+    magnetar_consumer = mclient.subscribe(name, "magnetar", schema=magnetar_schema,
+                                          initial_position=magnetar.InitialPosition.Earliest)
+    mclient.create_producer(name, schema=magnetar_schema).send(MExample(a=1, b=2))
+    client.create_producer(name, schema=wheel_schema).send(Example(a=3, b=4))
+    # The same class described by both clients is one schema: one version.
+    assert versions(cluster, name) == [0]
+    got = [wheel_consumer.receive(timeout_millis=TIMEOUT_MS) for _ in range(2)]
+    assert [m.value() for m in got] == [Example(a=1, b=2), Example(a=3, b=4)]
+    assert [m.schema_version().encode() for m in got] == [b"\x00" * 8] * 2
+    got = [magnetar_consumer.receive(timeout_millis=TIMEOUT_MS) for _ in range(2)]
+    assert [m.value() for m in got] == [MExample(a=1, b=2), MExample(a=3, b=4)]
+    assert [(m.schema_version(), m.int_schema_version()) for m in got] == [(b"\x00" * 8, 0)] * 2
+
+
+def test_magnetar_strings_and_bytes_interoperate(client, mclient):
+    name = topic()
+    wheel_consumer = client.subscribe(name, "wheel", schema=StringSchema(),
+                                      initial_position=pulsar.InitialPosition.Earliest)
+    producer = mclient.create_producer(name, schema=mschema.StringSchema())
+    producer.send("héllo")
+    with pytest.raises(TypeError):
+        producer.send(b"bytes are not a str")
+    client.create_producer(name, schema=StringSchema()).send("wörld")
+    reader = mclient.create_reader(name, magnetar.MessageId.earliest, schema=mschema.StringSchema())
+    assert [reader.read_next(TIMEOUT_MS).value() for _ in range(2)] == ["héllo", "wörld"]
+    assert [wheel_consumer.receive(timeout_millis=TIMEOUT_MS).value() for _ in range(2)] == ["héllo", "wörld"]
+    plain = mclient.create_reader(name, magnetar.MessageId.earliest)       # no schema: bytes, unchecked
+    msg = plain.read_next(TIMEOUT_MS)
+    assert (msg.value(), msg.int_schema_version()) == ("héllo".encode(), 0)
+
+
+def test_magnetar_consumer_reads_old_messages_with_their_writers_schema(client, mclient):
+    name = topic()
+    client.create_producer(name, schema=AvroSchema(Example)).send(Example(a=1, b=2))      # version 0
+    mclient.create_producer(name, schema=mschema.AvroSchema(MWithDefault)).send(MWithDefault(a=3, b=4, c="x"))
+    consumer = mclient.subscribe(name, "sub", schema=mschema.AvroSchema(MWithDefault),
+                                 initial_position=magnetar.InitialPosition.Earliest)
+    first, second = (consumer.receive(timeout_millis=TIMEOUT_MS) for _ in range(2))
+    # The first is version 0's bytes: read with MWithDefault's own schema they would not
+    # parse (c's string is missing); the consumer fetched version 0's definition.
+    assert (first.int_schema_version(), first.value()) == (0, MWithDefault(a=1, b=2, c=None))
+    assert (second.int_schema_version(), second.value()) == (1, MWithDefault(a=3, b=4, c="x"))
+    wheel = client.subscribe(name, "wheel", schema=AvroSchema(Example),
+                             initial_position=pulsar.InitialPosition.Earliest)
+    assert [wheel.receive(timeout_millis=TIMEOUT_MS).value().a for _ in range(2)] == [1, 3]
+
+
+def test_magnetar_incompatible_producer_and_consumer_are_refused(mclient):
+    name = topic()
+    mclient.create_producer(name, schema=mschema.AvroSchema(MExample))
+    with pytest.raises(magnetar.IncompatibleSchema):
+        mclient.create_producer(name, schema=mschema.AvroSchema(MBadExample))
+    with pytest.raises(magnetar.IncompatibleSchema):
+        mclient.subscribe(name, "sub", schema=mschema.JsonSchema(MExample))
+    with pytest.raises(magnetar.IncompatibleSchema):
+        mclient.create_reader(name, magnetar.MessageId.earliest, schema=mschema.AvroSchema(MBadExample))
+    with pytest.raises(TypeError):
+        mclient.create_producer(name, schema=AvroSchema(Example))      # the wheel's class is not ours
+
+
+def test_magnetar_producer_under_validation_enforced(cluster, mclient):
+    ns = namespace(cluster, enforced=True)
+    name = topic(ns)
+
+    class Garbled(mschema.AvroSchema):   # the Avro schema on the wire, bytes that are not its Avro
+        def encode(self, obj):
+            return b"\xff" * 3 if obj.a < 0 else super().encode(obj)
+
+    producer = mclient.create_producer(name, schema=Garbled(MExample), batching_enabled=False)
+    with pytest.raises(magnetar.IncompatibleSchema):
+        mclient.create_producer(name)                    # bytes: no schema on a topic with one
+    producer.send(MExample(a=1, b=1))
+    with pytest.raises(magnetar.IncompatibleSchema, match="Avro"):
+        producer.send(MExample(a=-1, b=0))
+    producer.send(MExample(a=2, b=2))
+    reader = mclient.create_reader(name, magnetar.MessageId.earliest, schema=mschema.AvroSchema(MExample))
+    assert [reader.read_next(TIMEOUT_MS).value().a for _ in range(2)] == [1, 2]

@@ -212,7 +212,7 @@ class Producer:
                event_timestamp: int | None, txn: Transaction | None, seal: bool,
                ordering_key: bytes | str | None = None, deliver_at: int | None = None) -> None:
         p = self._p
-        if type(data) is not bytes or p.closed or len(data) > p.max_message_size:
+        if type(data) is not bytes or p.schema is not None or p.closed or len(data) > p.max_message_size:
             data = p.check(data)
         fields = None
         if properties is not None or partition_key is not None or event_timestamp or ordering_key is not None \
