@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import bench_cluster, copy_ceiling, durable_postgres, report, send_full_speed  # noqa: E402
+from _common import _cpu, bench_cluster, copy_ceiling, durable_postgres, report, send_full_speed  # noqa: E402
 
 import magnetar  # noqa: E402
 from magnetar.schema import AvroSchema, Double, Integer, JsonSchema, Long, Record, String  # noqa: E402
@@ -79,11 +79,6 @@ def produce(cluster, broker, topic: str, kind: str, payload: bytes, messages: in
         return figures
     finally:
         client.close()
-
-
-def _cpu(proc) -> float:
-    times = proc.cpu_times()
-    return times.user + times.system
 
 
 def main() -> None:

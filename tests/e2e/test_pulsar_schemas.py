@@ -14,8 +14,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import urllib.error
-import urllib.request
 
 import _pulsar
 import pulsar
@@ -25,6 +23,7 @@ from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, Strin
 import magnetar
 import magnetar.schema as mschema
 from magnetar_protocol import pulsar_api_pb2 as pb
+from tests.e2e.helpers import admin
 from tests.e2e.pulsar_wire import Wire
 
 pytestmark = [pytest.mark.shared_cluster, pytest.mark.cluster(brokers=2, coordinators=0, registry=False)]
@@ -32,18 +31,6 @@ pytestmark = [pytest.mark.shared_cluster, pytest.mark.cluster(brokers=2, coordin
 TIMEOUT_MS = 10_000
 _names = itertools.count()
 Type = pb.BaseCommand.Type
-
-
-def admin(cluster, method: str, path: str, body=None) -> tuple[int, object]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(cluster.admin_url + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
 
 
 def namespace(cluster, **policies) -> str:

@@ -10,7 +10,6 @@ import json
 
 import pytest
 
-from magnetar.admin_cli import run
 from magnetar_broker.app import build_app as build_broker
 from magnetar_broker.settings import BrokerSettings
 from magnetar_runtime.local.postgres import free_port
@@ -41,13 +40,6 @@ def broker(database_url):
     server.stop()
 
 
-@pytest.fixture
-def cli(admin, capsys):
-    def call(*args: str) -> tuple[int, str, str]:
-        code = run(["--admin-url", admin.url, *args])
-        out = capsys.readouterr()
-        return code, out.out, out.err
-    return call
 
 
 def test_upload_get_versions_compatibility_and_delete(admin, broker):
