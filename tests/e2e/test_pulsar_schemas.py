@@ -345,3 +345,24 @@ def test_magnetar_producer_under_validation_enforced(cluster, mclient):
     producer.send(MExample(a=2, b=2))
     reader = mclient.create_reader(name, magnetar.MessageId.earliest, schema=mschema.AvroSchema(MExample))
     assert [reader.read_next(TIMEOUT_MS).value().a for _ in range(2)] == [1, 2]
+
+
+def test_magnetar_asyncio_client_takes_schemas_too(cluster, client):
+    import asyncio
+
+    import magnetar.asyncio as magnetar_aio
+
+    name = topic()
+
+    async def run():
+        async with magnetar_aio.Client(",".join(cluster.broker_urls)) as aclient:
+            consumer = await aclient.subscribe(name, "sub", schema=mschema.JsonSchema(MExample),
+                                               initial_position=magnetar.InitialPosition.Earliest)
+            producer = await aclient.create_producer(name, schema=mschema.JsonSchema(MExample))
+            await producer.send(MExample(a=5, b=6))
+            return (await consumer.receive(TIMEOUT_MS)).value()
+
+    assert asyncio.run(run()) == MExample(a=5, b=6)
+    wheel = client.subscribe(name, "wheel", schema=JsonSchema(Example),
+                             initial_position=pulsar.InitialPosition.Earliest)
+    assert wheel.receive(timeout_millis=TIMEOUT_MS).value() == Example(a=5, b=6)
