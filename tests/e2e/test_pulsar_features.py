@@ -12,7 +12,6 @@ import contextlib
 import io
 import itertools
 import json
-import logging
 import urllib.request
 
 import pulsar
@@ -43,14 +42,6 @@ def big(size: int, seed: int = 0) -> bytes:
     """``size`` bytes that do not repeat with the chunk size."""
     block = bytes((i * 31 + seed) % 251 for i in range(251))
     return (block * (size // 251 + 1))[:size]
-
-
-@pytest.fixture
-def wheel(cluster):
-    c = pulsar.Client(cluster.pulsar_service_url, operation_timeout_seconds=10,
-                      logger=logging.getLogger("pulsar-client"))
-    yield c
-    c.close()
 
 
 def admin(cluster, method: str, path: str, body=None):
