@@ -21,19 +21,6 @@ from tests.waiting import wait_until
 SHIPPED_RETENTION = {"MAGNETAR_DEFAULT_RETENTION_TIME_MINUTES": "0", "MAGNETAR_DEFAULT_RETENTION_SIZE_MB": "0"}
 
 
-def admin(cluster, method: str, path: str, body=None) -> tuple[int, object]:
-    """A JSON call to ``cluster``'s admin: (status, the decoded answer or None)."""
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(cluster.admin_url + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
-
-
 def lifecycle_passes(cluster) -> list[int]:
     """Each running broker's completed storage-lifecycle passes."""
     counts = []
