@@ -197,15 +197,18 @@ def paced(total: int, rate: float):
 
 
 def send_full_speed(producer, messages: int, size: int, ok, sample_every: int = 100,
-                    timeout_s: float = 120, progress_every: int = 0) -> dict:
-    """``send_async`` ``messages`` payloads of ``size`` bytes as fast as ``producer``
-    takes them (a Magnetar or a pulsar-client producer: same call), then wait for every
-    receipt.  Every ``sample_every``-th message is timed from the call to its receipt.
-    ``ok`` is the client's success result; any other result ends the bench."""
+                    timeout_s: float = 120, progress_every: int = 0, payload: bytes | None = None) -> dict:
+    """``send_async`` ``messages`` payloads of ``size`` bytes (or ``payload``, then
+    ``size`` is its length) as fast as ``producer`` takes them (a Magnetar or a
+    pulsar-client producer: same call), then wait for every receipt.  Every
+    ``sample_every``-th message is timed from the call to its receipt.  ``ok`` is the
+    client's success result; any other result ends the bench."""
     import itertools
     import threading
 
-    payload = b"x" * size
+    if payload is None:
+        payload = b"x" * size
+    size = len(payload)
     latencies: list[float] = []
     done = threading.Event()
     settled = itertools.count(1)

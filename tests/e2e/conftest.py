@@ -152,3 +152,16 @@ def client(cluster):
     c = magnetar.Client(",".join(cluster.broker_urls))
     yield c
     c.close()
+
+
+@pytest.fixture
+def wheel(cluster):
+    """A ``pulsar.Client`` (the real wheel) on ``cluster``'s Pulsar listener."""
+    import logging
+
+    import pulsar  # only the Pulsar-protocol tests need the wheel
+
+    c = pulsar.Client(cluster.pulsar_service_url, operation_timeout_seconds=10,
+                      logger=logging.getLogger("pulsar-client"))
+    yield c
+    c.close()

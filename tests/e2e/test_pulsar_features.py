@@ -12,13 +12,14 @@ import contextlib
 import io
 import itertools
 import json
-import logging
 import urllib.request
 
 import pulsar
+import pulsar.schema
 import pytest
 
 import magnetar
+import magnetar.schema as mschema
 from magnetar.admin_cli import run as admin_cli
 from magnetar_protocol import magnetar_pb2 as pb_magnetar
 from magnetar_protocol import pulsar_api_pb2 as pb
@@ -43,14 +44,6 @@ def big(size: int, seed: int = 0) -> bytes:
     """``size`` bytes that do not repeat with the chunk size."""
     block = bytes((i * 31 + seed) % 251 for i in range(251))
     return (block * (size // 251 + 1))[:size]
-
-
-@pytest.fixture
-def wheel(cluster):
-    c = pulsar.Client(cluster.pulsar_service_url, operation_timeout_seconds=10,
-                      logger=logging.getLogger("pulsar-client"))
-    yield c
-    c.close()
 
 
 def admin(cluster, method: str, path: str, body=None):
@@ -119,6 +112,26 @@ def test_chunked_messages_cross_between_the_wheel_and_magnetars_client(cluster, 
     read = m_reader.read_next(TIMEOUT_MS)
     assert (read.data(), read.properties()) == (data, {"from": "magnetar"})
     assert m_reader.read_next(TIMEOUT_MS).data() == b"small"
+
+
+def test_a_chunked_message_with_a_schema_keeps_its_schema_version(wheel, client):
+    """A Magnetar producer's chunked Avro record (issue 29's schemas): both clients put it
+    back together and read it with its schema version (the chunks' metadata carries it)."""
+    topic = new_topic("chunks-schema")
+    text = big(2 * MAX_MESSAGE, seed=2).hex()
+    record = type("Doc", (mschema.Record,), {"body": mschema.String(), "n": mschema.Integer()})
+    wheel_record = type("Doc", (pulsar.schema.Record,), {"body": pulsar.schema.String(),
+                                                         "n": pulsar.schema.Integer()})
+    w_consumer = wheel.subscribe(topic, "w", schema=pulsar.schema.AvroSchema(wheel_record),
+                                 initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(topic, schema=mschema.AvroSchema(record), chunking_enabled=True,
+                                      batching_enabled=False)
+    producer.send(record(body=text, n=7))
+    got = w_consumer.receive(TIMEOUT_MS)
+    assert (got.value().body, got.value().n, got.schema_version().encode()) == (text, 7, b"\x00" * 8)
+    reader = client.create_reader(topic, magnetar.MessageId.earliest, schema=mschema.AvroSchema(record))
+    read = reader.read_next(TIMEOUT_MS)
+    assert (read.value(), read.int_schema_version()) == (record(body=text, n=7), 0)
 
 
 def test_a_message_over_the_limit_without_chunking_is_refused(client):

@@ -34,7 +34,7 @@ from tests.waiting import wait_until
 SNAPSHOT = {t: f"SELECT * FROM {t}" for t in (
     "tenants", "namespaces", "partitioned_topics", "topics", "topic_owners", "entries",
     "producer_sequences", "subscriptions", "txn_entries", "txn_outcomes", "pending_acks",
-    "namespace_permissions", "topic_permissions", "subscription_permissions", "storage_policies")}
+    "namespace_permissions", "topic_permissions", "subscription_permissions", "storage_policies", "schemas")}
 SNAPSHOT["brokers"] = "SELECT broker_id, url FROM brokers"
 
 NO_BODY = object()
@@ -192,3 +192,16 @@ def own(database_url: str, topic: str, broker_id: str, epoch: int = 5) -> int:
                    topic, broker_id, epoch)
     assert rows, f"{topic} has no lease row"
     return rows[0]["topic_id"]
+
+
+@pytest.fixture
+def cli(admin, capsys):
+    """``magnetar-admin`` in process against the module's ``admin``: (exit code, stdout,
+    stderr) of ``cli(*args)``."""
+    from magnetar.admin_cli import run
+
+    def call(*args: str) -> tuple[int, str, str]:
+        code = run(["--admin-url", admin.url, *args])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+    return call

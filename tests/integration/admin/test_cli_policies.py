@@ -8,19 +8,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from magnetar.admin_cli import run
-
-
-@pytest.fixture
-def cli(admin, capsys):
-    def call(*args: str) -> tuple[int, str, str]:
-        code = run(["--admin-url", admin.url, *args])
-        out = capsys.readouterr()
-        return code, out.out, out.err
-    return call
-
 
 def ok(cli, *args: str) -> str:
     code, out, err = cli(*args)

@@ -152,3 +152,21 @@ def test_an_ordering_key_is_bytes_on_the_wire():
     b.seal_all()
     ordered, plain = pb.MessageBatch.FromString(b.sealed[0].data).messages
     assert ordered.ordering_key == b"\x00o" and not plain.HasField("ordering_key")
+
+
+def test_a_producers_schema_version_is_on_every_message_even_when_a_kept_batch_is_renumbered():
+    b = Collecting(max_messages=10, max_bytes=1000)
+    b.schema_version = 3
+    for _ in range(2):
+        b.add(b"m", None)
+    b.seal_all()
+    [batch] = b.sealed
+    versions = [m.schema_version for m in pb.MessageBatch.FromString(batch.data).messages]
+    assert versions == [3, 3]
+    batch.renumber(40)   # a one-request transaction's kept batch, sent later
+    decoded = pb.MessageBatch.FromString(batch.data).messages
+    assert [(m.sequence_id, m.schema_version) for m in decoded] == [(40, 3), (41, 3)]
+    plain = Collecting(max_messages=10, max_bytes=1000)
+    plain.add(b"m", None)
+    plain.seal_all()
+    assert not pb.MessageBatch.FromString(plain.sealed[0].data).messages[0].HasField("schema_version")

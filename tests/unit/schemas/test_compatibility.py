@@ -8,7 +8,7 @@ import json
 import pytest
 
 from magnetar_protocol.errors import BadRequest
-from magnetar_protocol.schemacompat import DEFAULT_STRATEGY, SchemaData, incompatibility
+from magnetar_protocol.schemacompat import DEFAULT_STRATEGY, SchemaData, consumer_incompatibility, incompatibility
 
 
 def avro(*fields, name="Example", type_="AVRO") -> SchemaData:
@@ -24,6 +24,8 @@ BAD = avro(opt("a", "string"), opt("b", "int"), name="BadExample")   # the wheel
 
 
 def test_pulsars_default_is_full():
+    # Checked against Apache Pulsar: ServiceConfiguration.schemaCompatibilityStrategy is
+    # FULL; a namespace's schema_compatibility_strategy starts UNDEFINED (the broker's).
     assert DEFAULT_STRATEGY == "FULL"
 
 
@@ -103,6 +105,42 @@ def test_always_incompatible_and_unknown_strategies():
         incompatibility(V1, [V1], "SOMETIMES")
 
 
-def test_other_types_compare_their_definitions():
+def test_other_types_follow_pulsars_default_check():
+    # No rule beyond the type (Pulsar's default check) but ALWAYS_INCOMPATIBLE's.
     assert incompatibility(SchemaData("STRING", ""), [SchemaData("STRING", "")], "FULL") is None
-    assert incompatibility(SchemaData("PROTOBUF_NATIVE", "b"), [SchemaData("PROTOBUF_NATIVE", "a")], "FULL")
+    proto_v1, proto_v2 = SchemaData("PROTOBUF", '{"a": 1}'), SchemaData("PROTOBUF", '{"a": 2}')
+    assert incompatibility(proto_v2, [proto_v1], "FULL_TRANSITIVE") is None
+    assert incompatibility(proto_v2, [proto_v1], "ALWAYS_INCOMPATIBLE") is not None
+
+
+def native(root: str, descriptor: str = "x") -> SchemaData:
+    return SchemaData("PROTOBUF_NATIVE", json.dumps({"fileDescriptorSet": descriptor, "rootMessageTypeName": root,
+                                                    "rootFileDescriptorName": "a.proto"}))
+
+
+def test_protobuf_native_keeps_its_root_message():
+    assert incompatibility(native("pkg.Order", "v2"), [native("pkg.Order", "v1")], "FULL") is None
+    assert "root message changed" in incompatibility(native("pkg.Item"), [native("pkg.Order")], "BACKWARD")
+    assert "not JSON" in incompatibility(SchemaData("PROTOBUF_NATIVE", "b"), [native("pkg.Order")], "FULL")
+
+
+def test_key_value_checks_the_key_and_the_value():
+    def kv(value: SchemaData) -> SchemaData:
+        return SchemaData("KEY_VALUE", value.definition, (SchemaData("STRING", ""), value))
+
+    assert incompatibility(kv(V1), [kv(V1)], "FULL") is None
+    assert "value: " in incompatibility(kv(BAD), [kv(V1)], "FULL")
+    assert incompatibility(kv(BAD), [kv(V1)], "ALWAYS_COMPATIBLE") is None
+
+
+def test_a_consumer_must_read_the_latest_versions_data():
+    needs_c = avro(opt("a", "int"), opt("b", "int"), {"name": "c", "type": "int"})
+    drops_b = avro(opt("a", "int"))
+    # FULL (and BACKWARD, FORWARD, FORWARD_TRANSITIVE): BACKWARD against the latest only.
+    assert consumer_incompatibility(drops_b, [V1], "FULL") is None          # it reads v1's data
+    assert "missing" in consumer_incompatibility(needs_c, [V1], "FORWARD")  # v1's data lacks c
+    old = avro({"name": "a", "type": "int"})
+    # BACKWARD_TRANSITIVE: against every version (old's a is no union: V1's optional a
+    # reads it, but drops_b must also read it, which it does).
+    assert consumer_incompatibility(drops_b, [old, V1], "BACKWARD_TRANSITIVE") is None
+    assert consumer_incompatibility(needs_c, [old, V1], "FULL_TRANSITIVE") is not None

@@ -74,7 +74,7 @@ class Batch:
     """Messages bound for one send: parallel lists, plus the encoded bytes once sealed."""
 
     __slots__ = ("payloads", "seqs", "callbacks", "fields", "size", "lowest", "highest", "txn",
-                 "created", "data", "deliver_at", "chunk_part", "kept")
+                 "created", "data", "deliver_at", "chunk_part", "kept", "schema_version")
 
     def __init__(self, txn, lowest: int, created: float) -> None:
         self.payloads: list[bytes] = []
@@ -88,6 +88,7 @@ class Batch:
         self.created = created
         self.data = b""
         self.deliver_at = 0  # the latest delivery time of its messages (the broker's index hint)
+        self.schema_version: int | None = None  # the producer's schema's, set when sealed
         # A chunk before its message's last: its settling releases no slot and runs no
         # user callback (the last chunk's does, for the message).
         self.chunk_part = False
@@ -107,7 +108,8 @@ class Batch:
         self.data = self.encode()
 
     def encode(self) -> bytes:
-        """The serialized ``MessageBatch``, one ``SingleMessage`` per message."""
+        """The serialized ``MessageBatch``, one ``SingleMessage`` per message (each with
+        the producer's ``schema_version`` when it has a schema)."""
         batch = pb.MessageBatch()
         add = batch.messages.add
         if self.fields is None:
@@ -121,6 +123,9 @@ class Batch:
                     add(payload=payload, sequence_id=seq)
                 else:
                     add(payload=payload, sequence_id=seq, **more)
+        if self.schema_version is not None:
+            for message in batch.messages:
+                message.schema_version = self.schema_version
         return batch.SerializeToString()
 
 
@@ -132,6 +137,7 @@ class Batcher:
         self.max_messages = max(1, max_messages) if batching else 1
         self.max_bytes = max(1, max_bytes)
         self.next_seq = 0
+        self.schema_version: int | None = None  # the producer's schema's, on every message
         self.current: Batch | None = None
         self.txn_batches: dict = {}  # transaction -> its open batch
 
@@ -181,6 +187,7 @@ class Batcher:
             del self.txn_batches[batch.txn]
         else:
             return  # already sealed
+        batch.schema_version = self.schema_version
         batch.data = batch.encode()
         self._sealed(batch)
 

@@ -25,6 +25,7 @@ from magnetar._partition_watch import PartitionWatch, connect_new
 from magnetar._reader import gather_last, has_more, initial_start
 from magnetar._retryletter import RetryLetters
 from magnetar._types import ConsumerDeadLetterPolicy, ConsumerType, MessageId
+from magnetar._values import ValueReader
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import MagnetarError, NotAllowedError, Timeout
 
@@ -64,6 +65,8 @@ class Consumer:
         if options.get("ack_timeout_ms"):
             self._unacked = UnackedTracker(options["ack_timeout_ms"] / 1000, options["tick_ms"] / 1000)
         self._unacked_lock = threading.Lock()
+        # msg.value()'s decoder (None: values are the payloads)
+        self.values = ValueReader(options["schema"]) if options.get("schema") is not None else None
         self._ack_wake = asyncio.Event()  # a full group: flush now
         # An idle consumer's flusher sleeps until an ack comes: the first plain ack after
         # a flush signals it (once per group, from any thread), instead of the flusher

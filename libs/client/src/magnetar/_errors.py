@@ -15,6 +15,7 @@ from magnetar_protocol.errors import (
     ConsumerBusy,
     ConsumerNotFound,
     ExpiredTransactionError,
+    IncompatibleSchema,
     InvalidTopicName,
     InvalidTxnStatusError,
     MagnetarError,
@@ -48,7 +49,7 @@ from magnetar_protocol.errors import (
 
 __all__ = [
     "AuthenticationError", "AuthorizationError", "BadRequest", "Conflict",
-    "ConnectError", "ConsumerBusy", "ConsumerNotFound", "ExpiredTransactionError",
+    "ConnectError", "ConsumerBusy", "ConsumerNotFound", "ExpiredTransactionError", "IncompatibleSchema",
     "InvalidTopicName", "InvalidTxnStatusError", "MagnetarError", "MessageTooBig",
     "NamespaceNotFound", "NotAllowedError", "NotFound", "NotOwner", "PersistenceError",
     "ProducerBlockedQuotaExceeded", "ProducerBusy", "ProducerFenced", "ProducerNotFound", "ServiceNotReady",

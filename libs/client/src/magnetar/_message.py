@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
 
@@ -13,16 +14,20 @@ from magnetar_protocol import pulsar_api_pb2 as pulsar_pb
 from magnetar_protocol.errors import BadRequest
 from magnetar_protocol.pulsar import stored
 
+if TYPE_CHECKING:
+    from magnetar._values import ValueReader
+
 
 class EntryInfo:
     """What the messages of one delivered entry share (one object per entry, not per
     message: receiving is per-message work)."""
 
     __slots__ = ("partition", "entry_id", "size", "topic", "publish_time", "producer",
-                 "source", "generation")
+                 "source", "generation", "values")
 
     def __init__(self, partition: int, entry_id: int, size: int, topic: str, publish_time: int,
-                 producer: str, source: object = None, generation: int = 0) -> None:
+                 producer: str, source: object = None, generation: int = 0,
+                 values: ValueReader | None = None) -> None:
         self.partition = partition
         self.entry_id = entry_id
         self.size = size
@@ -31,6 +36,7 @@ class EntryInfo:
         self.producer = producer
         self.source = source  # the partition consumer that fetched it ...
         self.generation = generation  # ... under which of its subscriptions
+        self.values = values  # the consumer's schema (a _values.ValueReader); None: bytes
 
 
 class Message:
@@ -53,9 +59,24 @@ class Message:
         """The payload."""
         return self._msg.payload
 
-    def value(self) -> bytes:
-        """pulsar-client compatibility (no schemas): the payload."""
-        return self._msg.payload
+    def value(self) -> Any:
+        """The value, decoded by the consumer's or reader's ``schema=`` (the payload
+        when it has none)."""
+        values = self._info.values
+        if values is None:
+            return self._msg.payload
+        return values.value(self._msg)
+
+    def schema_version(self) -> bytes:
+        """The version of the topic's schema it was written with, as pulsar-client gives
+        it (8 bytes, big-endian), b'' when written without a schema."""
+        msg = self._msg
+        return msg.schema_version.to_bytes(8, "big") if msg.HasField("schema_version") else b""
+
+    def int_schema_version(self) -> int:
+        """The same version as a number, -1 when written without a schema."""
+        msg = self._msg
+        return msg.schema_version if msg.HasField("schema_version") else -1
 
     def message_id(self) -> MessageId:
         """Where the message sits (partition, entry, batch index, batch size)."""
@@ -191,18 +212,18 @@ class UndecodableEntry:
 
 
 def expand(entry: pb.DeliveredEntry, partition: int, topic: str, generation: int = 0,
-           source: object = None) -> list[Message | ChunkPiece]:
+           source: object = None, values: ValueReader | None = None) -> list[Message | ChunkPiece]:
     """The messages a delivered entry carries: all of them (first delivery), or only the
     listed batch indices with their redelivery counts; a chunk of a large message comes
     as a ChunkPiece.  Raises DecodeError when the entry's batch does not decode."""
     messages = pb.MessageBatch.FromString(entry.batch).messages
     if stored.has_envelope(messages):
         try:
-            return _expand_stored(messages, entry, partition, topic, generation, source)
+            return _expand_stored(messages, entry, partition, topic, generation, source, values)
         except BadRequest as exc:   # an envelope that does not open
             raise DecodeError(str(exc)) from None
     info = EntryInfo(partition, entry.entry_id, len(messages), topic, entry.publish_time,
-                     entry.producer_name, source, generation)
+                     entry.producer_name, source, generation, values)
     if not entry.indices:
         return [Message(m, info, i) for i, m in enumerate(messages)]
     n = len(messages)
@@ -215,14 +236,15 @@ def expand(entry: pb.DeliveredEntry, partition: int, topic: str, generation: int
 
 
 def _expand_stored(messages: Sequence[pb.SingleMessage], entry: pb.DeliveredEntry, partition: int,
-                   topic: str, generation: int, source: object) -> list[Message | ChunkPiece]:
+                   topic: str, generation: int, source: object,
+                   values: ValueReader | None = None) -> list[Message | ChunkPiece]:
     """``expand`` of a batch holding Pulsar entries stored as sent: one that can be
     opened gives its messages; an encrypted one is one message standing for all its
     batch indices (acking it acks them all); a chunk gives a ChunkPiece."""
     opened = [stored.open_message(m) for m in messages]
     total = sum(len(o.messages) for o in opened)
     info = EntryInfo(partition, entry.entry_id, total, topic, entry.publish_time, entry.producer_name,
-                     source, generation)
+                     source, generation, values)
     due = {i: (entry.redelivery_counts[k] if k < len(entry.redelivery_counts) else 0)
            for k, i in enumerate(entry.indices)} if entry.indices else None
     out: list[Message | ChunkPiece] = []

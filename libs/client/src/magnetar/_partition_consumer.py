@@ -24,8 +24,9 @@ from magnetar._message import ChunkPiece, EntryInfo, UndecodableEntry, expand
 from magnetar._reader import start_position
 from magnetar._retry import RETRYABLE, SESSION_LOST, TRANSIENT, Backoff, deadline_after
 from magnetar._types import InitialPosition, MessageId
+from magnetar._values import ValueReader
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import MagnetarError, NotOwner, SessionNotFound
+from magnetar_protocol.errors import MagnetarError, NotOwner, SessionNotFound, TopicNotFound
 
 log = logging.getLogger("magnetar.consumer")
 
@@ -110,6 +111,9 @@ class PartitionConsumer:
                 dead_letter_topic=policy.dead_letter_topic or "",
                 initial_subscription_name=policy.initial_subscription_name or "",
                 retry_letter_topic=policy.retry_letter_topic or ""))
+        schema = o.get("schema")
+        if schema is not None:
+            req.schema.CopyFrom(schema._wire())
         if not o["durable"]:
             position, inclusive = start_position(self.start_id or MessageId.earliest,
                                                  self.start_inclusive, self.returned)
@@ -160,12 +164,15 @@ class PartitionConsumer:
                 await asyncio.sleep(END_OF_TOPIC_POLL_S)
                 continue
             put = queue.put_nowait
+            values = consumer.values
             for entry in reply.entries:
                 try:
-                    messages = expand(entry, self.partition, self.topic, generation, self)
+                    messages = expand(entry, self.partition, self.topic, generation, self, values)
                 except (DecodeError, RuntimeWarning) as exc:
                     put(self._skip_undecodable(entry, generation, exc))
                     continue
+                if values is not None and values.wants_writers:
+                    await self._learn_writers(values, messages)
                 for msg in messages:
                     if type(msg) is ChunkPiece:
                         self._chunk(msg)
@@ -191,6 +198,22 @@ class PartitionConsumer:
         if outcome.ack or outcome.dropped:
             log.info("chunks of incomplete messages on %s dropped (%d acknowledged, %d left for "
                      "redelivery)", self.topic, len(outcome.ack), len(outcome.dropped))
+
+    async def _learn_writers(self, values: ValueReader, messages: list) -> None:
+        """Fetch the writers' schemas of versions not seen yet, before their messages are
+        queued (``value()`` must not wait).  A version the registry does not have (a
+        forced delete) is read with the consumer's own schema."""
+        for version in values.missing(messages):
+            try:
+                reply = await self.core.call(self.url, "/v1/schemas/get",
+                                             pb.GetSchemaRequest(topic=self.topic, version=version),
+                                             pb.GetSchemaResponse)
+                values.learn(version, reply.schema)
+            except TopicNotFound:
+                values.learn(version, None)
+            except MagnetarError as exc:   # not known yet: asked again with the next message
+                log.warning("schema version %d of %s not fetched (%s): read with the consumer's schema",
+                            version, self.topic, exc)
 
     def _skip_undecodable(self, entry: pb.DeliveredEntry, generation: int,
                           exc: Exception) -> UndecodableEntry:

@@ -106,6 +106,9 @@ class PartitionProducer(Batcher):
         self.max_bytes = min(self.max_bytes, self.max_message_size)
         if reply.HasField("topic_epoch"):
             self.topic_epoch = reply.topic_epoch
+        # The version the broker registered (or found) for the producer's schema; a
+        # reconnect may find another if the schema was deleted and registered again.
+        self.schema_version = reply.schema_version if reply.HasField("schema_version") else None
         if first:
             initial = self.options["initial_sequence_id"]
             if initial is None:
@@ -124,6 +127,9 @@ class PartitionProducer(Batcher):
             client_producer_id=self.client_producer_id)
         if self.topic_epoch is not None:  # keeps exclusivity across reconnects
             req.topic_epoch = self.topic_epoch
+        schema = self.producer.schema
+        if schema is not None:
+            req.schema.CopyFrom(schema._wire())
         timeout = self.core.operation_timeout_s
         if waits:
             timeout += WAIT_FOR_EXCLUSIVE_POLL_MS / 1000
@@ -170,6 +176,8 @@ class PartitionProducer(Batcher):
         if open_batch is not None:
             self.seal(open_batch)
         metadata = chunk_metadata(self.name, seq, int(time.time() * 1000), len(payload), fields)
+        if self.schema_version is not None:   # Pulsar's 8 bytes, read from the chunks' metadata
+            metadata.schema_version = self.schema_version.to_bytes(8, "big", signed=True)
         pieces = cut(payload, metadata, self.max_message_size)
         outcome = ChunkedSend(callback)
         count = len(pieces) // 2

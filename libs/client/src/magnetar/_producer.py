@@ -19,6 +19,7 @@ from magnetar._partition_watch import PartitionWatch, connect_new
 from magnetar._routing import Router
 from magnetar._slots import Slots
 from magnetar._types import MessageId, PartitionsRoutingMode, ProducerAccessMode, Result
+from magnetar._values import check_schema
 from magnetar_protocol.errors import MessageTooBig
 
 
@@ -60,6 +61,8 @@ class Producer:
         self.router = Router(self.parts, options["routing_mode"]) if partitions else None
         self.slots = Slots(options["max_pending"], options["block_if_full"])
         self.max_message_size = 5 * 1024 * 1024
+        # Values go through it (None: payloads are bytes, as with BytesSchema).
+        self.schema = options.get("schema")
         self.closed = False
         self.on_close: Callable[[Producer], None] | None = None  # the client forgets a closed producer
         self.watch = PartitionWatch(core, topic, partitions, self._grow)
@@ -102,6 +105,8 @@ class Producer:
         """The payload as bytes, or the error its send would meet (any thread)."""
         if self.closed:
             raise AlreadyClosed(f"producer on {self.topic_name} is closed")
+        if self.schema is not None:
+            data = self.schema.encode(data)
         data = payload_bytes(data)
         if len(data) > self.max_message_size and not self.options.get("chunking"):
             raise MessageTooBig(f"message of {len(data)} bytes exceeds the maximum of "
@@ -221,7 +226,7 @@ def producer_options(producer_name=None, initial_sequence_id=None,
                      batching_max_publish_delay_ms=1, max_pending_messages=1000,
                      block_if_queue_full=True,
                      message_routing_mode=PartitionsRoutingMode.RoundRobinDistribution,
-                     chunking_enabled=False) -> dict:
+                     chunking_enabled=False, schema=None) -> dict:
     """Validated create_producer options (pulsar-client's names and defaults)."""
     if initial_sequence_id is not None and (not isinstance(initial_sequence_id, int)
                                             or initial_sequence_id < -1):
@@ -243,4 +248,5 @@ def producer_options(producer_name=None, initial_sequence_id=None,
         "delay_s": max(batching_max_publish_delay_ms, 0) / 1000,
         "max_pending": max_pending_messages, "block_if_full": bool(block_if_queue_full),
         "routing_mode": PartitionsRoutingMode(message_routing_mode),
+        "schema": check_schema(schema),
     }

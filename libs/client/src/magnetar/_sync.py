@@ -180,21 +180,22 @@ class Producer:
         self._inbox: deque[Any] = deque()
         self._scheduled = False
 
-    def send(self, data: bytes, properties: dict[Any, Any] | None = None, partition_key: str | None = None,
+    def send(self, data: Any, properties: dict[Any, Any] | None = None, partition_key: str | None = None,
              sequence_id: int | None = None, event_timestamp: int | None = None,
              txn: "Transaction | None" = None, ordering_key: bytes | str | None = None,
              deliver_at: int | None = None, deliver_after: timedelta | None = None) -> MessageId:
         """Send and wait for the broker's receipt; the message's MessageId (entry id -1
-        for a dropped duplicate or a transactional send).  ``deliver_at`` (ms since the
-        epoch) or ``deliver_after`` (a timedelta): delayed delivery (Shared and
-        Key_Shared subscriptions; docs/client.md)."""
+        for a dropped duplicate or a transactional send).  ``data``: bytes, or a value of
+        the producer's ``schema=`` (encoded by it; TypeError for another type).
+        ``deliver_at`` (ms since the epoch) or ``deliver_after`` (a timedelta): delayed
+        delivery (Shared and Key_Shared subscriptions; docs/client.md)."""
         self._io.check_thread()
         waiter = _Waiter()
         self._queue(data, waiter, properties, partition_key, sequence_id, event_timestamp,
                     txn, True, ordering_key, delivery_time(deliver_at, deliver_after))
         return waiter.result()
 
-    def send_async(self, data: bytes, callback: Callable[[Any, MessageId | None], None],
+    def send_async(self, data: Any, callback: Callable[[Any, MessageId | None], None],
                    properties: dict[Any, Any] | None = None,
                    partition_key: str | None = None, sequence_id: int | None = None,
                    event_timestamp: int | None = None, txn: "Transaction | None" = None,
@@ -207,12 +208,12 @@ class Producer:
         self._queue(data, callback, properties, partition_key, sequence_id, event_timestamp,
                     txn, False, ordering_key, delivery_time(deliver_at, deliver_after))
 
-    def _queue(self, data: bytes, callback: Callable[[Any, MessageId | None], None],
+    def _queue(self, data: Any, callback: Callable[[Any, MessageId | None], None],
                properties: dict[Any, Any] | None, partition_key: str | None, sequence_id: int | None,
                event_timestamp: int | None, txn: Transaction | None, seal: bool,
                ordering_key: bytes | str | None = None, deliver_at: int | None = None) -> None:
         p = self._p
-        if type(data) is not bytes or p.closed or len(data) > p.max_message_size:
+        if type(data) is not bytes or p.schema is not None or p.closed or len(data) > p.max_message_size:
             data = p.check(data)
         fields = None
         if properties is not None or partition_key is not None or event_timestamp or ordering_key is not None \

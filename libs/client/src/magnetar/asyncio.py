@@ -42,6 +42,8 @@ from magnetar._types import (
     TransactionState,
     TxnID,
 )
+from magnetar._values import check_schema
+from magnetar.schema import Schema
 from magnetar_protocol.tlsctx import client_context
 from magnetar_protocol.topics import TopicName
 
@@ -141,17 +143,20 @@ class Client:
                               max_pending_messages: int = 1000, block_if_queue_full: bool = True,
                               message_routing_mode: PartitionsRoutingMode =
                               PartitionsRoutingMode.RoundRobinDistribution,
-                              chunking_enabled: bool = False) -> Producer:
+                              chunking_enabled: bool = False,
+                              schema: Schema | None = None) -> Producer:
         """A producer on ``topic`` (every partition of a partitioned topic).  Options and
         defaults as pulsar-client's; ``send_timeout_millis=0`` means no timeout.
         ``chunking_enabled`` (with ``batching_enabled=False``, as Pulsar requires): a
-        message larger than the broker's limit goes in chunks, Pulsar's format."""
+        message larger than the broker's limit goes in chunks, Pulsar's format.
+        ``schema``: what ``send`` takes (a ``magnetar.schema`` schema; default bytes),
+        registered with the topic (IncompatibleSchema when its strategy refuses it)."""
         self._check_open()
         options = producer_options(
             producer_name, initial_sequence_id, access_mode, batching_enabled, send_timeout_millis,
             batching_max_messages, batching_max_allowed_size_in_bytes,
             batching_max_publish_delay_ms, max_pending_messages, block_if_queue_full,
-            message_routing_mode, chunking_enabled)
+            message_routing_mode, chunking_enabled, schema)
         full, partitions = await self.core.partitions(topic)
         producer = await Producer(self.core, full, partitions, options).start()
         return self._track(producer)
@@ -168,7 +173,7 @@ class Client:
                         max_pending_chunked_message: int = 10,
                         auto_ack_oldest_chunked_message_on_queue_full: bool = False,
                         expire_time_of_incomplete_chunked_message_ms: int = 60000,
-                        is_read_compacted: bool = False,
+                        is_read_compacted: bool = False, schema: Schema | None = None,
                         _threaded: bool = False) -> Consumer:
         """A consumer of ``subscription_name`` on ``topic`` (merging every partition).
 
@@ -184,7 +189,9 @@ class Client:
         Chunked messages (pulsar-client's options): at most ``max_pending_chunked_message``
         incomplete at once, each for ``expire_time_of_incomplete_chunked_message_ms``.
         ``is_read_compacted``: the topic's compacted view, then what came after it
-        (Exclusive and Failover only, as Pulsar: else NotAllowedError)."""
+        (Exclusive and Failover only, as Pulsar: else NotAllowedError).  ``schema``: what
+        ``msg.value()`` returns (a ``magnetar.schema`` schema; default bytes), checked
+        against the topic's (IncompatibleSchema)."""
         self._check_open()
         if not subscription_name or not isinstance(subscription_name, str):
             raise ValueError("subscription_name is required")
@@ -210,6 +217,7 @@ class Client:
         options |= chunk_options(max_pending_chunked_message, auto_ack_oldest_chunked_message_on_queue_full,
                                  expire_time_of_incomplete_chunked_message_ms)
         options["read_compacted"] = bool(is_read_compacted)
+        options["schema"] = check_schema(schema)
         consumer = await Consumer(self.core, full, partitions, options, _threaded).start()
         if enable_retry:
             assert dead_letter_policy is not None
@@ -228,10 +236,11 @@ class Client:
                             start_message_id_inclusive: bool = False,
                             max_pending_chunked_message: int = 10,
                             expire_time_of_incomplete_chunked_message_ms: int = 60000,
-                            is_read_compacted: bool = False,
+                            is_read_compacted: bool = False, schema: Schema | None = None,
                             _threaded: bool = False) -> Reader:
         """A reader of ``topic`` from ``start_message_id`` (``MessageId.earliest``,
-        ``MessageId.latest`` or a message's id), on a subscription that leaves no trace."""
+        ``MessageId.latest`` or a message's id), on a subscription that leaves no trace;
+        ``schema`` as ``subscribe``'s."""
         self._check_open()
         if not isinstance(start_message_id, MessageId):
             raise TypeError("start_message_id must be a MessageId, e.g. MessageId.earliest")
@@ -249,6 +258,7 @@ class Client:
         options |= chunk_options(max_pending_chunked_message, False,
                                  expire_time_of_incomplete_chunked_message_ms)
         options["read_compacted"] = bool(is_read_compacted)
+        options["schema"] = check_schema(schema)
         consumer = await Consumer(self.core, full, partitions, options, _threaded).start()
         return Reader(self._track(consumer))
 

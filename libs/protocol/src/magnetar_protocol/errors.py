@@ -34,6 +34,8 @@ class.  So a test can assert ``pytest.raises(ProducerBusy)`` whichever side rais
     │   ├── InvalidTxnStatusError
     │   ├── ExpiredTransactionError
     │   ├── TopicTerminated               a send to a terminated topic
+    │   ├── IncompatibleSchema            a schema the topic's strategy refuses, a payload
+    │   │                                 that does not match it (schemaValidationEnforced)
     │   └── TransactionHasOperationFailed client: commit of a spoiled transaction
     ├── TooManyRequests                   429
     ├── ServiceNotReady                   503  retryable
@@ -200,6 +202,13 @@ class TopicTerminated(Conflict):
     """The topic was terminated (``topics terminate``): it takes no more messages
     (Pulsar's TopicTerminatedError)."""
     code = Code.TOPIC_TERMINATED
+
+
+class IncompatibleSchema(Conflict):
+    """A producer's or consumer's schema that the topic's compatibility strategy refuses
+    (Pulsar's IncompatibleSchemaException; 409 as Pulsar's admin answers an upload), or,
+    with schemaValidationEnforced, a payload that does not match the topic's schema."""
+    code = Code.INCOMPATIBLE_SCHEMA
 
 
 class TransactionHasOperationFailed(Conflict):

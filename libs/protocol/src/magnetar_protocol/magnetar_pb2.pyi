@@ -39,6 +39,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRANSACTION_KEY_NOT_FOUND: _ClassVar[ErrorCode]
     PRODUCER_BLOCKED_QUOTA_EXCEEDED: _ClassVar[ErrorCode]
     TOPIC_TERMINATED: _ClassVar[ErrorCode]
+    INCOMPATIBLE_SCHEMA: _ClassVar[ErrorCode]
 
 class ProducerAccessMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -106,6 +107,7 @@ CONFLICT: ErrorCode
 TRANSACTION_KEY_NOT_FOUND: ErrorCode
 PRODUCER_BLOCKED_QUOTA_EXCEEDED: ErrorCode
 TOPIC_TERMINATED: ErrorCode
+INCOMPATIBLE_SCHEMA: ErrorCode
 ACCESS_SHARED: ProducerAccessMode
 ACCESS_EXCLUSIVE: ProducerAccessMode
 ACCESS_WAIT_FOR_EXCLUSIVE: ProducerAccessMode
@@ -163,7 +165,7 @@ class BatchResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[BatchResult, _Mapping]]] = ...) -> None: ...
 
 class SingleMessage(_message.Message):
-    __slots__ = ("payload", "partition_key", "properties", "sequence_id", "event_time", "ordering_key", "publish_time", "null_value", "partition_key_b64_encoded", "null_partition_key", "deliver_at_time", "pulsar_metadata")
+    __slots__ = ("payload", "partition_key", "properties", "sequence_id", "event_time", "ordering_key", "publish_time", "null_value", "partition_key_b64_encoded", "null_partition_key", "deliver_at_time", "schema_version", "pulsar_metadata")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +184,7 @@ class SingleMessage(_message.Message):
     PARTITION_KEY_B64_ENCODED_FIELD_NUMBER: _ClassVar[int]
     NULL_PARTITION_KEY_FIELD_NUMBER: _ClassVar[int]
     DELIVER_AT_TIME_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     PULSAR_METADATA_FIELD_NUMBER: _ClassVar[int]
     payload: bytes
     partition_key: str
@@ -194,8 +197,9 @@ class SingleMessage(_message.Message):
     partition_key_b64_encoded: bool
     null_partition_key: bool
     deliver_at_time: int
+    schema_version: int
     pulsar_metadata: bytes
-    def __init__(self, payload: _Optional[bytes] = ..., partition_key: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., sequence_id: _Optional[int] = ..., event_time: _Optional[int] = ..., ordering_key: _Optional[bytes] = ..., publish_time: _Optional[int] = ..., null_value: _Optional[bool] = ..., partition_key_b64_encoded: _Optional[bool] = ..., null_partition_key: _Optional[bool] = ..., deliver_at_time: _Optional[int] = ..., pulsar_metadata: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, payload: _Optional[bytes] = ..., partition_key: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., sequence_id: _Optional[int] = ..., event_time: _Optional[int] = ..., ordering_key: _Optional[bytes] = ..., publish_time: _Optional[int] = ..., null_value: _Optional[bool] = ..., partition_key_b64_encoded: _Optional[bool] = ..., null_partition_key: _Optional[bool] = ..., deliver_at_time: _Optional[int] = ..., schema_version: _Optional[int] = ..., pulsar_metadata: _Optional[bytes] = ...) -> None: ...
 
 class MessageBatch(_message.Message):
     __slots__ = ("messages",)
@@ -230,6 +234,23 @@ class TxnId(_message.Message):
     most_bits: int
     least_bits: int
     def __init__(self, most_bits: _Optional[int] = ..., least_bits: _Optional[int] = ...) -> None: ...
+
+class Schema(_message.Message):
+    __slots__ = ("type", "data", "properties")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    data: bytes
+    properties: _containers.ScalarMap[str, str]
+    def __init__(self, type: _Optional[str] = ..., data: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class PartitionMetadataRequest(_message.Message):
     __slots__ = ("topic",)
@@ -300,7 +321,7 @@ class CloseSessionResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class CreateProducerRequest(_message.Message):
-    __slots__ = ("session_id", "topic", "producer_name", "access_mode", "topic_epoch", "user_provided_name", "wait_ms", "client_producer_id")
+    __slots__ = ("session_id", "topic", "producer_name", "access_mode", "topic_epoch", "user_provided_name", "wait_ms", "client_producer_id", "schema")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -309,6 +330,7 @@ class CreateProducerRequest(_message.Message):
     USER_PROVIDED_NAME_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     topic: str
     producer_name: str
@@ -317,23 +339,26 @@ class CreateProducerRequest(_message.Message):
     user_provided_name: bool
     wait_ms: int
     client_producer_id: int
-    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., access_mode: _Optional[_Union[ProducerAccessMode, str]] = ..., topic_epoch: _Optional[int] = ..., user_provided_name: _Optional[bool] = ..., wait_ms: _Optional[int] = ..., client_producer_id: _Optional[int] = ...) -> None: ...
+    schema: Schema
+    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., access_mode: _Optional[_Union[ProducerAccessMode, str]] = ..., topic_epoch: _Optional[int] = ..., user_provided_name: _Optional[bool] = ..., wait_ms: _Optional[int] = ..., client_producer_id: _Optional[int] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ...) -> None: ...
 
 class CreateProducerResponse(_message.Message):
-    __slots__ = ("producer_id", "producer_name", "last_sequence_id", "topic_epoch", "max_message_size", "waiting")
+    __slots__ = ("producer_id", "producer_name", "last_sequence_id", "topic_epoch", "max_message_size", "waiting", "schema_version")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_EPOCH_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     producer_name: str
     last_sequence_id: int
     topic_epoch: int
     max_message_size: int
     waiting: bool
-    def __init__(self, producer_id: _Optional[int] = ..., producer_name: _Optional[str] = ..., last_sequence_id: _Optional[int] = ..., topic_epoch: _Optional[int] = ..., max_message_size: _Optional[int] = ..., waiting: _Optional[bool] = ...) -> None: ...
+    schema_version: int
+    def __init__(self, producer_id: _Optional[int] = ..., producer_name: _Optional[str] = ..., last_sequence_id: _Optional[int] = ..., topic_epoch: _Optional[int] = ..., max_message_size: _Optional[int] = ..., waiting: _Optional[bool] = ..., schema_version: _Optional[int] = ...) -> None: ...
 
 class SendRequest(_message.Message):
     __slots__ = ("producer_id", "batch", "num_messages", "sequence_id", "highest_sequence_id", "txn", "deliver_at_time", "session_id")
@@ -402,7 +427,7 @@ class CloseProducerResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("session_id", "topic", "subscription", "sub_type", "initial_position", "consumer_name", "priority_level", "durable", "start_position", "start_inclusive", "dead_letter_policy", "read_compacted")
+    __slots__ = ("session_id", "topic", "subscription", "sub_type", "initial_position", "consumer_name", "priority_level", "durable", "start_position", "start_inclusive", "dead_letter_policy", "schema", "read_compacted")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -414,6 +439,7 @@ class SubscribeRequest(_message.Message):
     START_POSITION_FIELD_NUMBER: _ClassVar[int]
     START_INCLUSIVE_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_POLICY_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
     READ_COMPACTED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     topic: str
@@ -426,8 +452,9 @@ class SubscribeRequest(_message.Message):
     start_position: Position
     start_inclusive: bool
     dead_letter_policy: DeadLetterPolicy
+    schema: Schema
     read_compacted: bool
-    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., subscription: _Optional[str] = ..., sub_type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ..., durable: _Optional[bool] = ..., start_position: _Optional[_Union[Position, _Mapping]] = ..., start_inclusive: _Optional[bool] = ..., dead_letter_policy: _Optional[_Union[DeadLetterPolicy, _Mapping]] = ..., read_compacted: _Optional[bool] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., topic: _Optional[str] = ..., subscription: _Optional[str] = ..., sub_type: _Optional[_Union[SubscriptionType, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., priority_level: _Optional[int] = ..., durable: _Optional[bool] = ..., start_position: _Optional[_Union[Position, _Mapping]] = ..., start_inclusive: _Optional[bool] = ..., dead_letter_policy: _Optional[_Union[DeadLetterPolicy, _Mapping]] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ..., read_compacted: _Optional[bool] = ...) -> None: ...
 
 class DeadLetterPolicy(_message.Message):
     __slots__ = ("max_redeliver_count", "dead_letter_topic", "initial_subscription_name", "retry_letter_topic")
@@ -888,3 +915,91 @@ class DeleteKeyResponse(_message.Message):
     ABORTED_FIELD_NUMBER: _ClassVar[int]
     aborted: _containers.RepeatedCompositeFieldContainer[TxnId]
     def __init__(self, aborted: _Optional[_Iterable[_Union[TxnId, _Mapping]]] = ...) -> None: ...
+
+class SchemaVersion(_message.Message):
+    __slots__ = ("version", "schema", "timestamp", "deleted")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    schema: Schema
+    timestamp: int
+    deleted: bool
+    def __init__(self, version: _Optional[int] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ..., timestamp: _Optional[int] = ..., deleted: _Optional[bool] = ...) -> None: ...
+
+class GetSchemaRequest(_message.Message):
+    __slots__ = ("topic", "version")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    version: int
+    def __init__(self, topic: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class GetSchemaResponse(_message.Message):
+    __slots__ = ("schema",)
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    schema: SchemaVersion
+    def __init__(self, schema: _Optional[_Union[SchemaVersion, _Mapping]] = ...) -> None: ...
+
+class ListSchemasRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class ListSchemasResponse(_message.Message):
+    __slots__ = ("versions",)
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    versions: _containers.RepeatedCompositeFieldContainer[SchemaVersion]
+    def __init__(self, versions: _Optional[_Iterable[_Union[SchemaVersion, _Mapping]]] = ...) -> None: ...
+
+class CreateSchemaRequest(_message.Message):
+    __slots__ = ("topic", "schema", "admin")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    schema: Schema
+    admin: bool
+    def __init__(self, topic: _Optional[str] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ..., admin: _Optional[bool] = ...) -> None: ...
+
+class CreateSchemaResponse(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    def __init__(self, version: _Optional[int] = ...) -> None: ...
+
+class DeleteSchemaRequest(_message.Message):
+    __slots__ = ("topic", "force")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    force: bool
+    def __init__(self, topic: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class DeleteSchemaResponse(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    def __init__(self, version: _Optional[int] = ...) -> None: ...
+
+class CheckSchemaRequest(_message.Message):
+    __slots__ = ("topic", "schema")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    schema: Schema
+    def __init__(self, topic: _Optional[str] = ..., schema: _Optional[_Union[Schema, _Mapping]] = ...) -> None: ...
+
+class CheckSchemaResponse(_message.Message):
+    __slots__ = ("compatible", "strategy", "reason", "version")
+    COMPATIBLE_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    compatible: bool
+    strategy: str
+    reason: str
+    version: int
+    def __init__(self, compatible: _Optional[bool] = ..., strategy: _Optional[str] = ..., reason: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...

@@ -15,13 +15,18 @@ Strategies, as Pulsar names them (``schemaCompatibilityStrategy``):
 
 Types must match (an AVRO topic takes no JSON schema) unless ALWAYS_COMPATIBLE.  AVRO and
 JSON definitions are Avro schemas (Pulsar's JSON schema is described in Avro) and are
-checked with Avro's resolution rules (the spec's "Schema Resolution"); the other types
-(STRING, BYTES, the primitives, PROTOBUF...) are compatible with their own type only
-when their definitions are equal, KEY_VALUE and the rest by equality too.
+checked with Avro's resolution rules (the spec's "Schema Resolution"); PROTOBUF_NATIVE
+keeps its root message (Pulsar's default check for it); KEY_VALUE checks its key and its
+value each by these rules; the other types (STRING, the primitives, PROTOBUF) have no
+rule beyond their type, as Pulsar's default check: only ALWAYS_INCOMPATIBLE refuses them.
 
 Record names are not compared (the wheel's Avro classes take their Python class name,
 and Pulsar's check, Avro's resolving grammar, does not compare them either); field
 names, types, defaults, enum symbols, union branches and promotions are.
+
+A consumer's schema is checked as Pulsar's checkConsumerCompatibility does: it must read
+what the latest version wrote (BACKWARD against the latest) under BACKWARD, FORWARD,
+FORWARD_TRANSITIVE and FULL; against every version under the other transitive ones.
 """
 
 from __future__ import annotations
@@ -34,7 +39,10 @@ from magnetar_protocol.errors import BadRequest
 
 STRATEGIES = ("ALWAYS_COMPATIBLE", "ALWAYS_INCOMPATIBLE", "BACKWARD", "FORWARD", "FULL",
               "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE")
-DEFAULT_STRATEGY = "FULL"  # Pulsar's broker default (schemaCompatibilityStrategy)
+# Pulsar's broker default (ServiceConfiguration.schemaCompatibilityStrategy = FULL); a
+# namespace's own policy starts UNDEFINED, which means the broker's.
+DEFAULT_STRATEGY = "FULL"
+UNDEFINED = "UNDEFINED"
 AVRO_LIKE = ("AVRO", "JSON")
 
 # Avro's promotions: a writer's type the reader's type reads.
@@ -47,6 +55,7 @@ _PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "st
 class SchemaData:
     type: str        # Pulsar's SchemaType name: AVRO, JSON, STRING, ...
     definition: str  # the schema text (an Avro schema for AVRO and JSON; "" for most others)
+    parts: tuple[SchemaData, SchemaData] | None = None   # KEY_VALUE: the key's and the value's
 
 
 class Incompatible(Exception):
@@ -57,6 +66,15 @@ def check_strategy(name: str) -> str:
     if name not in STRATEGIES:
         raise BadRequest(f"unknown schema compatibility strategy {name!r}; one of {', '.join(STRATEGIES)}")
     return name
+
+
+def consumer_incompatibility(new: SchemaData, existing: Sequence[SchemaData], strategy: str) -> str | None:
+    """Why a consumer with schema ``new`` may not read a topic whose schemas are
+    ``existing`` (oldest first, not empty), or None."""
+    check_strategy(strategy)
+    if strategy in ("BACKWARD", "FORWARD", "FORWARD_TRANSITIVE", "FULL"):
+        return incompatibility(new, existing[-1:], "BACKWARD")
+    return incompatibility(new, existing, strategy)
 
 
 def incompatibility(new: SchemaData, existing: Sequence[SchemaData], strategy: str) -> str | None:
@@ -83,14 +101,31 @@ def incompatibility(new: SchemaData, existing: Sequence[SchemaData], strategy: s
 
 def can_read(writer: SchemaData, reader: SchemaData) -> None:
     """Raise Incompatible unless data written with ``writer`` reads with ``reader``."""
+    if writer.type != reader.type:
+        raise Incompatible(f"{writer.type} data cannot be read as {reader.type}")
     if writer.type in AVRO_LIKE:
-        try:
-            w, r = json.loads(writer.definition or "null"), json.loads(reader.definition or "null")
-        except ValueError as exc:
-            raise Incompatible(f"a schema definition is not JSON: {exc}") from None
+        w, r = _json(writer), _json(reader)
         _resolve(w, r, _names(w), _names(r), "")
-    elif writer.definition != reader.definition:
-        raise Incompatible(f"{writer.type} schemas differ")
+    elif writer.type == "PROTOBUF_NATIVE":
+        roots = [_json(s).get("rootMessageTypeName") if isinstance(_json(s), dict) else None
+                 for s in (writer, reader)]
+        if roots[0] != roots[1]:
+            raise Incompatible(f"the root message changed from {roots[0]!r} to {roots[1]!r}")
+    elif writer.type == "KEY_VALUE":
+        if writer.parts is None or reader.parts is None:
+            raise Incompatible("a KEY_VALUE schema without its key and value schemas")
+        for which, w_part, r_part in zip(("key", "value"), writer.parts, reader.parts):
+            try:
+                can_read(w_part, r_part)
+            except Incompatible as exc:
+                raise Incompatible(f"{which}: {exc}") from None
+
+
+def _json(schema: SchemaData) -> object:
+    try:
+        return json.loads(schema.definition or "null")
+    except ValueError as exc:
+        raise Incompatible(f"a {schema.type} definition is not JSON: {exc}") from None
 
 
 def _names(schema: object) -> dict[str, object]:

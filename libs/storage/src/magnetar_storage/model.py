@@ -26,7 +26,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import TIMESTAMP
+from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
 
 metadata = MetaData()
 
@@ -50,6 +50,12 @@ namespaces = Table(
     Column("namespace", Text, nullable=False),
     Column("deduplication_enabled", Boolean, nullable=True),
     _created_at(),
+    # schema policies (0013); NULL: the broker's default
+    Column("schema_compatibility_strategy", Text, CheckConstraint(
+        "schema_compatibility_strategy IN ('ALWAYS_COMPATIBLE', 'ALWAYS_INCOMPATIBLE', 'BACKWARD', 'FORWARD', "
+        "'FULL', 'BACKWARD_TRANSITIVE', 'FORWARD_TRANSITIVE', 'FULL_TRANSITIVE')")),
+    Column("is_allow_auto_update_schema", Boolean, nullable=True),
+    Column("schema_validation_enforced", Boolean, nullable=True),
     PrimaryKeyConstraint("tenant", "namespace"),
     ForeignKeyConstraint(["tenant"], ["tenants.tenant"]),
 )
@@ -415,4 +421,20 @@ compacted_entries = Table(
     Column("kept", ARRAY(Integer), nullable=False),
     Column("payload", LargeBinary, nullable=False),
     PrimaryKeyConstraint("topic_id", "generation", "entry_id"),
+)
+
+# ---------------------------------------------------------------- schema registry (0013)
+
+schemas = Table(
+    "schemas",
+    metadata,
+    Column("topic", Text, nullable=False),
+    Column("version", BigInteger, CheckConstraint("version >= 0"), nullable=False),
+    Column("type", Text, nullable=False),
+    Column("data", LargeBinary, nullable=False, server_default=text("'\\x'::bytea")),
+    Column("properties", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("hash", LargeBinary, nullable=False, server_default=text("'\\x'::bytea")),
+    Column("deleted", Boolean, nullable=False, server_default=text("false")),
+    _created_at(),
+    PrimaryKeyConstraint("topic", "version"),
 )

@@ -36,6 +36,9 @@ OWNER: dict[str, str] = {
     "delayed_deliveries": "broker",
     "compactions": "broker",
     "compacted_entries": "broker",
+    # Schemas: registered by producers and consumers on the broker (Pulsar's registry is
+    # the broker's); the admin's upload and delete routes call a broker.
+    "schemas": "broker",
     # Transactions.
     "coordinators": "coordinator",
     "transactions": "coordinator",

@@ -9,6 +9,7 @@ from magnetar_admin import bodies
 from magnetar_admin.api_lookup import lookup_routes
 from magnetar_admin.api_permissions import permission_routes
 from magnetar_admin.api_policies import policy_routes
+from magnetar_admin.api_schemas import schema_routes
 from magnetar_admin.api_topics import topic_routes
 from magnetar_admin.deps import NO_CONTENT, Body, Service, body_doc, tenant_admin_only
 from magnetar_protocol.errors import BadRequest
@@ -120,6 +121,6 @@ def broker_routes() -> APIRouter:
 
 def add_routes(app: FastAPI, cluster: str) -> None:
     # Permissions first: their paths are more specific than the topic routes'.
-    for router in (permission_routes(), policy_routes(), tenant_routes(cluster), namespace_routes(), topic_routes(),
-                   broker_routes(), lookup_routes()):
+    for router in (permission_routes(), policy_routes(), schema_routes(), tenant_routes(cluster), namespace_routes(),
+                   topic_routes(), broker_routes(), lookup_routes()):
         app.include_router(router)

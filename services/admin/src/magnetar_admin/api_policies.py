@@ -97,6 +97,7 @@ def policy_routes() -> APIRouter:
     async def namespace_policies(tenant: str, namespace: str, service: Service) -> dict:
         scope = await namespace_scope(service, tenant, namespace)
         row = await service.store.storage_policies(*scope)
+        strategy, auto_update, enforced = await service.store.schema_policies(*scope[:2])
         return {"retention_policies": retention_json(row),
                 "message_ttl_in_seconds": row.message_ttl_seconds,
                 "backlog_quota_map": quota_map_json(row),
@@ -104,7 +105,11 @@ def policy_routes() -> APIRouter:
                 "deduplicationEnabled": await service.store.deduplication(*scope[:2]),
                 "delayed_delivery_policies": None if row.delayed_delivery_active is None else DelayedDelivery(
                     row.delayed_delivery_active, row.delayed_delivery_tick_ms or 1000,
-                    row.delayed_delivery_max_delay_ms or 0).as_json()}
+                    row.delayed_delivery_max_delay_ms or 0).as_json(),
+                # Pulsar's names; UNDEFINED / null: the broker's default
+                "schema_compatibility_strategy": strategy or "UNDEFINED",
+                "is_allow_auto_update_schema": auto_update,
+                "schema_validation_enforced": enforced}
 
     def level_routes(prefix: str, scope_of, tag: str) -> None:
         @r.get(prefix + "/retention", tags=[tag], summary="Retention set at this level (null: none)")

@@ -56,6 +56,26 @@ UPDATE namespaces SET deduplication_enabled = $3
 WHERE tenant = $1 AND namespace = $2
 RETURNING namespace;
 
+-- name: get_schema_policies
+-- A namespace's schema policies (migration 0013); NULL: the broker's default.
+SELECT schema_compatibility_strategy, is_allow_auto_update_schema, schema_validation_enforced
+FROM namespaces WHERE tenant = $1 AND namespace = $2;
+
+-- name: set_schema_compatibility_strategy
+UPDATE namespaces SET schema_compatibility_strategy = $3
+WHERE tenant = $1 AND namespace = $2
+RETURNING namespace;
+
+-- name: set_allow_auto_update_schema
+UPDATE namespaces SET is_allow_auto_update_schema = $3
+WHERE tenant = $1 AND namespace = $2
+RETURNING namespace;
+
+-- name: set_schema_validation_enforced
+UPDATE namespaces SET schema_validation_enforced = $3
+WHERE tenant = $1 AND namespace = $2
+RETURNING namespace;
+
 
 -- name: list_topics
 SELECT topic FROM topics WHERE tenant = $1 AND namespace = $2 ORDER BY topic;

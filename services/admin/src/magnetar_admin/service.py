@@ -296,6 +296,15 @@ class AdminService:
                                     pb.LookupResponse)
         return reply.broker_url
 
+    async def schema_call(self, path: str, request, response_type):
+        """One of the brokers' /v1/schemas/* calls (the registry is the brokers': they
+        write it; any live broker serves any topic's), made with this service's token
+        after the route checked the caller."""
+        brokers = await self.store.brokers()
+        if not brokers:
+            raise ServiceNotReady("no live broker to serve the schema registry; start one and retry")
+        return await self.rpc.call(brokers[0]["url"], path, request, response_type)
+
     async def pulsar_lookup(self, name: TopicName, listener: str, authorization: str | None) -> dict:
         """Pulsar's HTTP lookup (LookupData): the owner's pulsar:// and http:// URLs on the
         listener the client names.  The lookup runs in a broker as the caller (its token

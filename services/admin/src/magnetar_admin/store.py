@@ -26,6 +26,8 @@ from magnetar_storage.listeners import listeners_of
 from magnetar_storage.queries import load_queries
 
 Q = load_queries("magnetar_admin")
+SCHEMA_POLICY_QUERIES = ("set_schema_compatibility_strategy", "set_allow_auto_update_schema",
+                         "set_schema_validation_enforced")
 
 # Tables keyed by topic_id, children first; `topics` goes last.
 _TOPIC_ROWS = ("delete_entries", "delete_txn_entries", "delete_txn_outcomes", "delete_pending_acks",
@@ -122,6 +124,22 @@ class AdminStore:
 
     async def set_deduplication(self, tenant: str, namespace: str, enabled: bool | None) -> None:
         if await self.pool.fetchval(Q["set_deduplication"], tenant, namespace, enabled) is None:
+            raise NamespaceNotFound(f"namespace {tenant}/{namespace} does not exist")
+
+    async def schema_policies(self, tenant: str, namespace: str) -> tuple[str | None, bool | None, bool | None]:
+        """(compatibility strategy, allow auto update, validation enforced); None: not set."""
+        row = await self.pool.fetchrow(Q["get_schema_policies"], tenant, namespace)
+        if row is None:
+            raise NamespaceNotFound(f"namespace {tenant}/{namespace} does not exist")
+        return (row["schema_compatibility_strategy"], row["is_allow_auto_update_schema"],
+                row["schema_validation_enforced"])
+
+    async def set_schema_policy(self, tenant: str, namespace: str, policy: str, value: str | bool | None) -> None:
+        """Set one schema policy (``policy``: set_schema_compatibility_strategy,
+        set_allow_auto_update_schema or set_schema_validation_enforced); None unsets it."""
+        if policy not in SCHEMA_POLICY_QUERIES:
+            raise ValueError(f"unknown schema policy query {policy!r}")
+        if await self.pool.fetchval(Q[policy], tenant, namespace, value) is None:
             raise NamespaceNotFound(f"namespace {tenant}/{namespace} does not exist")
 
     # ---------------------------------------------------------------- topics

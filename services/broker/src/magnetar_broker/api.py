@@ -22,7 +22,9 @@ from magnetar_broker.service import BrokerService
 from magnetar_broker.subscription.deadrules import DeadLetterPolicy
 from magnetar_broker.transactions import TxnHandlers
 from magnetar_protocol import magnetar_pb2 as pb
-from magnetar_protocol.errors import MagnetarError, NotOwner, to_wire
+from magnetar_protocol import schemainfo
+from magnetar_protocol.errors import BadRequest, MagnetarError, NotOwner, to_wire
+from magnetar_protocol.schemaregistry import Stored
 from magnetar_protocol.topics import TopicName
 from magnetar_protocol.txnid import TxnID
 from magnetar_runtime.app import ProtoRoute, proto_routes
@@ -40,7 +42,7 @@ def create_producer_command(req: pb.CreateProducerRequest) -> CreateProducer:
     return CreateProducer(
         session_id=req.session_id, topic=req.topic, name=req.producer_name, access_mode=req.access_mode,
         topic_epoch=req.topic_epoch if req.HasField("topic_epoch") else None, wait_ms=req.wait_ms,
-        client_producer_id=req.client_producer_id)
+        client_producer_id=req.client_producer_id, schema=schemainfo.from_proto(req.schema))
 
 
 def subscribe_command(req: pb.SubscribeRequest) -> Subscribe:
@@ -52,7 +54,8 @@ def subscribe_command(req: pb.SubscribeRequest) -> Subscribe:
                if req.HasField("start_position") else None),
         start_inclusive=req.start_inclusive, read_compacted=req.read_compacted,
         dead_letter=(DeadLetterPolicy.from_wire(req.dead_letter_policy)
-                     if req.HasField("dead_letter_policy") else None))
+                     if req.HasField("dead_letter_policy") else None),
+        schema=schemainfo.from_proto(req.schema))
 
 
 def seek_command(req: pb.SeekRequest) -> Seek:
@@ -76,6 +79,20 @@ def sent_reply(sent: Sent) -> pb.SendResponse:
 
 def positions(wire: Iterable[pb.Position]) -> tuple[Position, ...]:
     return tuple(Position(p.entry_id, p.batch_index) for p in wire)
+
+
+def schema_version_reply(stored: Stored) -> pb.SchemaVersion:
+    reply = pb.SchemaVersion(version=stored.version, timestamp=stored.timestamp, deleted=stored.schema is None)
+    if stored.schema is not None:
+        reply.schema.CopyFrom(stored.schema.to_proto())
+    return reply
+
+
+def required_schema(wire: pb.Schema) -> schemainfo.Schema:
+    schema = schemainfo.from_proto(wire)
+    if schema is None:
+        raise BadRequest("a schema is required (BYTES is no schema)")
+    return schema
 
 
 def add_routes(app: FastAPI, service: BrokerService) -> None:
@@ -148,6 +165,8 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
             last_sequence_id=created.last_sequence_id, max_message_size=service.settings.max_message_size)
         if producer.topic_epoch is not None:
             reply.topic_epoch = producer.topic_epoch
+        if created.schema_version is not None:
+            reply.schema_version = created.schema_version
         return reply
 
     async def subscribe(req: pb.SubscribeRequest) -> pb.SubscribeResponse:
@@ -173,6 +192,28 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
                 reply.results.add(response=sent_reply(result))
         return reply
 
+    schemas = service.schemas
+
+    async def get_schema(req: pb.GetSchemaRequest) -> pb.GetSchemaResponse:
+        found = await schemas.get(req.topic, req.version if req.HasField("version") else None)
+        return pb.GetSchemaResponse(schema=schema_version_reply(found))
+
+    async def list_schemas(req: pb.ListSchemasRequest) -> pb.ListSchemasResponse:
+        return pb.ListSchemasResponse(versions=[schema_version_reply(s) for s in await schemas.versions(req.topic)])
+
+    async def create_schema(req: pb.CreateSchemaRequest) -> pb.CreateSchemaResponse:
+        return pb.CreateSchemaResponse(version=await schemas.create(req.topic, required_schema(req.schema), req.admin))
+
+    async def delete_schema(req: pb.DeleteSchemaRequest) -> pb.DeleteSchemaResponse:
+        return pb.DeleteSchemaResponse(version=await schemas.delete(req.topic, req.force))
+
+    async def check_schema(req: pb.CheckSchemaRequest) -> pb.CheckSchemaResponse:
+        strategy, problem, version = await schemas.check(req.topic, required_schema(req.schema))
+        reply = pb.CheckSchemaResponse(compatible=problem is None, strategy=strategy, reason=problem or "")
+        if version is not None:
+            reply.version = version
+        return reply
+
     routes: list[ProtoRoute] = [
         ("/v1/topics/metadata", pb.PartitionMetadataRequest, metadata),
         ("/v1/topics/lookup", pb.LookupRequest, lookup),
@@ -190,6 +231,11 @@ def add_routes(app: FastAPI, service: BrokerService) -> None:
         ("/v1/consumers/seek", pb.SeekRequest, seek),
         ("/v1/consumers/last-message-id", pb.LastMessageIdRequest, last_id),
         ("/v1/consumers/close", pb.CloseConsumerRequest, close_consumer),
+        ("/v1/schemas/get", pb.GetSchemaRequest, get_schema),
+        ("/v1/schemas/list", pb.ListSchemasRequest, list_schemas),
+        ("/v1/schemas/create", pb.CreateSchemaRequest, create_schema),
+        ("/v1/schemas/delete", pb.DeleteSchemaRequest, delete_schema),
+        ("/v1/schemas/check", pb.CheckSchemaRequest, check_schema),
     ]
     async def append_dead_letters(req: pb.DeadLetterAppendRequest) -> pb.DeadLetterAppendResponse:
         # A source broker's half of a dead-letter move (it names other roles' cursors).

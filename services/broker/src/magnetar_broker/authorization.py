@@ -57,3 +57,12 @@ class Authorizer:
             raise AuthorizationError(permissions.refusal(role, action, name.full, subscription,
                                                          name.namespace_name))
         return role
+
+    async def require_tenant_admin(self, name: TopicName) -> str:
+        """Raise AuthorizationError unless the request's role is a superuser or an admin
+        of ``name``'s tenant (who may upload and delete schemas, as Pulsar's admin routes
+        ask); answer the role."""
+        role = current_role()
+        if self.roles.is_superuser(role) or permissions.is_tenant_admin(await self.policies(name), role):
+            return role
+        raise AuthorizationError(f"role {role!r} is neither a superuser nor an admin of tenant {name.tenant!r}")

@@ -13,6 +13,7 @@ from magnetar_broker.subscription.deadrules import DeadLetterPolicy
 from magnetar_broker.subscription.dispatch import SUB_NAMES
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol.errors import BadRequest, NotAllowedError
+from magnetar_protocol.schemainfo import Schema
 from magnetar_protocol.txnid import TxnID
 
 # A position past every entry: a seek there (Pulsar's "latest") lands after the last one.
@@ -41,6 +42,7 @@ class CreateProducer:
     # Created on the topic (at its end) unless it exists: Pulsar's initialSubscriptionName,
     # which its clients' dead-letter producers use so the first dead letter has a reader.
     initial_subscription: str = ""
+    schema: Schema | None = None  # the producer's schema (None: bytes, no schema)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,7 @@ class Subscribe:
     start_inclusive: bool = False
     dead_letter: DeadLetterPolicy | None = None  # the consumer's (its client's) policy
     read_compacted: bool = False  # the compacted view below its horizon, then the log
+    schema: Schema | None = None  # the consumer's schema (None: bytes, not checked)
 
     def __post_init__(self) -> None:
         if self.sub_type not in SUB_NAMES:

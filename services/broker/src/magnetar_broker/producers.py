@@ -15,6 +15,8 @@ from magnetar_broker.ownership import Ownership
 from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
 from magnetar_broker.partition.access import Outcome
 from magnetar_broker.partition.log import PartitionLog, Producer
+from magnetar_broker.partition.payloadcheck import Check, payload_check
+from magnetar_broker.schemas import SchemaRegistry
 from magnetar_broker.sessions import Session, SessionRegistry, new_object_id
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.subscription.subscription import FROM_LATEST, durable
@@ -34,6 +36,7 @@ class ProducerCreated:
     producer: Producer | None
     name: str
     last_sequence_id: int
+    schema_version: int | None = None  # the version of the producer's schema (None: none)
 
     @property
     def waiting(self) -> bool:
@@ -44,8 +47,10 @@ class ProducerHandlers:
     """CreateProducer: given the parts it uses, not the whole service."""
 
     def __init__(self, sessions: SessionRegistry, authz: Authorizer, ownership: Ownership,
-                 producers: dict[int, Producer], broker_id: str, settings: BrokerSettings):
+                 producers: dict[int, Producer], broker_id: str, settings: BrokerSettings,
+                 schemas: SchemaRegistry):
         self.sessions = sessions
+        self.schemas = schemas
         self.authz = authz
         self.ownership = ownership
         self.producers = producers  # every producer of this broker, by id
@@ -59,6 +64,11 @@ class ProducerHandlers:
         topic = TopicName.parse(cmd.topic)
         await self.authz.require(topic, PRODUCE)
         plog = await self.ownership.get_log(topic)
+        # The schema first (Pulsar registers it before the producer exists): refused
+        # with IncompatibleSchema, or its version, and the payload check under
+        # schemaValidationEnforced.
+        version, policy = await self.schemas.for_producer(topic, cmd.schema)
+        check = payload_check(cmd.schema) if policy.validation_enforced and cmd.schema is not None else None
         if cmd.initial_subscription:
             validate_name_part("subscription", cmd.initial_subscription)
             await self.authz.require(topic, CONSUME, cmd.initial_subscription)
@@ -73,7 +83,7 @@ class ProducerHandlers:
         async def attempt() -> ProducerCreated | None:
             async with plog.producer_lock:
                 return await self._try_create(plog, session, name, cmd.access_mode, cmd.topic_epoch,
-                                              cmd.client_producer_id)
+                                              cmd.client_producer_id, version, check)
 
         session.inflight += 1
         try:
@@ -84,7 +94,8 @@ class ProducerHandlers:
         return created or ProducerCreated(None, name, -1)
 
     async def _try_create(self, plog: PartitionLog, session: Session, name: str, mode: int,
-                          requested: int | None, client_id: int) -> ProducerCreated | None:
+                          requested: int | None, client_id: int, schema_version: int | None,
+                          check: Check | None) -> ProducerCreated | None:
         """Create the producer now, or None when a WaitForExclusive one must keep waiting."""
         for other in plog.producers.values():
             if other.name == name:
@@ -93,7 +104,7 @@ class ProducerHandlers:
                 # one of the same client (Pulsar's rule).
                 if other.session_id == session.session_id and client_id and \
                         other.client_producer_id == client_id:
-                    return ProducerCreated(other, name, await plog.last_sequence_id(name))
+                    return ProducerCreated(other, name, await plog.last_sequence_id(name), other.schema_version)
                 raise ProducerBusy(f"producer {name!r} is already connected to {plog.name.full}")
         if name in plog.fenced_waiters:
             plog.fenced_waiters.discard(name)
@@ -118,7 +129,8 @@ class ProducerHandlers:
         plog.check_open()
         producer = Producer(new_object_id(), name, session.session_id, mode, plog,
                             role=session.role, topic_epoch=decision.epoch,
-                            client_producer_id=client_id)
+                            client_producer_id=client_id, schema_version=schema_version,
+                            payload_check=check)
         plog.producers[producer.producer_id] = producer
         plog.access.attach(producer.producer_id, mode, name, decision.epoch)
         session.waiting.discard((plog.name.full, name))
@@ -128,7 +140,7 @@ class ProducerHandlers:
             log.info("%s: producer %r is exclusive (%s) at topic epoch %s", plog.name.full, name,
                      ACCESS_MODES[mode], decision.epoch)
         plog.wake()
-        return ProducerCreated(producer, name, last)
+        return ProducerCreated(producer, name, last, schema_version)
 
     def _fence_producer(self, producer: Producer) -> None:
         """Lost exclusivity: detach, but keep answering its sends with ProducerFenced."""

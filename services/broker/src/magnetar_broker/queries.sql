@@ -849,3 +849,29 @@ SELECT tenant, namespace, topic, delayed_delivery_active, delayed_delivery_tick_
        delayed_delivery_max_delay_ms
 FROM storage_policies
 WHERE tenant || '/' || namespace = ANY($1::text[]) AND delayed_delivery_active IS NOT NULL;
+
+-- ---------------------------------------------------------------- schema registry (migration 0013)
+
+-- name: schema_versions
+-- Every version of a topic's schema ($1: the full name of the topic or of its partitioned
+-- topic), oldest first.
+SELECT version, type, data, properties::text AS properties, hash, deleted,
+       (extract(epoch FROM created_at) * 1000)::bigint AS timestamp
+FROM schemas WHERE topic = $1 ORDER BY version;
+
+-- name: add_schema
+-- One new version, or nothing when another broker stored that version first: the caller
+-- reads the versions again and decides anew (a compare-and-set on the row's key).
+INSERT INTO schemas (topic, version, type, data, properties, hash, deleted)
+VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7)
+ON CONFLICT (topic, version) DO NOTHING
+RETURNING version;
+
+-- name: delete_schemas
+-- A forced delete: the topic's whole history.
+DELETE FROM schemas WHERE topic = $1;
+
+-- name: schema_policies
+-- A namespace's schema policies (NULL: the broker's default); no row: no namespace.
+SELECT schema_compatibility_strategy, is_allow_auto_update_schema, schema_validation_enforced
+FROM namespaces WHERE tenant = $1 AND namespace = $2;

@@ -31,6 +31,7 @@ from magnetar_broker.partition.access import MODE_NAMES as ACCESS_MODES
 from magnetar_broker.partition.log import PartitionLog, Producer
 from magnetar_broker.partition.sends import Batch, Sent
 from magnetar_broker.producers import ProducerCreated, ProducerHandlers
+from magnetar_broker.schemas import SchemaRegistry
 from magnetar_broker.sessions import Session, SessionRegistry, new_object_id
 from magnetar_broker.settings import BrokerSettings
 from magnetar_broker.store import BrokerStore
@@ -108,8 +109,9 @@ class BrokerService:
         self.front_ends: list = []
         self.backlog_ops = BacklogOps(self.ownership, store, self.broker_id, self._drop_consumer,
                                       settings.terminate_txn_wait_ms / 1000)
+        self.schemas = SchemaRegistry(store, settings, self.authz)
         self.producer_handlers = ProducerHandlers(self.sessions, self.authz, self.ownership,
-                                                  self.producers, self.broker_id, settings)
+                                                  self.producers, self.broker_id, settings, self.schemas)
         # Broker-to-broker calls (a dead-letter move to a partition another broker owns),
         # made with this broker's own credentials.
         self.rpc = RpcClient(headers=self.auth.headers())
@@ -381,6 +383,11 @@ class BrokerService:
         name = TopicName.parse(cmd.topic)
         await self.authz.require(name, CONSUME, sub_name)
         plog = await self.ownership.get_log(name)
+        # Pulsar's addSchemaIfIdleOrCheckCompatible: checked against the topic's schemas,
+        # or registered when the partition has none and nothing uses it yet.
+        idle = not plog.producers and plog.next_entry_id <= plog.first_entry_id and \
+            not any(sub.consumers for sub in plog.subscriptions.values())
+        await self.schemas.for_consumer(name, cmd.schema, idle)
         if cmd.durable:
             # Earliest: the first entry still stored (older ones were trimmed); for a
             # consumer of the compacted view, the view's start (it outlives the log).

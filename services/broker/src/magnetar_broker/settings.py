@@ -7,6 +7,7 @@ import socket
 from pydantic import Field, model_validator
 
 from magnetar_protocol.listeners import INTERNAL, PULSAR, parse_listeners, pulsar_key
+from magnetar_protocol.schemacompat import STRATEGIES
 from magnetar_runtime.settings import ServiceSettings
 
 # The advertised listener holding a broker's pulsar:// URL.
@@ -121,6 +122,15 @@ class BrokerSettings(ServiceSettings):
     # The cluster label of those gauges (the admin's MAGNETAR_CLUSTER_NAME).
     cluster_name: str = "standalone"
 
+    # Schemas (docs/admin.md, "Schemas"): the defaults of namespaces that set no schema
+    # policy, Pulsar's: schemaCompatibilityStrategy FULL (the new schema and the latest
+    # read each other's data), isAllowAutoUpdateSchemaEnabled true (a producer may
+    # register a new compatible version), isSchemaValidationEnforced false (a producer
+    # without a schema may write to a topic that has one, and payloads are not checked).
+    schema_compatibility_strategy: str = "FULL"
+    allow_auto_update_schema: bool = True
+    schema_validation_enforced: bool = False
+
     # Pulsar's binary protocol (docs/pulsar-protocol.md): the port unmodified Pulsar
     # clients connect to (Pulsar's is 6650); 0: no Pulsar listener.
     pulsar_port: int = Field(0, ge=0, le=65535)
@@ -135,6 +145,13 @@ class BrokerSettings(ServiceSettings):
     # A Pulsar connection that sends nothing (not even a PONG to our PING) for this long
     # is closed; Pulsar clients PING every 30 s by default.
     pulsar_keepalive_s: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _schema_strategy_known(self):
+        if self.schema_compatibility_strategy not in STRATEGIES:
+            raise ValueError(f"MAGNETAR_SCHEMA_COMPATIBILITY_STRATEGY is {self.schema_compatibility_strategy!r}; "
+                             f"one of {', '.join(STRATEGIES)}")
+        return self
 
     @model_validator(mode="after")
     def _pulsar_listeners_valid(self):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from magnetar_broker.rows import (
     SequenceRow,
 )
 from magnetar_protocol.policies import Row
+from magnetar_protocol.schemainfo import Schema
+from magnetar_protocol.schemaregistry import Stored
 from magnetar_protocol.txnid import TxnID
 from magnetar_storage.listeners import listeners_of
 from magnetar_storage.queries import load_queries
@@ -47,6 +50,13 @@ class Topic(NamedTuple):
 class Namespace(NamedTuple):
     exists: bool
     deduplication: bool | None  # the namespace's policy; None: the broker's setting
+
+
+class SchemaPolicies(NamedTuple):
+    """A namespace's schema policies; None: not set there (the broker's default)."""
+    strategy: str | None
+    allow_auto_update: bool | None
+    validation_enforced: bool | None
 
 
 class TxnState(NamedTuple):
@@ -584,3 +594,32 @@ class BrokerStore:
 
     async def subscription_names(self, topic_id: int) -> list[str]:
         return [r[0] for r in await self.pool.fetch(Q["subscription_names"], topic_id)]
+
+    # ---------------------------------------------------------------- schema registry
+
+    async def schema_versions(self, topic: str) -> list[Stored]:
+        """Every version of ``topic``'s schema (a topic's or partitioned topic's full name),
+        oldest first; a deletion has no schema."""
+        return [Stored(r["version"], None if r["deleted"] else
+                       Schema(r["type"], r["data"], json.loads(r["properties"])), r["hash"], r["timestamp"])
+                for r in await self.pool.fetch(Q["schema_versions"], topic)]
+
+    async def add_schema(self, topic: str, version: int, schema: Schema | None) -> bool:
+        """Store ``schema`` (None: a deletion) as ``version``; False when that version was
+        taken meanwhile."""
+        if schema is None:
+            args = ("NONE", b"", "{}", b"", True)
+        else:
+            args = (schema.type, schema.data, json.dumps(schema.properties), schema.hash, False)
+        return await self.pool.fetchval(Q["add_schema"], topic, version, *args) is not None
+
+    async def delete_schemas(self, topic: str) -> None:
+        await self.pool.execute(Q["delete_schemas"], topic)
+
+    async def schema_policies(self, tenant: str, namespace: str) -> SchemaPolicies | None:
+        """The namespace's schema policies; None when it does not exist."""
+        row = await self.pool.fetchrow(Q["schema_policies"], tenant, namespace)
+        if row is None:
+            return None
+        return SchemaPolicies(row["schema_compatibility_strategy"], row["is_allow_auto_update_schema"],
+                              row["schema_validation_enforced"])

@@ -31,6 +31,7 @@ from magnetar.admin_cli import _errors
 from magnetar.admin_cli._http import DEFAULT_ADMIN_URL, AdminApi, BadAnswer, Refused, Unreachable, UsageError
 from magnetar.admin_cli._output import Out
 from magnetar.admin_cli.namespaces import group_namespaces
+from magnetar.admin_cli.schemas import group_schemas
 from magnetar.admin_cli.tenants import group_brokers, group_tenants
 from magnetar.admin_cli.topics import group_topics
 from magnetar.admin_cli.transactions import group_transactions
@@ -44,6 +45,7 @@ GROUPS: dict[str, tuple[str, Callable]] = {
     "tenants": ("manage tenants", group_tenants),
     "namespaces": ("manage namespaces and their policies", group_namespaces),
     "topics": ("manage persistent topics and subscriptions", group_topics),
+    "schemas": ("a topic's schemas: get, upload, delete, compatibility", group_schemas),
     "brokers": ("list brokers and topic ownership", group_brokers),
     "transactions": ("transactions, coordinators and transaction keys", group_transactions),
 }

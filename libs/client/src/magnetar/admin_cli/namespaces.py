@@ -9,6 +9,7 @@ from magnetar.admin_cli._http import q
 from magnetar.admin_cli._names import name, namespace
 from magnetar.admin_cli._output import column
 from magnetar.admin_cli.policies import add_policy_commands
+from magnetar.admin_cli.schemas import add_schema_policy_commands
 
 
 def group_namespaces(add) -> None:
@@ -111,3 +112,4 @@ def group_namespaces(add) -> None:
 
     add("policies", policies, "show every policy of the namespace", ("namespace",))
     add_policy_commands(add, "namespace", path)
+    add_schema_policy_commands(add, path)

@@ -27,10 +27,12 @@ producer's clock)                               entry's own publish time is the 
 ``partition_key_b64_encoded``                   ``partition_key_b64_encoded`` (the key
                                                 stays the base64 text, as on the wire)
 ``MessageMetadata.deliver_at_time``             ``deliver_at_time`` (carried, not enforced)
+``MessageMetadata.schema_version`` (8 bytes)    ``schema_version`` of each message (a
+                                                number; back to 8 bytes on the way out)
 ==============================================  ===========================================
 
-Not kept: ``schema_version`` and ``replicate_to``; the chunking and encryption fields are
-refused (they need the whole message's context).
+Not kept: ``replicate_to``; the chunking and encryption fields are refused (they need the
+whole message's context).
 
 Pure: no I/O.
 """
@@ -44,8 +46,10 @@ from google.protobuf.message import DecodeError
 
 from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
+from magnetar_protocol.errors import BadRequest
 from magnetar_protocol.pulsar.compression import CompressionError, compress, decompress
 from magnetar_protocol.pulsar.frames import DEFAULT_MAX_MESSAGE_SIZE, invalid_text_field
+from magnetar_protocol.schemainfo import parse_version, version_bytes
 
 _U32 = struct.Struct(">I")
 
@@ -158,7 +162,7 @@ def to_message_batch(metadata: pb.MessageMetadata, payload: bytes,
     if not metadata.HasField("num_messages_in_batch"):
         message = add(payload=data, sequence_id=metadata.sequence_id, publish_time=publish_time)
         copy_message_fields(message, metadata, 0, deliver_at)
-        return batch
+        return _with_schema_version(batch, metadata)
     count = metadata.num_messages_in_batch
     if count < 1:
         raise BatchFormatError(f"a batch of {count} messages")
@@ -200,6 +204,19 @@ def to_message_batch(metadata: pb.MessageMetadata, payload: bytes,
             copy_message_fields(message, single, index, deliver_at)
     if offset != end:
         raise BatchFormatError(f"{end - offset} bytes after the batch's {count} messages")
+    return _with_schema_version(batch, metadata)
+
+
+def _with_schema_version(batch: mpb.MessageBatch, metadata: pb.MessageMetadata) -> mpb.MessageBatch:
+    """The entry's schema version on each of its messages (a Magnetar batch has no entry
+    metadata of its own)."""
+    if metadata.HasField("schema_version"):
+        try:
+            version = parse_version(metadata.schema_version)
+        except BadRequest as exc:
+            raise BatchFormatError(f"the entry's schema_version: {exc}") from None
+        for message in batch.messages:
+            message.schema_version = version
     return batch
 
 
@@ -262,6 +279,8 @@ def to_pulsar_entry(batch: mpb.MessageBatch, *, producer_name: str, publish_time
     )
     if first.deliver_at_time:
         metadata.deliver_at_time = first.deliver_at_time
+    if first.HasField("schema_version"):   # one producer, one schema: the batch's
+        metadata.schema_version = version_bytes(first.schema_version)
     if not batched:
         metadata.properties.extend(_key_values(first.properties))
         if first.HasField("partition_key"):

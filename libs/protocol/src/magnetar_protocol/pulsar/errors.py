@@ -32,6 +32,7 @@ _CODES: tuple[tuple[type[errors.MagnetarError], int], ...] = (
     (errors.TransactionConflict, pb.TransactionConflict),
     (errors.InvalidTxnStatusError, pb.InvalidTxnStatus),
     (errors.ExpiredTransactionError, pb.InvalidTxnStatus),
+    (errors.IncompatibleSchema, pb.IncompatibleSchema),
     (errors.NotAllowedError, pb.NotAllowedError),
     (errors.TooManyRequests, pb.TooManyRequests),
     (errors.PersistenceError, pb.PersistenceError),

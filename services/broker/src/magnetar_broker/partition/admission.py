@@ -10,14 +10,14 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from magnetar_broker import metrics
-from magnetar_broker.partition.batchcheck import BatchProblem, BatchShape, checked_batch
+from magnetar_broker.partition.batchcheck import BatchProblem, BatchShape, checked_batch, schema_problem
 from magnetar_broker.partition.dedup import Verdict, drop_persisted, judge
 from magnetar_broker.partition.dedupstate import DedupState
 from magnetar_broker.partition.planner import Append, TxnAppend
 from magnetar_broker.partition.quotagate import QuotaGate
 from magnetar_broker.partition.sends import Batch, Sent
 from magnetar_broker.partition.txnbuffer import TxnBuffer
-from magnetar_protocol.errors import BadRequest, MessageTooBig, NotAllowedError
+from magnetar_protocol.errors import BadRequest, IncompatibleSchema, MessageTooBig, NotAllowedError
 from magnetar_protocol.policies import DelayedDelivery
 from magnetar_protocol.topics import TopicName
 
@@ -28,6 +28,8 @@ BATCH_OVERHEAD = 64 * 1024
 class Sender(Protocol):
     @property
     def name(self) -> str: ...
+    @property
+    def payload_check(self) -> Callable[[bytes], str | None] | None: ...
     def check_not_fenced(self) -> None: ...
 
 
@@ -66,7 +68,8 @@ class Admission:
     async def check(self, producer: Sender, req: Batch) -> BatchShape:
         """A batch's own rules, whatever becomes of it: the partition open and taking
         sends, the producer not fenced, the backlog quota (which may hold the send), the
-        batch's size and shape (returned)."""
+        batch's size and shape (returned), its payloads against the producer's schema
+        under schemaValidationEnforced."""
         door = self.door
         door.check_open()
         producer.check_not_fenced()
@@ -90,6 +93,9 @@ class Admission:
             if problem := door.delayed_delivery.delay_problem(req.deliver_at, int(time.time() * 1000)):
                 raise (BadRequest if req.deliver_at < 0 else NotAllowedError)(
                     f"send to {door.name.full}: {problem}; nothing was stored")
+        check = producer.payload_check
+        if check is not None and (problem := schema_problem(batch, check)):
+            raise IncompatibleSchema(f"send to {door.name.full}: {problem}; nothing was stored")
         return shape
 
     async def admit(self, producer: Sender, req: Batch) -> Append | Sent:

@@ -11,7 +11,7 @@ from its metadata.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -105,6 +105,33 @@ def batch_problem(batch: bytes, num_messages: int, lowest: int, highest: int) ->
         checked_batch(batch, num_messages, lowest, highest)
     except BatchProblem as exc:
         return str(exc)
+    return None
+
+
+def schema_problem(batch: bytes, payload_check: Callable[[bytes], str | None]) -> str | None:
+    """Why a batch (one checked_batch passed) does not match its topic's schema, naming
+    the message (schemaValidationEnforced: payloadcheck.py); tombstones (null values)
+    are not checked.  A Pulsar entry stored as sent is opened (decompressed) to check
+    its messages; one the broker cannot open (encrypted, one chunk of a message) is let
+    through, as its payloads are not the schema's bytes.  A second parse of the batch:
+    only producers under enforcement pay it."""
+    index = 0
+    for message in pb.MessageBatch.FromString(batch).messages:
+        if message.pulsar_metadata:
+            try:
+                opened = stored.open_message(message)
+            except BatchFormatError as exc:
+                return f"message {index}: {exc}"
+            if not opened.opened:
+                index += len(opened.messages)
+                continue
+            messages: Sequence[pb.SingleMessage] = opened.messages
+        else:
+            messages = (message,)
+        for one in messages:
+            if not one.null_value and (problem := payload_check(one.payload)) is not None:
+                return f"message {index} (sequence id {one.sequence_id}) does not match the topic's schema: {problem}"
+            index += 1
     return None
 
 

@@ -58,6 +58,10 @@ class Producer:
     role: str = ""  # the role that created it: only that role may use its id
     client_producer_id: int = 0  # the client's id for it: tells a retried create from another
     topic_epoch: int | None = None
+    schema_version: int | None = None  # its schema's version (None: it has no schema)
+    # schemaValidationEnforced: each payload's check against the topic's schema
+    # (partition/payloadcheck.py); None: not checked.
+    payload_check: Callable[[bytes], str | None] | None = field(default=None, repr=False, compare=False)
     msg_in: int = 0
     bytes_in: int = 0
     created_at: float = field(default_factory=time.time)

@@ -22,6 +22,7 @@ from magnetar_broker.pulsar.producers import BROKER_REQUEST
 from magnetar_broker.subscription.subscription import Consumer
 from magnetar_protocol import magnetar_pb2 as mpb
 from magnetar_protocol import pulsar_api_pb2 as pb
+from magnetar_protocol import schemainfo
 from magnetar_protocol.errors import ConsumerNotFound, MagnetarError
 from magnetar_protocol.pulsar import ids, stored
 from magnetar_protocol.pulsar.clients import understands_end_of_topic
@@ -101,7 +102,8 @@ class Consumers:
                 sub_type=SUB_TYPES.get(cmd.sub_type, cmd.sub_type), durable=cmd.durable,
                 earliest=cmd.initial_position == Sub.Earliest, consumer_name=cmd.consumer_name,
                 priority=cmd.priority_level, start=start, start_inclusive=start is not None,
-                read_compacted=cmd.read_compacted))
+                read_compacted=cmd.read_compacted,
+                schema=schemainfo.from_pulsar(cmd.schema) if cmd.HasField("schema") else None))
 
         def subscribed(served: Consumer) -> pb.CommandSuccess:
             consumer = PulsarConsumer(cmd.consumer_id, served.consumer_id, served.subscription.log.partition_index,

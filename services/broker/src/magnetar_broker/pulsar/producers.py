@@ -16,8 +16,9 @@ from magnetar_broker.producers import ProducerCreated
 from magnetar_broker.pulsar.connection import Connection
 from magnetar_broker.pulsar.errors import failure
 from magnetar_protocol import pulsar_api_pb2 as pb
-from magnetar_protocol.errors import MagnetarError, MessageTooBig, NotAllowedError
-from magnetar_protocol.pulsar import ids, stored
+from magnetar_protocol import schemainfo
+from magnetar_protocol.errors import IncompatibleSchema, MagnetarError, MessageTooBig, NotAllowedError
+from magnetar_protocol.pulsar import clients, ids, stored
 from magnetar_protocol.pulsar.batches import BatchFormatError
 from magnetar_protocol.pulsar.compression import decompress
 from magnetar_protocol.txnid import TxnID
@@ -40,6 +41,7 @@ class PulsarProducer:
     ready: bool = False
     topic_epoch: int | None = None
     last_sequence_id: int = -1
+    schema_version: int | None = None
     queue: deque = field(default_factory=deque)   # (CommandSend, Batch | error)
     pumping: bool = False
 
@@ -71,13 +73,14 @@ class Producers:
             return
         producer = PulsarProducer(cmd.producer_id, cmd.request_id)
         self.producers[cmd.producer_id] = producer
-        create = CreateProducer(
-            session_id=self.conn.session_id, topic=cmd.topic,
-            name=cmd.producer_name if cmd.HasField("producer_name") else "",
-            access_mode=cmd.producer_access_mode, client_producer_id=cmd.producer_id,
-            topic_epoch=cmd.topic_epoch if cmd.HasField("topic_epoch") else None,
-            initial_subscription=cmd.initial_subscription_name)
         try:
+            create = CreateProducer(
+                session_id=self.conn.session_id, topic=cmd.topic,
+                name=cmd.producer_name if cmd.HasField("producer_name") else "",
+                access_mode=cmd.producer_access_mode, client_producer_id=cmd.producer_id,
+                topic_epoch=cmd.topic_epoch if cmd.HasField("topic_epoch") else None,
+                initial_subscription=cmd.initial_subscription_name,
+                schema=schemainfo.from_pulsar(cmd.schema) if cmd.HasField("schema") else None)
             created = await self.service.create_producer(create)
         except Exception as exc:
             self.producers.pop(cmd.producer_id, None)
@@ -116,6 +119,7 @@ class Producers:
         producer.magnetar_id = served.producer_id
         producer.last_sequence_id = created.last_sequence_id
         producer.topic_epoch = served.topic_epoch
+        producer.schema_version = created.schema_version
         producer.ready = True
         served.on_detached = lambda reason, p=producer: self._detached(p, reason)
         self.conn.send(self._success(producer.request_id, producer))
@@ -125,6 +129,8 @@ class Producers:
                                           last_sequence_id=producer.last_sequence_id, producer_ready=True)
         if producer.topic_epoch is not None:
             reply.topic_epoch = producer.topic_epoch
+        if producer.schema_version is not None:
+            reply.schema_version = schemainfo.version_bytes(producer.schema_version)
         return reply
 
     def _detached(self, producer: PulsarProducer, reason: str) -> None:
@@ -202,6 +208,11 @@ class Producers:
                 for (cmd, req), result in zip(group, results):
                     if isinstance(result, BaseException):
                         error, message = failure(result)
+                        if isinstance(result, IncompatibleSchema):
+                            # A payload refused by schema validation: the one code this
+                            # client fails a single message on (any other closes the
+                            # connection, and the client resends the message forever).
+                            error = clients.one_message_refusal(self.conn.client_version)
                         self.conn.send(pb.CommandSendError(
                             producer_id=cmd.producer_id, sequence_id=cmd.sequence_id, error=error, message=message))
                         continue
