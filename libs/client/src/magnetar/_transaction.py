@@ -318,6 +318,28 @@ class Transaction:
             self.state = TransactionState.ERROR
             raise
 
+    async def settle(self) -> None:
+        """Commit's first half, for a commit decided elsewhere (an application's SQL
+        transaction: magnetar.pg, docs/exactly-once-postgres.md): the classic path's
+        sends and acks all written (a one-request transaction spills first: its decision
+        is not this client's request), a timed-out or spoiled transaction aborted and
+        raised."""
+        if self.state is TransactionState.ABORTED:
+            raise InvalidTxnStatusError(f"transaction {self.txn_id} is aborted")
+        for batcher in self._batchers:
+            if (batch := batcher.txn_batches.get(self)) is not None:
+                batcher.seal(batch)
+        self._batchers.clear()
+        self.spill()
+        await self._classic_ready()
+        await self._check_committable()
+
+    async def finish_commit(self) -> None:
+        """Have the coordinator finish a transaction whose commit was decided elsewhere
+        (after settle()); returns once COMMITTED."""
+        self.state = TransactionState.COMMITTING
+        await self._end(pb.TXN_COMMIT)
+
     async def _check_committable(self) -> None:
         """Abort (and raise) a transaction past its timeout, or spoiled by a failed send or
         ack; one whose operation failed because it had ended is left to the coordinator."""

@@ -138,8 +138,12 @@ WHERE coordinator_id = $1 AND status IN ({TXN_COMMITTING}, {TXN_ABORTING})
 ORDER BY txn_id;
 
 -- name: expired_txns
-SELECT txn_id FROM transactions
-WHERE coordinator_id = $1 AND status = {TXN_OPEN} AND deadline_at <= now()
+-- Past their deadline: OPEN ones are aborted; COMMITTING/ABORTING ones nobody drives (an
+-- application's own SQL transaction committed it, docs/exactly-once-postgres.md, and its
+-- notification and its client's EndTxn were both lost) are finished.
+SELECT txn_id, status FROM transactions
+WHERE coordinator_id = $1 AND status IN ({TXN_OPEN}, {TXN_COMMITTING}, {TXN_ABORTING})
+  AND deadline_at <= now()
 ORDER BY deadline_at
 LIMIT 1000;
 

@@ -1,0 +1,347 @@
+"""Exactly-once into the application's own PostgreSQL (magnetar.pg,
+docs/exactly-once-postgres.md), with real processes: the application's rows, its acks and
+its sends commit in one SQL transaction on its own connection and database role.
+Crashes of the application process: test_exactly_once_postgres_crash.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import urllib.request
+import uuid
+
+import asyncpg
+import psycopg
+import pytest
+
+import magnetar
+import magnetar.asyncio as aio
+import magnetar.pg
+from tests.waiting import async_wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_cluster]
+
+
+class App:
+    """An application database role mapped to Magnetar's `anonymous` (authentication is
+    off: every caller is that superuser), and its tables (tag-suffixed)."""
+
+    def __init__(self, cluster, tag: str):
+        self.tag = tag
+        self.role = f"app_{tag}"
+        self.admin_url = cluster.database_url
+        self.url = cluster.database_url.replace("://magnetar@", f"://{self.role}@", 1)
+        self.balances = f"balances_{tag}"
+        self.effects = f"effects_{tag}"
+
+    async def create(self) -> None:
+        conn = await asyncpg.connect(self.admin_url)
+        try:
+            await conn.execute(f'CREATE ROLE "{self.role}" LOGIN')
+            await conn.execute("SELECT magnetar_app.grant_app_role($1, 'anonymous', true)", self.role)
+            await conn.execute(f"CREATE TABLE {self.balances} (account text PRIMARY KEY, amount bigint NOT NULL)")
+            await conn.execute(f"CREATE TABLE {self.effects} (order_id text NOT NULL)")
+            await conn.execute(f'GRANT SELECT, INSERT, UPDATE ON {self.balances}, {self.effects} TO "{self.role}"')
+        finally:
+            await conn.close()
+
+    async def fetch(self, sql: str):
+        conn = await asyncpg.connect(self.admin_url)
+        try:
+            return await conn.fetch(sql)
+        finally:
+            await conn.close()
+
+    async def balance(self, account: str) -> int | None:
+        rows = await self.fetch(f"SELECT amount FROM {self.balances} WHERE account = '{account}'")
+        return rows[0][0] if rows else None
+
+
+@pytest.fixture
+async def app(cluster):
+    made = App(cluster, uuid.uuid4().hex[:10])
+    await made.create()
+    return made
+
+
+@pytest.fixture
+async def aclient(cluster):
+    c = aio.Client(",".join(cluster.broker_urls))
+    yield c
+    await c.close()
+
+
+def _order(order_id: str, account: str, amount: int) -> bytes:
+    return json.dumps({"id": order_id, "account": account, "amount": amount}).encode()
+
+
+async def _apply(conn, app: App, tx, msg, events: str) -> None:
+    """The example's transform: add the order to its account, emit an event."""
+    order = json.loads(msg.data())
+    await conn.execute(
+        f"INSERT INTO {app.balances} VALUES ($1, $2) ON CONFLICT (account) DO UPDATE "
+        f"SET amount = {app.balances}.amount + excluded.amount", order["account"], order["amount"])
+    await tx.acknowledge(msg)
+    await tx.send(events, json.dumps({"order": order["id"]}).encode(), partition_key=order["account"])
+
+
+async def _events(client: aio.Client, topic: str, expect: int, wait_s: float = 3.0) -> list[str]:
+    """Every event on ``topic`` from the start (waits for ``expect``, then ``wait_s`` more
+    for any extra one)."""
+    reader = await client.create_reader(topic, magnetar.MessageId.earliest)
+    got: list[str] = []
+    try:
+        while True:
+            try:
+                msg = await reader.read_next(timeout_millis=int(wait_s * 1000) if len(got) >= expect else 30000)
+            except magnetar.Timeout:
+                return got
+            got.append(json.loads(msg.data())["order"])
+    finally:
+        await reader.close()
+
+
+async def test_consume_update_and_emit_in_one_sql_transaction_asyncpg(cluster, app, aclient):
+    orders, events = f"orders-{app.tag}", f"events-{app.tag}"
+    producer = await aclient.create_producer(orders)
+    for i in range(20):
+        await producer.send(_order(f"o{i}", f"acct{i % 3}", i))
+    consumer = await aclient.subscribe(orders, "billing", consumer_type=magnetar.ConsumerType.Shared,
+                                       initial_position=magnetar.InitialPosition.Earliest)
+    conn = await asyncpg.connect(app.url)
+    try:
+        for _ in range(20):
+            msg = await consumer.receive(timeout_millis=30000)
+            async with magnetar.pg.transaction(conn, aclient) as tx:
+                await _apply(conn, app, tx, msg, events)
+            assert tx.txn.state is magnetar.TransactionState.COMMITTED
+    finally:
+        await conn.close()
+    for account in range(3):
+        assert await app.balance(f"acct{account}") == sum(i for i in range(20) if i % 3 == account)
+    assert sorted(await _events(aclient, events, 20)) == sorted(f"o{i}" for i in range(20))
+    with pytest.raises(magnetar.Timeout):  # every ack is durable: nothing comes again
+        await consumer.receive(timeout_millis=1500)
+
+
+async def test_a_rollback_writes_nothing_and_redelivers(cluster, app, aclient):
+    orders, events = f"orders-{app.tag}", f"events-{app.tag}"
+    producer = await aclient.create_producer(orders)
+    await producer.send(_order("o1", "acct", 5))
+    consumer = await aclient.subscribe(orders, "billing", consumer_type=magnetar.ConsumerType.Shared,
+                                       initial_position=magnetar.InitialPosition.Earliest)
+    conn = await asyncpg.connect(app.url)
+    try:
+        msg = await consumer.receive(timeout_millis=30000)
+        with pytest.raises(RuntimeError, match="bug in the transform"):
+            async with magnetar.pg.transaction(conn, aclient) as tx:
+                await _apply(conn, app, tx, msg, events)
+                raise RuntimeError("bug in the transform")
+        assert tx.txn.state is magnetar.TransactionState.ABORTED
+        again = await consumer.receive(timeout_millis=30000)
+        assert again.message_id() == msg.message_id() and again.redelivery_count() == 1
+        assert await app.balance("acct") is None
+        async with magnetar.pg.transaction(conn, aclient) as tx:
+            await _apply(conn, app, tx, again, events)
+    finally:
+        await conn.close()
+    assert await app.balance("acct") == 5
+    assert await _events(aclient, events, 1) == ["o1"]
+
+
+async def test_psycopg_sync_and_async(cluster, app, aclient):
+    orders = f"orders-{app.tag}"
+    producer = await aclient.create_producer(orders)
+    for i in range(4):
+        await producer.send(_order(f"o{i}", "acct", 1))
+    # psycopg 3 async with magnetar.asyncio.
+    consumer = await aclient.subscribe(orders, "billing", consumer_type=magnetar.ConsumerType.Shared,
+                                       initial_position=magnetar.InitialPosition.Earliest,
+                                       receiver_queue_size=1)
+    async with await psycopg.AsyncConnection.connect(app.url) as conn:
+        for _ in range(2):
+            msg = await consumer.receive(timeout_millis=30000)
+            async with magnetar.pg.transaction(conn, aclient) as tx:
+                await conn.execute(f"INSERT INTO {app.effects} VALUES (%s)",
+                                   (json.loads(msg.data())["id"],))
+                await tx.acknowledge(msg)
+    await consumer.close()
+
+    def sync_part() -> None:  # psycopg 3 sync with magnetar.Client
+        client = magnetar.Client(",".join(cluster.broker_urls))
+        try:
+            sync_consumer = client.subscribe(orders, "billing",
+                                             consumer_type=magnetar.ConsumerType.Shared)
+            with psycopg.connect(app.url) as conn:
+                for _ in range(2):
+                    msg = sync_consumer.receive(timeout_millis=30000)
+                    with magnetar.pg.transaction(conn, client) as tx:
+                        conn.execute(f"INSERT INTO {app.effects} VALUES (%s)",
+                                     (json.loads(msg.data())["id"],))
+                        tx.acknowledge(msg)
+                        tx.send(f"events-{app.tag}", b'{"order": "sync"}')
+                with pytest.raises(magnetar.Timeout):
+                    sync_consumer.receive(timeout_millis=1500)
+        finally:
+            client.close()
+
+    await asyncio.to_thread(sync_part)
+    rows = await app.fetch(f"SELECT order_id FROM {app.effects} ORDER BY order_id")
+    assert [r[0] for r in rows] == ["o0", "o1", "o2", "o3"]
+
+
+async def test_a_connection_already_in_a_transaction_is_refused(cluster, app, aclient):
+    conn = await asyncpg.connect(app.url)
+    try:
+        async with conn.transaction():
+            with pytest.raises(magnetar.InvalidTxnStatusError, match="must own the SQL transaction"):
+                async with magnetar.pg.transaction(conn, aclient):
+                    pass
+    finally:
+        await conn.close()
+
+
+async def test_a_fenced_transaction_key_fails_the_commit(cluster, app, aclient):
+    orders, events = f"orders-{app.tag}", f"events-{app.tag}"
+    producer = await aclient.create_producer(orders)
+    await producer.send(_order("o1", "acct", 7))
+    key = f"billing-{app.tag}"
+    zombie = aio.Client(",".join(cluster.broker_urls), transaction_key=key)
+    successor = aio.Client(",".join(cluster.broker_urls), transaction_key=key)
+    conn = await asyncpg.connect(app.url)
+    try:
+        consumer = await zombie.subscribe(orders, "billing", consumer_type=magnetar.ConsumerType.Shared,
+                                          initial_position=magnetar.InitialPosition.Earliest)
+        msg = await consumer.receive(timeout_millis=30000)
+        with pytest.raises(magnetar.ExpiredTransactionError, match="fenced"):
+            async with magnetar.pg.transaction(conn, zombie) as tx:
+                await _apply(conn, app, tx, msg, events)
+                await successor.connect_transaction_key()  # a newer holder of the key
+        assert await app.balance("acct") is None
+        await consumer.close()
+        # The successor gets the message again and applies it once.
+        consumer = await successor.subscribe(orders, "billing", consumer_type=magnetar.ConsumerType.Shared)
+        again = await consumer.receive(timeout_millis=30000)
+        assert again.message_id() == msg.message_id()
+        async with magnetar.pg.transaction(conn, successor) as tx:
+            await _apply(conn, app, tx, again, events)
+    finally:
+        await conn.close()
+        await zombie.close()
+        await successor.close()
+    assert await app.balance("acct") == 7
+    assert await _events(aclient, events, 1) == ["o1"]
+
+
+def _unload(cluster, topic: str) -> None:
+    for url in cluster.broker_urls:  # the owner answers; another broker's unload is a no-op
+        req = urllib.request.Request(f"{url}/internal/v1/unload?topic={topic}", method="POST")
+        with urllib.request.urlopen(req, timeout=30):
+            pass
+
+
+async def test_a_partition_moved_between_receive_and_commit(cluster, app, aclient):
+    orders, events = f"orders-{app.tag}", f"events-{app.tag}"
+    producer = await aclient.create_producer(orders)
+    await producer.send(_order("o1", "acct", 3))
+    consumer = await aclient.subscribe(orders, "billing", consumer_type=magnetar.ConsumerType.Shared,
+                                       initial_position=magnetar.InitialPosition.Earliest)
+    conn = await asyncpg.connect(app.url)
+    full = f"persistent://public/default/{orders}"
+    try:
+        msg = await consumer.receive(timeout_millis=30000)
+        _unload(cluster, full)  # moved before the ack
+        async with magnetar.pg.transaction(conn, aclient) as tx:
+            await _apply(conn, app, tx, msg, events)
+            _unload(cluster, full)  # and again while the ack is pending
+        # A copy the move redelivered is harmless: its ack conflicts, the block rolls back.
+        while True:
+            try:
+                copy = await consumer.receive(timeout_millis=3000)
+            except magnetar.Timeout:
+                break
+            with pytest.raises(magnetar.TransactionConflict):
+                async with magnetar.pg.transaction(conn, aclient) as tx:
+                    await _apply(conn, app, tx, copy, events)
+    finally:
+        await conn.close()
+    assert await app.balance("acct") == 3
+    assert await _events(aclient, events, 1) == ["o1"]
+
+
+async def test_a_message_taken_over_by_another_consumer_is_applied_once(cluster, app, aclient):
+    """A's transaction times out (the process hangs) and the message goes to B, which
+    applies it; A's late commit fails instead of applying it twice."""
+    orders, events = f"orders-{app.tag}", f"events-{app.tag}"
+    producer = await aclient.create_producer(orders)
+    await producer.send(_order("o1", "acct", 4))
+    a = await aclient.subscribe(orders, "billing", consumer_type=magnetar.ConsumerType.Shared,
+                                initial_position=magnetar.InitialPosition.Earliest)
+    conn_a, conn_b = await asyncpg.connect(app.url), await asyncpg.connect(app.url)
+    try:
+        msg = await a.receive(timeout_millis=30000)
+        with pytest.raises(magnetar.InvalidTxnStatusError, match="timed out"):
+            async with magnetar.pg.transaction(conn_a, aclient, timeout_ms=1000) as tx:
+                await tx.acknowledge(msg)
+                await a.close()  # A is gone for the broker: the message is B's next
+                b = await aclient.subscribe(orders, "billing", consumer_type=magnetar.ConsumerType.Shared)
+                taken = await b.receive(timeout_millis=30000)  # after A's transaction aborted
+                assert taken.message_id() == msg.message_id()
+                async with magnetar.pg.transaction(conn_b, aclient) as tx_b:
+                    await _apply(conn_b, app, tx_b, taken, events)
+                # A wakes up and goes on with its transform.
+                order = json.loads(msg.data())
+                await conn_a.execute(f"UPDATE {app.balances} SET amount = amount + $1", order["amount"])
+    finally:
+        await conn_a.close()
+        await conn_b.close()
+    assert await app.balance("acct") == 4
+    assert await _events(aclient, events, 1) == ["o1"]
+
+
+async def test_outbox_order_under_concurrent_transactions_of_different_lengths(cluster, app, aclient):
+    """Workers' blocks of different lengths interleave; a long one that began first
+    commits last.  Every event comes once (none lost behind a long transaction: nothing
+    polls by id), each worker's events in its commit order."""
+    events = f"events-{app.tag}"
+    workers, blocks = 4, 8
+    rng = random.Random(7)
+
+    async def worker(w: int) -> None:
+        conn = await asyncpg.connect(app.url)
+        try:
+            for i in range(blocks):
+                async with magnetar.pg.transaction(conn, aclient) as tx:
+                    await conn.execute(f"INSERT INTO {app.effects} VALUES ($1)", f"w{w}-{i}")
+                    for part in range(rng.randint(1, 4)):
+                        await tx.send(events, json.dumps({"order": f"w{w}-{i}-{part}"}).encode())
+                        await asyncio.sleep(rng.random() * 0.05)
+        finally:
+            await conn.close()
+
+    async def long_one() -> None:
+        conn = await asyncpg.connect(app.url)
+        try:
+            async with magnetar.pg.transaction(conn, aclient) as tx:
+                await tx.send(events, json.dumps({"order": "long"}).encode())
+                await async_wait_until(
+                    lambda: done[0] == workers, 60, "the short transactions to finish", interval=0.05)
+        finally:
+            await conn.close()
+
+    done = [0]
+
+    async def counted(w: int) -> None:
+        await worker(w)
+        done[0] += 1
+
+    await asyncio.gather(long_one(), *(counted(w) for w in range(workers)))
+    sent = (await app.fetch(f"SELECT count(*) FROM {app.effects}"))[0][0]
+    assert sent == workers * blocks
+    got = await _events(aclient, events, 1)
+    assert len(got) == len(set(got))
+    assert got[-1] == "long"  # committed last: delivered last, not lost
+    for w in range(workers):
+        mine = [tuple(int(x) for x in e.split("-")[1:]) for e in got if e.startswith(f"w{w}-")]
+        assert mine == sorted(mine) and len({i for i, _ in mine}) == blocks
