@@ -345,3 +345,114 @@ async def test_outbox_order_under_concurrent_transactions_of_different_lengths(c
     for w in range(workers):
         mine = [tuple(int(x) for x in e.split("-")[1:]) for e in got if e.startswith(f"w{w}-")]
         assert mine == sorted(mine) and len({i for i, _ in mine}) == blocks
+
+
+# The application process of the crash test: batches of orders, each batch one block
+# (balance rows, effect rows, acks, events); it SIGKILLs itself now and then at one of
+# three points: inside the block, after the commit decision before its COMMIT, and after
+# its COMMIT before anyone told the coordinator.
+CRASHING_APP = """
+import asyncio, json, os, random, signal, sys
+import asyncpg
+import magnetar, magnetar.asyncio as aio, magnetar.pg
+
+service, app_url, orders, events, effects, seed = sys.argv[1:7]
+rng = random.Random(int(seed))
+kill_at = None
+
+def maybe_die(point):
+    if kill_at == point:
+        print("SIGKILL at", point, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+class Conn(asyncpg.Connection):
+    async def execute(self, query, *args, **kwargs):
+        done = await super().execute(query, *args, **kwargs)
+        if query == magnetar.pg.COMMIT_SQL:
+            maybe_die("before_commit")
+        return done
+
+committed = magnetar.pg._Core.committed
+async def after_commit(self):
+    maybe_die("after_commit")
+    await committed(self)
+magnetar.pg._Core.committed = after_commit
+
+async def main():
+    global kill_at
+    client = aio.Client(service)
+    consumer = await client.subscribe(orders, "billing", consumer_type=magnetar.ConsumerType.Shared,
+                                      initial_position=magnetar.InitialPosition.Earliest)
+    conn = await asyncpg.connect(app_url, connection_class=Conn)
+    while True:
+        batch = []
+        try:
+            while len(batch) < 10:
+                batch.append(await consumer.receive(timeout_millis=200 if batch else 30000))
+        except magnetar.Timeout:
+            pass
+        if rng.random() < 0.06:
+            kill_at = rng.choice(["inside", "before_commit", "after_commit"])
+        try:
+            async with magnetar.pg.transaction(conn, client, timeout_ms=2000) as tx:
+                for msg in batch:
+                    order = json.loads(msg.data())
+                    await conn.execute(f"INSERT INTO {effects} VALUES ($1)", order["id"])
+                    await tx.acknowledge(msg)
+                    await tx.send(events, json.dumps({"order": order["id"]}).encode())
+                maybe_die("inside")
+        except magnetar.MagnetarError as exc:  # e.g. a redelivered copy's ack conflicts
+            print("block failed:", type(exc).__name__, exc, flush=True)
+
+asyncio.run(main())
+"""
+
+
+async def test_sigkill_of_the_application_before_and_after_its_commit(cluster, app, aclient, tmp_path):
+    """Thousands of orders through an application process that SIGKILLs itself before
+    and after its COMMIT and is restarted: each order's effect row and event exist
+    exactly once."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    orders, events, total = f"orders-{app.tag}", f"events-{app.tag}", 2000
+    producer = await aclient.create_producer(orders)
+    for i in range(0, total, 100):
+        await asyncio.gather(*(producer.send(_order(f"o{j}", "acct", 1)) for j in range(i, i + 100)))
+    script = tmp_path / "app.py"
+    script.write_text(CRASHING_APP)
+    log = (tmp_path / "app.log").open("w")
+    service = ",".join(cluster.broker_urls)
+    kills: list[str] = []
+    proc = None
+    deadline = time.monotonic() + 300
+    try:
+        for seed in range(1000):
+            proc = subprocess.Popen([sys.executable, str(script), service, app.url, orders, events,
+                                     app.effects, str(seed)], stdout=log, stderr=subprocess.STDOUT)
+            while proc.poll() is None:
+                done = (await app.fetch(f"SELECT count(DISTINCT order_id) FROM {app.effects}"))[0][0]
+                if done == total:
+                    break
+                assert time.monotonic() < deadline, f"only {done} of {total} orders applied"
+                await asyncio.sleep(0.5)
+            if proc.poll() is None:
+                break
+            assert proc.returncode == -signal.SIGKILL, (tmp_path / "app.log").read_text()[-3000:]
+            kills.append(str(proc.returncode))
+        await asyncio.sleep(3)  # anything applied twice would show up meanwhile
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+    text = (tmp_path / "app.log").read_text()
+    points = {p: text.count(f"SIGKILL at {p}") for p in ("inside", "before_commit", "after_commit")}
+    assert all(points.values()), f"every crash point reached: {points}"
+    rows = await app.fetch(f"SELECT order_id, count(*) FROM {app.effects} GROUP BY order_id")
+    assert len(rows) == total and all(n == 1 for _, n in rows), "an order applied twice"
+    got = await _events(aclient, events, total)
+    assert len(got) == total and len(set(got)) == total, "an event lost or doubled"
+    print(f"{len(kills)} SIGKILLs: {points}")

@@ -89,11 +89,11 @@ def transaction(conn: Any, client: Any, timeout_ms: int = 60000) -> Any:
 
 
 def _kind(conn: Any) -> str:
-    module = type(conn).__module__
-    if module.startswith("asyncpg"):
-        return "asyncpg"
-    if module.startswith("psycopg"):
-        return "psycopg-async" if "Async" in type(conn).__name__ else "psycopg"
+    for cls in type(conn).__mro__:  # the driver's own class, or an application's subclass
+        if cls.__module__.startswith("asyncpg"):
+            return "asyncpg"
+        if cls.__module__.startswith("psycopg"):
+            return "psycopg-async" if "Async" in cls.__name__ else "psycopg"
     raise TypeError(f"expected an asyncpg or psycopg 3 connection, not {type(conn).__name__}")
 
 
