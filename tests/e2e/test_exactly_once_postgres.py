@@ -18,6 +18,7 @@ import pytest
 import magnetar
 import magnetar.asyncio as aio
 import magnetar.pg
+from tests.e2e.test_authorization_e2e import AUTH_ENV, Admin, token
 from tests.waiting import async_wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.shared_cluster]
@@ -35,11 +36,12 @@ class App:
         self.balances = f"balances_{tag}"
         self.effects = f"effects_{tag}"
 
-    async def create(self) -> None:
+    async def create(self, magnetar_role: str = "anonymous", trusted: bool = True) -> None:
         conn = await asyncpg.connect(self.admin_url)
         try:
             await conn.execute(f'CREATE ROLE "{self.role}" LOGIN')
-            await conn.execute("SELECT magnetar_app.grant_app_role($1, 'anonymous', true)", self.role)
+            await conn.execute("SELECT magnetar_app.grant_app_role($1, $2, $3)", self.role,
+                               magnetar_role, trusted)
             await conn.execute(f"CREATE TABLE {self.balances} (account text PRIMARY KEY, amount bigint NOT NULL)")
             await conn.execute(f"CREATE TABLE {self.effects} (order_id text NOT NULL)")
             await conn.execute(f'GRANT SELECT, INSERT, UPDATE ON {self.balances}, {self.effects} TO "{self.role}"')
@@ -456,3 +458,90 @@ async def test_sigkill_of_the_application_before_and_after_its_commit(cluster, a
     got = await _events(aclient, events, total)
     assert len(got) == total and len(set(got)) == total, "an event lost or doubled"
     print(f"{len(kills)} SIGKILLs: {points}")
+
+
+def test_the_example_service(cluster, tmp_path):
+    """examples/exactly_once_postgres.py as its docstring runs it: setup, orders, the
+    service (its own database role), then killed and run again: nothing twice."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "exactly_once_postgres.py"
+    tag = uuid.uuid4().hex[:8]
+    role = f"billing_{tag}"
+    common = ["--service-url", ",".join(cluster.broker_urls), "--orders", f"orders-{tag}",
+              "--events", f"events-{tag}"]
+
+    def example_run(*args: str, database_url: str = cluster.database_url) -> str:
+        out = subprocess.run([sys.executable, str(example), *args, *common,
+                              "--database-url", database_url],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    example_run("setup", "--app-role", role)
+    example_run("produce", "--count", "6")
+    app_url = cluster.database_url.replace("://magnetar@", f"://{role}@", 1)
+    first = example_run("run", "--stop-after", "4", database_url=app_url)
+    second = example_run("run", "--stop-after", "2", database_url=app_url)
+    handled = [line.split(":")[0] for line in (first + second).splitlines()]
+    assert sorted(handled) == [f"order-{i}" for i in range(6)]
+
+    async def check() -> None:
+        conn = await asyncpg.connect(cluster.database_url)
+        try:
+            rows = dict(await conn.fetch("SELECT account, amount FROM balances"))
+        finally:
+            await conn.close()
+        assert rows == {f"customer-{a}": sum(10 + i for i in range(6) if i % 3 == a) for a in range(3)}
+        client = aio.Client(",".join(cluster.broker_urls))
+        try:
+            assert sorted(await _events(client, f"events-{tag}", 6)) == [f"order-{i}" for i in range(6)]
+        finally:
+            await client.close()
+
+    asyncio.run(check())
+
+
+@pytest.mark.cluster(env=AUTH_ENV)
+async def test_a_role_without_produce_permission_is_refused_at_commit(cluster):
+    """Authentication on: the application's database role acts as Magnetar role
+    `writer`.  Its producer was created while it held `produce`; the grant is revoked
+    before the block ends (a plain producer would go on until it closed): the commit is
+    refused and nothing becomes visible.  A database role mapped to another Magnetar role
+    cannot commit `writer`'s transactions at all."""
+    admin = Admin(cluster.admin_url)
+    admin.ok("PUT", "/admin/v2/tenants/acme")
+    admin.ok("PUT", "/admin/v2/namespaces/acme/app")
+    admin.ok("POST", "/admin/v2/namespaces/acme/app/permissions/writer", ["produce", "consume"])
+    app, other = App(cluster, uuid.uuid4().hex[:10]), App(cluster, uuid.uuid4().hex[:10])
+    await app.create(magnetar_role="writer", trusted=False)
+    await other.create(magnetar_role="reader", trusted=False)
+    events = "persistent://acme/app/events"
+    client = aio.Client(",".join(cluster.broker_urls), auth_token=token("writer"))
+    conn = await asyncpg.connect(app.url)
+    other_conn = await asyncpg.connect(other.url)
+    try:
+        async with magnetar.pg.transaction(conn, client) as tx:  # granted: commits
+            await tx.send(events, b'{"order": "granted"}')
+        with pytest.raises(magnetar.AuthorizationError, match="lacks produce on persistent://acme/app/events"):
+            async with magnetar.pg.transaction(conn, client) as tx:
+                await conn.execute(f"INSERT INTO {app.effects} VALUES ('revoked')")
+                await tx.send(events, b'{"order": "revoked"}')
+                status, _ = admin.call("DELETE", "/admin/v2/namespaces/acme/app/permissions/writer")
+                assert status == 204
+        with pytest.raises(magnetar.AuthorizationError, match="does not own"):
+            async with magnetar.pg.transaction(other_conn, client) as tx:
+                await other_conn.execute(f"INSERT INTO {other.effects} VALUES ('not-mine')")
+        assert await app.fetch(f"SELECT * FROM {app.effects}") == []
+        assert await other.fetch(f"SELECT * FROM {other.effects}") == []
+        admin_client = aio.Client(",".join(cluster.broker_urls), auth_token=token("admin"))
+        try:
+            assert await _events(admin_client, events, 1) == ["granted"]
+        finally:
+            await admin_client.close()
+    finally:
+        await conn.close()
+        await other_conn.close()
+        await client.close()
