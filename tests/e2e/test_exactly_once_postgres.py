@@ -104,6 +104,12 @@ async def _events(client: aio.Client, topic: str, expect: int, wait_s: float = 3
         await reader.close()
 
 
+async def _applied_once(app: App, aclient: aio.Client, events: str, amount: int) -> None:
+    """Order o1 of ``amount`` was applied once: its balance row and its one event."""
+    assert await app.balance("acct") == amount
+    assert await _events(aclient, events, 1) == ["o1"]
+
+
 async def test_consume_update_and_emit_in_one_sql_transaction_asyncpg(cluster, app, aclient):
     orders, events = f"orders-{app.tag}", f"events-{app.tag}"
     producer = await aclient.create_producer(orders)
@@ -148,8 +154,7 @@ async def test_a_rollback_writes_nothing_and_redelivers(cluster, app, aclient):
             await _apply(conn, app, tx, again, events)
     finally:
         await conn.close()
-    assert await app.balance("acct") == 5
-    assert await _events(aclient, events, 1) == ["o1"]
+    await _applied_once(app, aclient, events, 5)
 
 
 async def test_psycopg_sync_and_async(cluster, app, aclient):
@@ -232,8 +237,7 @@ async def test_a_fenced_transaction_key_fails_the_commit(cluster, app, aclient):
         await conn.close()
         await zombie.close()
         await successor.close()
-    assert await app.balance("acct") == 7
-    assert await _events(aclient, events, 1) == ["o1"]
+    await _applied_once(app, aclient, events, 7)
 
 
 def _unload(cluster, topic: str) -> None:
@@ -275,8 +279,7 @@ async def test_a_partition_moved_between_receive_and_commit(cluster, app, aclien
                     await _apply(conn, app, tx, copy, events)
     finally:
         await conn.close()
-    assert await app.balance("acct") == 3
-    assert await _events(aclient, events, 1) == ["o1"]
+    await _applied_once(app, aclient, events, 3)
 
 
 async def test_a_subscription_reset_between_receive_and_commit(cluster, app, aclient):
@@ -340,8 +343,7 @@ async def test_a_message_taken_over_by_another_consumer_is_applied_once(cluster,
     finally:
         await conn_a.close()
         await conn_b.close()
-    assert await app.balance("acct") == 4
-    assert await _events(aclient, events, 1) == ["o1"]
+    await _applied_once(app, aclient, events, 4)
 
 
 async def test_outbox_order_under_concurrent_transactions_of_different_lengths(cluster, app, aclient):
