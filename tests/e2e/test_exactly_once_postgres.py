@@ -592,3 +592,56 @@ async def test_a_role_without_produce_permission_is_refused_at_commit(cluster):
         await conn.close()
         await other_conn.close()
         await client.close()
+
+
+async def test_cumulative_acks_commit_with_the_rows_and_a_rollback_rewinds(cluster, app, aclient):
+    orders = f"orders-{app.tag}"
+    producer = await aclient.create_producer(orders)
+    for i in range(4):
+        await producer.send(_order(f"o{i}", "acct", 10 ** i))
+    consumer = await aclient.subscribe(orders, "billing", consumer_type=magnetar.ConsumerType.Failover,
+                                       initial_position=magnetar.InitialPosition.Earliest)
+    conn = await asyncpg.connect(app.url)
+    try:
+        first = [await consumer.receive(timeout_millis=30000) for _ in range(2)]
+        with pytest.raises(RuntimeError):
+            async with magnetar.pg.transaction(conn, aclient) as tx:
+                for msg in first:
+                    await conn.execute(f"INSERT INTO {app.effects} VALUES ($1)", json.loads(msg.data())["id"])
+                await tx.acknowledge_cumulative(first[-1])
+                raise RuntimeError("rolled back")
+        # The abort rewinds the consumer: o0 and o1 come again, then the rest.
+        batch = [await consumer.receive(timeout_millis=30000) for _ in range(4)]
+        assert [json.loads(m.data())["id"] for m in batch] == ["o0", "o1", "o2", "o3"]
+        async with magnetar.pg.transaction(conn, aclient) as tx:
+            for msg in batch:
+                await conn.execute(f"INSERT INTO {app.effects} VALUES ($1)", json.loads(msg.data())["id"])
+            await tx.acknowledge_cumulative(batch[-1])
+        with pytest.raises(magnetar.Timeout):
+            await consumer.receive(timeout_millis=1500)
+    finally:
+        await conn.close()
+    rows = await app.fetch(f"SELECT order_id FROM {app.effects} ORDER BY order_id")
+    assert [r[0] for r in rows] == ["o0", "o1", "o2", "o3"]
+    await consumer.close()
+    again = await aclient.subscribe(orders, "billing", consumer_type=magnetar.ConsumerType.Failover)
+    with pytest.raises(magnetar.Timeout):  # durable: a new consumer starts after o3
+        await again.receive(timeout_millis=1500)
+
+
+def test_psycopg_refusal_is_the_clients_error(cluster, app):
+    """A block that outlives its transaction's timeout: the commit is refused with
+    InvalidTxnStatusError and the psycopg transaction rolled back."""
+    import time
+
+    client = magnetar.Client(",".join(cluster.broker_urls))
+    try:
+        with psycopg.connect(app.url) as conn:
+            with pytest.raises(magnetar.InvalidTxnStatusError):
+                with magnetar.pg.transaction(conn, client, timeout_ms=300):
+                    conn.execute(f"INSERT INTO {app.effects} VALUES ('late')")
+                    time.sleep(1.5)
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            assert conn.execute(f"SELECT count(*) FROM {app.effects}").fetchone() == (0,)
+    finally:
+        client.close()
