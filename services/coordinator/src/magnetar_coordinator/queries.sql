@@ -204,6 +204,18 @@ WHERE t.coordinator_id = $1 AND t.txn_id = u.id AND t.status = {TXN_OPEN}
   AND t.transaction_key IS NULL AND EXISTS (SELECT 1 FROM fence)
 RETURNING t.txn_id;
 
+-- name: lock_committing
+-- A transaction an application's SQL transaction already moved to COMMITTING
+-- (magnetar_app.commit_transaction): locked for the one-phase end that finishes it, as
+-- start_ending_unkeyed locks the ones it moves.
+WITH fence AS (
+    SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
+)
+SELECT txn_id FROM transactions
+WHERE coordinator_id = $1 AND txn_id = $3 AND status = {TXN_COMMITTING}
+  AND EXISTS (SELECT 1 FROM fence)
+FOR UPDATE;
+
 -- name: start_ending
 -- OPEN -> COMMITTING/ABORTING ($4) by compare-and-set.  A keyed transaction may only
 -- start committing while its key's epoch is still the one it was opened under (the key

@@ -456,7 +456,7 @@ class CoordinatorService:
         commit, ``_one_phase_group``).  False, with nothing changed, sends it the
         two-phase way: no hosting broker, the setting off, a participant served
         elsewhere or moving, not OPEN, a key fenced, a lease lost."""
-        if self.local is None or not self.settings.one_phase_commit:
+        if self.local is None or not self.settings.one_phase_commit or txn_id in self._driving:
             return False
         partitions, subscriptions = await self._guard(self.store.participants(txn_id))
         plan = self.local.plan(partitions, subscriptions)
@@ -602,10 +602,11 @@ class CoordinatorService:
             self._background.spawn(acting._finish_app_commit(least))
 
     async def _finish_app_commit(self, txn_id: int) -> None:
-        """Drive a transaction an application's SQL transaction moved to COMMITTING,
-        as recovery drives one: markers, settled acks, then COMMITTED."""
+        """Finish a transaction an application's SQL transaction moved to COMMITTING:
+        markers, settled acks, then COMMITTED (in one phase when this process's broker
+        serves every participant, else as recovery drives one)."""
         try:
-            await self._until_driven(txn_id, pb.TXN_COMMIT)
+            await self.end_txn(txn_id, pb.TXN_COMMIT)
         except Exception as exc:  # retried by the client's EndTxn or the timeout loop
             log.info("finishing application commit of %s: %s", TxnID(self.tcid, txn_id), exc)
 

@@ -273,6 +273,8 @@ class CoordinatorStore:
         """OPEN -> COMMITTING/ABORTING of every (txn, target, timed out, expired) of
         ``items`` (distinct ids) in ``conn``'s transaction, so their rows stay locked
         until it ends: a registration racing it waits, then finds it no longer OPEN.
+        A commit already COMMITTING (decided by an application's SQL transaction) is
+        locked as it is.
         Those without a key in one statement, keyed ones one at a time (their key's
         epoch checked in the statement).  False unless every one moved."""
         ids, targets, timed_out, expired = (list(column) for column in zip(*items))
@@ -282,6 +284,9 @@ class CoordinatorStore:
         for txn_id, target, out, exp in items:
             if txn_id in moved:
                 continue
+            if target == pb.TXN_COMMITTING and await conn.fetchval(
+                    Q["lock_committing"], self.tcid, self.fence_epoch, txn_id) is not None:
+                continue  # an application committed it: finished here like the rest
             row = await conn.fetchrow(Q["start_ending"], self.tcid, self.fence_epoch, txn_id,
                                       target, out, exp)
             if not row["fenced_ok"]:
