@@ -12,7 +12,7 @@ noisy: a ratio against `dual` within the run, never a figure against another day
 `db only` is the database alone (the UPDATE and COMMIT, no messaging): the floor of
 `dual`'s cost.
 
-    .venv/bin/python bench/exactly_once_postgres.py [--messages 1000] [--rounds 2]
+    .venv/bin/python bench/exactly_once_postgres.py [--messages 1000] [--rounds 2] [--deployment separate]
 """
 
 from __future__ import annotations
@@ -89,10 +89,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--deployment", choices=["hosted", "separate"], default="hosted",
+                        help="coordinator hosted by the broker (one-phase ends) or its own process")
     args = parser.parse_args()
     modes = ["db only", "dual", "inbox", "inbox x10"]
     rates: dict[str, list[float]] = {m: [] for m in modes}
-    with durable_postgres() as url, bench_cluster(url, brokers=1, coordinators=1) as cluster:
+    with durable_postgres() as url, bench_cluster(
+            url, brokers=1, coordinators=int(args.deployment == "separate"),
+            coordinator_in_broker=args.deployment == "hosted") as cluster:
         app_url = asyncio.run(setup(url))
         for r in range(args.rounds):
             for mode in modes if r % 2 == 0 else reversed(modes):  # alternate the order
@@ -103,7 +107,8 @@ def main() -> None:
     dual = statistics.median(rates["dual"])
     figures = {f"{m} msg/s (median)": round(statistics.median(v)) for m, v in rates.items()}
     figures |= {f"{m} / dual": round(statistics.median(v) / dual, 2) for m, v in rates.items() if m != "dual"}
-    report(f"exactly-once into PostgreSQL: {args.messages} messages x {args.rounds} rounds", figures)
+    report(f"exactly-once into PostgreSQL ({args.deployment}): {args.messages} messages x "
+           f"{args.rounds} rounds", figures)
 
 
 if __name__ == "__main__":
