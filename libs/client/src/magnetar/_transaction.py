@@ -285,13 +285,7 @@ class Transaction:
         and TransactionHasOperationFailed raised).  A one-request transaction commits with
         its kept sends and held acks in one request; if that cannot be made there, it
         spills and commits the classic way."""
-        if self.state is TransactionState.ABORTED:
-            raise InvalidTxnStatusError(f"transaction {self.txn_id} is aborted")
-        # Sends still queued or in flight belong to the transaction: send (or keep), then wait.
-        for batcher in self._batchers:
-            if (batch := batcher.txn_batches.get(self)) is not None:
-                batcher.seal(batch)
-        self._batchers.clear()
+        self._seal_open()
         await self._classic_ready()
         await self._check_committable()
         try:
@@ -324,15 +318,20 @@ class Transaction:
         sends and acks all written (a one-request transaction spills first: its decision
         is not this client's request), a timed-out or spoiled transaction aborted and
         raised."""
+        self._seal_open()
+        self.spill()
+        await self._classic_ready()
+        await self._check_committable()
+
+    def _seal_open(self) -> None:
+        """Sends still queued or in flight belong to the transaction: send (or keep) them
+        (the caller then waits); an aborted transaction cannot commit."""
         if self.state is TransactionState.ABORTED:
             raise InvalidTxnStatusError(f"transaction {self.txn_id} is aborted")
         for batcher in self._batchers:
             if (batch := batcher.txn_batches.get(self)) is not None:
                 batcher.seal(batch)
         self._batchers.clear()
-        self.spill()
-        await self._classic_ready()
-        await self._check_committable()
 
     async def finish_commit(self) -> None:
         """Have the coordinator finish a transaction whose commit was decided elsewhere
