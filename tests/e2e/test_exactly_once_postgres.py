@@ -645,3 +645,28 @@ def test_psycopg_refusal_is_the_clients_error(cluster, app):
             assert conn.execute(f"SELECT count(*) FROM {app.effects}").fetchone() == (0,)
     finally:
         client.close()
+
+
+@pytest.mark.cluster(brokers=1, coordinator_in_broker=True)
+async def test_with_the_coordinator_in_the_broker(cluster, app, aclient):
+    """The deployment where a small transaction would be kept for a one-request commit
+    (issue 26) and its end made in one phase: a block still stores its sends and makes
+    its acks pending before the application's commit decision, and is finished."""
+    orders, events = f"orders-{app.tag}", f"events-{app.tag}"
+    producer = await aclient.create_producer(orders)
+    for i in range(5):
+        await producer.send(_order(f"o{i}", "acct", 1))
+    consumer = await aclient.subscribe(orders, "billing", consumer_type=magnetar.ConsumerType.Shared,
+                                       initial_position=magnetar.InitialPosition.Earliest)
+    conn = await asyncpg.connect(app.url)
+    try:
+        for _ in range(5):
+            msg = await consumer.receive(timeout_millis=30000)
+            async with magnetar.pg.transaction(conn, aclient) as tx:
+                await _apply(conn, app, tx, msg, events)
+        with pytest.raises(magnetar.Timeout):
+            await consumer.receive(timeout_millis=1500)
+    finally:
+        await conn.close()
+    assert await app.balance("acct") == 5
+    assert sorted(await _events(aclient, events, 5)) == [f"o{i}" for i in range(5)]
