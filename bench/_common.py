@@ -139,7 +139,8 @@ def bench_cluster(database_url: str, brokers: int = 1, coordinators: int = 0, ad
     async def reset():
         conn = await asyncpg.connect(database_url)
         try:
-            await conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+            await conn.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public; "
+                               "DROP SCHEMA IF EXISTS magnetar_app CASCADE")  # migration 0014's
         finally:
             await conn.close()
 

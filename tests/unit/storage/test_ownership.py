@@ -42,7 +42,7 @@ def test_a_service_writes_only_what_it_owns_or_declares(service):
 
 
 def test_every_table_has_an_owner():
-    created = set(re.findall(r"CREATE TABLE (\w+)", "".join(p.read_text() for p in MIGRATIONS.glob("*.sql"))))
+    created = set(re.findall(r"CREATE TABLE (?:\w+\.)?(\w+)", "".join(p.read_text() for p in MIGRATIONS.glob("*.sql"))))
     assert created == set(ownership.OWNER)
     assert set(ownership.OWNER.values()) <= set(ownership.SERVICES)
 

@@ -285,13 +285,7 @@ class Transaction:
         and TransactionHasOperationFailed raised).  A one-request transaction commits with
         its kept sends and held acks in one request; if that cannot be made there, it
         spills and commits the classic way."""
-        if self.state is TransactionState.ABORTED:
-            raise InvalidTxnStatusError(f"transaction {self.txn_id} is aborted")
-        # Sends still queued or in flight belong to the transaction: send (or keep), then wait.
-        for batcher in self._batchers:
-            if (batch := batcher.txn_batches.get(self)) is not None:
-                batcher.seal(batch)
-        self._batchers.clear()
+        self._seal_open()
         await self._classic_ready()
         await self._check_committable()
         try:
@@ -317,6 +311,33 @@ class Transaction:
             self._forget_kept()
             self.state = TransactionState.ERROR
             raise
+
+    async def settle(self) -> None:
+        """Commit's first half, for a commit decided elsewhere (an application's SQL
+        transaction: magnetar.pg, docs/exactly-once-postgres.md): the classic path's
+        sends and acks all written (a one-request transaction spills first: its decision
+        is not this client's request), a timed-out or spoiled transaction aborted and
+        raised."""
+        self._seal_open()
+        self.spill()
+        await self._classic_ready()
+        await self._check_committable()
+
+    def _seal_open(self) -> None:
+        """Sends still queued or in flight belong to the transaction: send (or keep) them
+        (the caller then waits); an aborted transaction cannot commit."""
+        if self.state is TransactionState.ABORTED:
+            raise InvalidTxnStatusError(f"transaction {self.txn_id} is aborted")
+        for batcher in self._batchers:
+            if (batch := batcher.txn_batches.get(self)) is not None:
+                batcher.seal(batch)
+        self._batchers.clear()
+
+    async def finish_commit(self) -> None:
+        """Have the coordinator finish a transaction whose commit was decided elsewhere
+        (after settle()); returns once COMMITTED."""
+        self.state = TransactionState.COMMITTING
+        await self._end(pb.TXN_COMMIT)
 
     async def _check_committable(self) -> None:
         """Abort (and raise) a transaction past its timeout, or spoiled by a failed send or

@@ -438,3 +438,18 @@ schemas = Table(
     _created_at(),
     PrimaryKeyConstraint("topic", "version"),
 )
+
+# ---------------------------------------------------------------- application commits (0014)
+
+# In schema magnetar_app, beside the functions an application's database role may execute
+# (docs/exactly-once-postgres.md): which Magnetar role each database role acts as.
+app_roles = Table(
+    "app_roles",
+    metadata,
+    Column("db_role", Text, nullable=False),
+    Column("magnetar_role", Text, nullable=False),
+    Column("trusted", Boolean, nullable=False, server_default=text("false")),
+    _created_at(),
+    PrimaryKeyConstraint("db_role"),
+    schema="magnetar_app",
+)

@@ -44,6 +44,10 @@ OWNER: dict[str, str] = {
     "transactions": "coordinator",
     "txn_partitions": "coordinator",
     "txn_subscriptions": "coordinator",
+    # magnetar_app.app_roles (migration 0014): database role -> Magnetar role, written by
+    # the database owner's magnetar_app.grant_app_role, read by the commit decisions
+    # applications make (docs/exactly-once-postgres.md): the coordinator's rule.
+    "app_roles": "coordinator",
     # Transaction keys.
     "registries": "registry",
     "transaction_keys": "registry",

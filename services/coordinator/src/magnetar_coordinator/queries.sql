@@ -138,8 +138,12 @@ WHERE coordinator_id = $1 AND status IN ({TXN_COMMITTING}, {TXN_ABORTING})
 ORDER BY txn_id;
 
 -- name: expired_txns
-SELECT txn_id FROM transactions
-WHERE coordinator_id = $1 AND status = {TXN_OPEN} AND deadline_at <= now()
+-- Past their deadline: OPEN ones are aborted; COMMITTING/ABORTING ones nobody drives (an
+-- application's own SQL transaction committed it, docs/exactly-once-postgres.md, and its
+-- notification and its client's EndTxn were both lost) are finished.
+SELECT txn_id, status FROM transactions
+WHERE coordinator_id = $1 AND status IN ({TXN_OPEN}, {TXN_COMMITTING}, {TXN_ABORTING})
+  AND deadline_at <= now()
 ORDER BY deadline_at
 LIMIT 1000;
 
@@ -199,6 +203,18 @@ FROM unnest($3::bigint[], $4::smallint[], $5::bool[], $6::bool[])
 WHERE t.coordinator_id = $1 AND t.txn_id = u.id AND t.status = {TXN_OPEN}
   AND t.transaction_key IS NULL AND EXISTS (SELECT 1 FROM fence)
 RETURNING t.txn_id;
+
+-- name: lock_committing
+-- A transaction an application's SQL transaction already moved to COMMITTING
+-- (magnetar_app.commit_transaction): locked for the one-phase end that finishes it, as
+-- start_ending_unkeyed locks the ones it moves.
+WITH fence AS (
+    SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
+)
+SELECT txn_id FROM transactions
+WHERE coordinator_id = $1 AND txn_id = $3 AND status = {TXN_COMMITTING}
+  AND EXISTS (SELECT 1 FROM fence)
+FOR UPDATE;
 
 -- name: start_ending
 -- OPEN -> COMMITTING/ABORTING ($4) by compare-and-set.  A keyed transaction may only

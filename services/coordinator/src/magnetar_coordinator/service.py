@@ -15,7 +15,7 @@ from magnetar_coordinator import statemachine as sm
 from magnetar_coordinator.local import LocalOneRequest, LocalParticipants
 from magnetar_coordinator.participants import Participants
 from magnetar_coordinator.settings import CoordinatorSettings
-from magnetar_coordinator.store import CoordinatorStore, Fenced
+from magnetar_coordinator.store import AppCommitListener, CoordinatorStore, Fenced
 from magnetar_coordinator.txnlimits import RoleTxnLimits, TooFast, TooManyOpen
 from magnetar_protocol import magnetar_pb2 as pb
 from magnetar_protocol import onerequest
@@ -96,6 +96,12 @@ class CoordinatorService:
         self.limits = RoleTxnLimits(settings.max_open_txns_per_role, settings.max_new_txns_per_role_per_s)
         self._opened_during_count: dict[str, int] | None = None
         self.limits_loop = BackgroundLoop("txn-limits", settings.txn_limit_refresh_s, self.count_open)
+        # Transactions applications commit in their own SQL transactions
+        # (docs/exactly-once-postgres.md): heard at their COMMIT, finished here.  The
+        # loop (re)takes the LISTEN connection when it broke.
+        self._app_commits: AppCommitListener | None = None
+        self.app_commits_loop = BackgroundLoop(
+            "app-commits", settings.heartbeat_interval_ms / 1000, self.listen_app_commits)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -107,8 +113,12 @@ class CoordinatorService:
         await self.adopt_loop.stop()
         # Adopted TCIDs are released too: a live coordinator adopts them at once.
         await asyncio.gather(*(child.stop() for child in list(self.adopted.values())))
-        for loop in (self.claim_loop, self.timeout_loop, self.purge_loop, self.limits_loop):
+        for loop in (self.claim_loop, self.timeout_loop, self.purge_loop, self.limits_loop,
+                     self.app_commits_loop):
             await loop.stop()
+        if self._app_commits is not None:
+            await self._app_commits.close()
+            self._app_commits = None
         # Let in-flight commits finish so their clients get an answer.
         if self._driving:
             await asyncio.wait(list(self._driving.values()), timeout=DRAIN_S)
@@ -140,6 +150,7 @@ class CoordinatorService:
         self.purge_loop.start()
         if self.adopter is None:  # new transactions are opened on the process's own TCID only
             self.limits_loop.start()
+            self.app_commits_loop.start()  # one LISTEN per process, for adopted TCIDs too
         self._background.spawn(self.recover())
 
     def _lost_claim(self) -> None:
@@ -445,7 +456,7 @@ class CoordinatorService:
         commit, ``_one_phase_group``).  False, with nothing changed, sends it the
         two-phase way: no hosting broker, the setting off, a participant served
         elsewhere or moving, not OPEN, a key fenced, a lease lost."""
-        if self.local is None or not self.settings.one_phase_commit:
+        if self.local is None or not self.settings.one_phase_commit or txn_id in self._driving:
             return False
         partitions, subscriptions = await self._guard(self.store.participants(txn_id))
         plan = self.local.plan(partitions, subscriptions)
@@ -575,9 +586,39 @@ class CoordinatorService:
 
     # ---------------------------------------------------------------- loops
 
+    async def listen_app_commits(self) -> None:
+        if self._app_commits is not None and self._app_commits.alive:
+            return
+        if self._app_commits is not None:
+            await self._app_commits.close()
+        self._app_commits = None
+        self._app_commits = await self.store.listen_app_commits(self._heard_app_commit)
+        # Commits made while nobody listened: those past their deadline are found by
+        # the timeout loop, the rest are told by their client's EndTxn.
+
+    def _heard_app_commit(self, most: int, least: int) -> None:
+        acting = self if most == self.tcid else self.adopted.get(most)
+        if acting is not None and acting.ready:
+            self._background.spawn(acting._finish_app_commit(least))
+
+    async def _finish_app_commit(self, txn_id: int) -> None:
+        """Finish a transaction an application's SQL transaction moved to COMMITTING:
+        markers, settled acks, then COMMITTED (in one phase when this process's broker
+        serves every participant, else as recovery drives one)."""
+        try:
+            await self.end_txn(txn_id, pb.TXN_COMMIT)
+        except Exception as exc:  # retried by the client's EndTxn or the timeout loop
+            log.info("finishing application commit of %s: %s", TxnID(self.tcid, txn_id), exc)
+
     async def abort_expired(self) -> None:
-        for txn_id in await self.store.expired():
+        for txn_id, status in await self.store.expired():
             if txn_id in self._driving or txn_id in self._expiring:
+                continue
+            if status != sm.OPEN:  # committed by an application, never told: finish it
+                log.info("transaction %s is %s past its deadline; finishing it",
+                         TxnID(self.tcid, txn_id), sm.NAMES[status])
+                self._background.spawn(self._finish_app_commit(txn_id) if status == sm.COMMITTING
+                                       else self._abort_quietly(txn_id))
                 continue
             self._expiring.add(txn_id)
             log.info("transaction %s timed out; aborting", TxnID(self.tcid, txn_id))

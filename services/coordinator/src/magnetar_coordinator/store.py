@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -59,7 +59,29 @@ class LiveCoordinator(NamedTuple):
 
 class EndingTxn(NamedTuple):
     txn_id: int
-    status: int  # COMMITTING or ABORTING
+    status: int  # COMMITTING or ABORTING (OPEN too, for expired())
+
+
+# magnetar_app.commit_transaction's notification channel (migration 0014).
+APP_COMMITS_CHANNEL = "magnetar_txn_committing"
+
+
+class AppCommitListener:
+    """A pool connection held for LISTEN; ``alive`` false once it broke (take another)."""
+
+    def __init__(self, pool: asyncpg.Pool, conn: Any, callback: Callable[..., None]) -> None:
+        self._pool, self._conn, self._callback = pool, conn, callback
+
+    @property
+    def alive(self) -> bool:
+        return not self._conn.is_closed()
+
+    async def close(self) -> None:
+        try:
+            if self.alive:
+                await self._conn.remove_listener(APP_COMMITS_CHANNEL, self._callback)
+        finally:
+            await self._pool.release(self._conn)
 
 
 class EndingStarted(NamedTuple):
@@ -251,6 +273,8 @@ class CoordinatorStore:
         """OPEN -> COMMITTING/ABORTING of every (txn, target, timed out, expired) of
         ``items`` (distinct ids) in ``conn``'s transaction, so their rows stay locked
         until it ends: a registration racing it waits, then finds it no longer OPEN.
+        A commit already COMMITTING (decided by an application's SQL transaction) is
+        locked as it is.
         Those without a key in one statement, keyed ones one at a time (their key's
         epoch checked in the statement).  False unless every one moved."""
         ids, targets, timed_out, expired = (list(column) for column in zip(*items))
@@ -260,6 +284,9 @@ class CoordinatorStore:
         for txn_id, target, out, exp in items:
             if txn_id in moved:
                 continue
+            if target == pb.TXN_COMMITTING and await conn.fetchval(
+                    Q["lock_committing"], self.tcid, self.fence_epoch, txn_id) is not None:
+                continue  # an application committed it: finished here like the rest
             row = await conn.fetchrow(Q["start_ending"], self.tcid, self.fence_epoch, txn_id,
                                       target, out, exp)
             if not row["fenced_ok"]:
@@ -296,8 +323,26 @@ class CoordinatorStore:
         """This TCID's COMMITTING/ABORTING transactions (to drive on after a restart)."""
         return [EndingTxn(r[0], r[1]) for r in await self.pool.fetch(Q["ending_txns"], self.tcid)]
 
-    async def expired(self) -> list[int]:
-        return [r[0] for r in await self.pool.fetch(Q["expired_txns"], self.tcid)]
+    async def expired(self) -> list[EndingTxn]:
+        """Transactions past their deadline and their status (OPEN, or ending)."""
+        return [EndingTxn(r[0], r[1]) for r in await self.pool.fetch(Q["expired_txns"], self.tcid)]
+
+    async def listen_app_commits(self, callback: Callable[[int, int], None]) -> AppCommitListener:
+        """Hold a connection that LISTENs for the transactions applications commit in
+        their own SQL transactions (magnetar_app.commit_transaction's pg_notify, delivered
+        at their COMMIT); ``callback(most, least)`` for each."""
+        conn = await self.pool.acquire()
+
+        def heard(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+            most, _, least = payload.partition(",")
+            callback(int(most), int(least))
+
+        try:
+            await conn.add_listener(APP_COMMITS_CHANNEL, heard)
+        except BaseException:
+            await self.pool.release(conn)
+            raise
+        return AppCommitListener(self.pool, conn, heard)
 
     async def active_count(self) -> int:
         return int(await self.pool.fetchval(Q["active_count"], self.tcid))

@@ -1,0 +1,179 @@
+"""magnetar_app.commit_transaction (migration 0014): the application's own SQL transaction
+decides a Magnetar transaction's commit (docs/exactly-once-postgres.md).  Real
+PostgreSQL, the coordinator's store for the other side of each race."""
+
+import asyncio
+import uuid
+
+import asyncpg
+import pytest
+
+from magnetar_coordinator.store import CoordinatorStore
+from magnetar_protocol import magnetar_pb2 as pb
+from magnetar_storage.db import create_pool
+
+TOPIC = "persistent://public/default/orders-partition-0"
+
+
+@pytest.fixture
+async def env(database_url):
+    pool = await create_pool(database_url, max_size=4)
+    store = CoordinatorStore(pool, 0, "instance-a")
+    assert await store.claim("http://a", ttl_s=5)
+    db_role = f"app_{uuid.uuid4().hex[:10]}"
+    await pool.execute(f'CREATE ROLE "{db_role}" LOGIN')
+    app_url = database_url.replace("://magnetar@", f"://{db_role}@", 1)
+    assert app_url != database_url
+    yield pool, store, db_role, app_url
+    await pool.close()
+
+
+async def _open(store: CoordinatorStore, owner: str = "app", timeout_ms: int = 60000) -> int:
+    txn_id = await store.allocate_ids(1)
+    await store.new_txn(txn_id, timeout_ms, owner)
+    return txn_id
+
+
+async def _commit_in_app(app_url: str, txn_id: int) -> None:
+    conn = await asyncpg.connect(app_url)
+    try:
+        async with conn.transaction():
+            await conn.execute("SELECT magnetar_app.commit_transaction(0, $1)", txn_id)
+    finally:
+        await conn.close()
+
+
+async def _status(pool, txn_id: int) -> int:
+    return await pool.fetchval(
+        "SELECT status FROM transactions WHERE coordinator_id = 0 AND txn_id = $1", txn_id)
+
+
+async def test_an_unmapped_database_role_can_neither_commit_nor_read_magnetar_tables(env):
+    pool, store, db_role, app_url = env
+    txn_id = await _open(store)
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await _commit_in_app(app_url, txn_id)
+    await pool.execute("SELECT magnetar_app.grant_app_role($1, 'app', true)", db_role)
+    conn = await asyncpg.connect(app_url)
+    try:
+        for sql in ("SELECT * FROM transactions", "UPDATE transactions SET status = 1",
+                    "SELECT * FROM magnetar_app.app_roles",
+                    "SELECT magnetar_app.grant_app_role('x', 'y', true)"):
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.execute(sql)
+    finally:
+        await conn.close()
+    assert await _status(pool, txn_id) == pb.TXN_OPEN
+
+
+async def test_commit_is_the_app_transactions_commit_and_notifies_only_then(env):
+    pool, store, db_role, app_url = env
+    await pool.execute("SELECT magnetar_app.grant_app_role($1, 'app', true)", db_role)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    listener = await asyncpg.connect(app_url.replace(f"://{db_role}@", "://magnetar@", 1))
+    await listener.add_listener("magnetar_txn_committing", lambda *args: heard.put_nowait(args[3]))
+    rolled, committed = await _open(store), await _open(store)
+    conn = await asyncpg.connect(app_url)
+    try:
+        tr = conn.transaction()
+        await tr.start()
+        await conn.execute("SELECT magnetar_app.commit_transaction(0, $1)", rolled)
+        await tr.rollback()  # the app's rollback: the Magnetar transaction stays OPEN
+        async with conn.transaction():
+            await conn.execute("SELECT magnetar_app.commit_transaction(0, $1)", committed)
+            assert heard.empty()  # NOTIFY waits for the COMMIT
+    finally:
+        await conn.close()
+    assert await asyncio.wait_for(heard.get(), 10) == f"0,{committed}"
+    assert heard.empty()
+    assert await _status(pool, rolled) == pb.TXN_OPEN
+    assert await _status(pool, committed) == pb.TXN_COMMITTING
+    # The coordinator's timeout abort is a compare-and-set: it loses to the app's commit.
+    moved, _ = await store.start_ending(committed, pb.TXN_ABORTING, True, False)
+    assert not moved
+    assert await _status(pool, committed) == pb.TXN_COMMITTING
+    await listener.close()
+
+
+async def test_a_timeout_abort_racing_the_app_commit_waits_and_loses(env):
+    pool, store, db_role, app_url = env
+    await pool.execute("SELECT magnetar_app.grant_app_role($1, 'app', true)", db_role)
+    txn_id = await _open(store)
+    conn = await asyncpg.connect(app_url)
+    try:
+        tr = conn.transaction()
+        await tr.start()
+        await conn.execute("SELECT magnetar_app.commit_transaction(0, $1)", txn_id)
+        abort = asyncio.ensure_future(store.start_ending(txn_id, pb.TXN_ABORTING, True, False))
+        await asyncio.sleep(0.3)
+        assert not abort.done()  # the row lock holds the abort until the app's COMMIT
+        await tr.commit()
+        moved, _ = await asyncio.wait_for(abort, 10)
+    finally:
+        await conn.close()
+    assert not moved
+    assert await _status(pool, txn_id) == pb.TXN_COMMITTING
+
+
+async def test_an_ended_or_timed_out_transaction_fails_the_app_commit(env):
+    pool, store, db_role, app_url = env
+    await pool.execute("SELECT magnetar_app.grant_app_role($1, 'app', true)", db_role)
+    aborted = await _open(store)
+    assert (await store.start_ending(aborted, pb.TXN_ABORTING, True, False)).moved
+    with pytest.raises(asyncpg.PostgresError, match="ABORTING, not OPEN \\(it timed out\\)") as err:
+        await _commit_in_app(app_url, aborted)
+    assert err.value.sqlstate == "MGX02"
+    late = await _open(store, timeout_ms=1)
+    await asyncio.sleep(0.05)  # past its deadline, not yet aborted by any timeout loop
+    with pytest.raises(asyncpg.PostgresError, match="timed out") as err:
+        await _commit_in_app(app_url, late)
+    assert err.value.sqlstate == "MGX02"
+    assert await _status(pool, late) == pb.TXN_OPEN
+    with pytest.raises(asyncpg.PostgresError) as err:
+        await _commit_in_app(app_url, 10**9)
+    assert err.value.sqlstate == "MGX03"
+
+
+async def test_a_fenced_transaction_key_fails_the_app_commit(env):
+    pool, store, db_role, app_url = env
+    await pool.execute("SELECT magnetar_app.grant_app_role($1, 'app', true)", db_role)
+    await pool.execute("INSERT INTO transaction_keys (owner, transaction_key, epoch, coordinator_id) "
+                       "VALUES ('app', 'k', 1, 0)")
+    txn_id = await store.allocate_ids(1)
+    await store.new_keyed_txn(txn_id, 60000, "app", "k", 1)
+    # A newer holder connects: the key's epoch moves (the registry's compare-and-set).
+    await pool.execute("UPDATE transaction_keys SET epoch = 2 WHERE transaction_key = 'k'")
+    with pytest.raises(asyncpg.PostgresError, match="fenced") as err:
+        await _commit_in_app(app_url, txn_id)
+    assert err.value.sqlstate == "MGX01"
+    assert await _status(pool, txn_id) == pb.TXN_OPEN
+    # Not fenced: the commit also frees the key's active-transaction slot.
+    again = await store.allocate_ids(1)
+    await pool.execute("UPDATE transaction_keys SET active_txn_most = NULL, active_txn_least = NULL")
+    await store.new_keyed_txn(again, 60000, "app", "k", 2)
+    await _commit_in_app(app_url, again)
+    assert await _status(pool, again) == pb.TXN_COMMITTING
+    assert await pool.fetchval("SELECT active_txn_least FROM transaction_keys") is None
+
+
+async def test_the_mapped_role_must_own_the_transaction_and_hold_its_grants(env):
+    pool, store, db_role, app_url = env
+    await pool.execute("SELECT magnetar_app.grant_app_role($1, 'app')", db_role)
+    other = await _open(store, owner="someone-else")
+    with pytest.raises(asyncpg.InsufficientPrivilegeError, match="does not own"):
+        await _commit_in_app(app_url, other)
+    txn_id = await _open(store)
+    assert await store.add_participants(txn_id, [TOPIC], [], []) == pb.TXN_OPEN
+    with pytest.raises(asyncpg.InsufficientPrivilegeError, match=f"lacks produce on {TOPIC}"):
+        await _commit_in_app(app_url, txn_id)
+    await pool.execute("INSERT INTO namespace_permissions (tenant, namespace, role, actions) "
+                       "VALUES ('public', 'default', 'app', '{consume}')")
+    with pytest.raises(asyncpg.InsufficientPrivilegeError, match="lacks produce"):
+        await _commit_in_app(app_url, txn_id)
+    await pool.execute("UPDATE namespace_permissions SET actions = '{produce,consume}'")
+    await _commit_in_app(app_url, txn_id)
+    assert await _status(pool, txn_id) == pb.TXN_COMMITTING
+    # Revoking the mapping takes the EXECUTE grant away too.
+    await pool.execute("SELECT magnetar_app.revoke_app_role($1)", db_role)
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await _commit_in_app(app_url, await _open(store))
