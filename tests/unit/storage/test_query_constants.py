@@ -26,8 +26,11 @@ def test_an_unknown_name_fails_the_load():
 
 
 def test_no_statement_writes_a_status_as_a_number():
-    files = sorted(ROOT.glob("services/*/src/*/queries.sql"))
-    assert files
+    # Migrations before 0014 are frozen as they shipped (index predicates with numbers).
+    migrations = [f for f in sorted(ROOT.glob("libs/storage/src/magnetar_storage/migrations/*.sql"))
+                  if f.name >= "0014"]
+    files = sorted(ROOT.glob("services/*/src/*/queries.sql")) + migrations
+    assert files and migrations
     numeric = re.compile(r"\bstatus\s*(?:=|<>|IN\s*\()\s*\d")
     found = [f"{f.relative_to(ROOT)}:{n}" for f in files
              for n, line in enumerate(f.read_text().splitlines(), 1) if numeric.search(line)]

@@ -22,6 +22,7 @@ import asyncpg
 
 from magnetar_storage.db import DatabaseUnavailable, connect_when_ready, explain
 from magnetar_storage.dsn import redact
+from magnetar_storage.queries import substitute
 
 log = logging.getLogger("magnetar.migrate")
 
@@ -37,10 +38,11 @@ CREATE TABLE IF NOT EXISTS magnetar_migrations (
 
 
 def migration_files() -> list[tuple[str, str]]:
-    """(version, sql) for every migration, in order."""
+    """(version, sql) for every migration, in order; shared codes written by name
+    (``{TXN_OPEN}``) are replaced by their values, as in queries (queries.substitute)."""
     folder = resources.files("magnetar_storage") / "migrations"
     names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
-    return [(n.removesuffix(".sql"), (folder / n).read_text()) for n in names]
+    return [(n.removesuffix(".sql"), substitute((folder / n).read_text())) for n in names]
 
 
 DEFAULT_WAIT_S = 120.0

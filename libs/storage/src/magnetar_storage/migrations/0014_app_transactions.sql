@@ -88,7 +88,7 @@ BEGIN
         RAISE EXCEPTION 'database role % acts as Magnetar role %, which does not own transaction (%,%)',
             session_user, mapped.magnetar_role, txn_most, txn_least USING ERRCODE = '42501';
     END IF;
-    IF txn.status <> 0 THEN
+    IF txn.status <> {TXN_OPEN} THEN
         IF txn.expired THEN
             RAISE EXCEPTION 'transaction (%,%) was aborted because a newer connection took over its transaction key: this client was fenced',
                 txn_most, txn_least USING ERRCODE = 'MGX01';
@@ -128,8 +128,8 @@ BEGIN
                 mapped.magnetar_role, txn_most, txn_least, denied USING ERRCODE = '42501';
         END IF;
     END IF;
-    UPDATE transactions SET status = 1
-    WHERE coordinator_id = txn_most AND txn_id = txn_least AND status = 0;
+    UPDATE transactions SET status = {TXN_COMMITTING}
+    WHERE coordinator_id = txn_most AND txn_id = txn_least AND status = {TXN_OPEN};
     -- Its key's one active-transaction slot is free again (as the coordinator's
     -- start_ending does).
     IF txn.transaction_key IS NOT NULL THEN
