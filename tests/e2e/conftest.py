@@ -157,11 +157,8 @@ def client(cluster):
 @pytest.fixture
 def wheel(cluster):
     """A ``pulsar.Client`` (the real wheel) on ``cluster``'s Pulsar listener."""
-    import logging
+    from tests.e2e.helpers import wheel_client
 
-    import pulsar  # only the Pulsar-protocol tests need the wheel
-
-    c = pulsar.Client(cluster.pulsar_service_url, operation_timeout_seconds=10,
-                      logger=logging.getLogger("pulsar-client"))
+    c = wheel_client(cluster.pulsar_service_url)
     yield c
     c.close()

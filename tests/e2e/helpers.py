@@ -21,6 +21,17 @@ from tests.waiting import wait_until
 SHIPPED_RETENTION = {"MAGNETAR_DEFAULT_RETENTION_TIME_MINUTES": "0", "MAGNETAR_DEFAULT_RETENTION_SIZE_MB": "0"}
 
 
+def wheel_client(url: str, **options):
+    """A ``pulsar.Client`` (the real wheel) on ``url`` with the tests' timeouts
+    (``options`` override them) and its log in the test's log."""
+    import logging
+
+    import pulsar  # only the Pulsar-protocol tests need the wheel
+
+    options = {"operation_timeout_seconds": 10, "connection_timeout_ms": 5000} | options
+    return pulsar.Client(url, logger=logging.getLogger("pulsar-client"), **options)
+
+
 def lifecycle_passes(cluster) -> list[int]:
     """Each running broker's completed storage-lifecycle passes."""
     counts = []

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +23,7 @@ import pytest
 from magnetar_protocol import pulsar_api_pb2 as pb
 from magnetar_runtime.local.cluster import LocalCluster
 from tests.e2e.conftest import TEST_ENV
+from tests.e2e.helpers import wheel_client
 from tests.e2e.pulsar_wire import Wire, WireError
 
 TIMEOUT_MS = 10_000
@@ -52,8 +52,9 @@ def magnetar(postgres, migrated_template, tmp_path_factory):
 
 
 def pulsar_client(url: str, **options) -> pulsar.Client:
-    options = {"operation_timeout_seconds": 30, "connection_timeout_ms": 5000} | options
-    return pulsar.Client(url, logger=logging.getLogger("pulsar-client"), **options)
+    # The wheel's own default operation timeout (30 s): a refused command must fail at
+    # once, not after it.
+    return wheel_client(url, **({"operation_timeout_seconds": 30} | options))
 
 
 @pytest.fixture

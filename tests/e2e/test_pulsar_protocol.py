@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import socket
 import struct
 import threading
@@ -25,6 +24,7 @@ from magnetar_protocol.pulsar import frames
 from magnetar_runtime.local.cluster import LocalCluster
 from tests.e2e.conftest import TEST_ENV
 from tests.e2e.helpers import keys_for_each_consumer
+from tests.e2e.helpers import wheel_client as pulsar_client
 from tests.waiting import wait_until
 
 TIMEOUT_MS = 10_000
@@ -44,11 +44,6 @@ def magnetar(postgres, migrated_template, tmp_path_factory):
     yield cluster
     cluster.close()
     postgres.drop_database("e2e_pulsar_protocol")
-
-
-def pulsar_client(url: str, **options) -> pulsar.Client:
-    options = {"operation_timeout_seconds": 10, "connection_timeout_ms": 5000} | options
-    return pulsar.Client(url, logger=logging.getLogger("pulsar-client"), **options)
 
 
 @pytest.fixture
