@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 
+from magnetar_broker.api import txn_handlers
 from magnetar_coordinator import metrics as coordinator_metrics
 from magnetar_protocol import magnetar_pb2 as pb
 from tests.component import conftest
-from tests.component.conftest import new_txn
+from tests.component.conftest import BROKER_URL, new_txn, payloads
 from tests.waiting import async_wait_until
 
 TOPIC = "persistent://public/default/component-app-commit"
@@ -72,3 +73,58 @@ async def test_the_timeout_loop_finishes_an_app_commit_it_was_never_told_of(brok
     await coordinator.abort_expired()
     await _wait_committed(pool, committed)
     await _check_applied(broker, pool, consumer, first)
+
+
+def _serve_the_broker_in_process(broker, coordinator) -> None:
+    """The coordinator's two-phase calls (lookups, EndTxnOn*) reach ``broker``'s handlers
+    in this process, as they reach a broker's routes over HTTP."""
+    txn = txn_handlers(broker.service)
+
+    async def lookup(req: pb.LookupRequest) -> pb.LookupResponse:
+        found = await broker.service.lookup(req.topic, req.listener_name)
+        return pb.LookupResponse(topic=found.topic, broker_url=found.url, broker_id=found.broker_id)
+
+    coordinator.rpc.serve_locally(BROKER_URL, {
+        "/v1/topics/lookup": lookup,
+        "/v1/txn/end-on-partition": txn.end_on_partition,
+        "/v1/txn/end-on-subscription": txn.end_on_subscription,
+        "/v1/txn/end-on-participants": txn.end_on_participants,
+    }, "")
+
+
+async def _nobody_told(coordinator) -> None:
+    """No notification and no timeout pass finishes anything: only the calls a test makes."""
+    await coordinator.app_commits_loop.stop()
+    await coordinator.timeout_loop.stop()
+    if coordinator._app_commits is not None:
+        await coordinator._app_commits.close()
+        coordinator._app_commits = None
+
+
+async def test_an_app_commit_is_delivered_after_the_earlier_one_whoever_finishes_first(broker, coordinator, pool):
+    # Two applications commit blocks that sent to one partition, first then second (SQL
+    # COMMIT order).  The second's EndTxn comes first (the first's application died after
+    # its COMMIT, its notification not yet handled): the second's markers must still come
+    # after the first's, so consumers see the partition in commit order.
+    await _nobody_told(coordinator)
+    _serve_the_broker_in_process(broker, coordinator)
+    consumer = await broker.subscribe(TOPIC, "s")
+    producer = await broker.producer(TOPIC, "p")
+    first, second = await new_txn(coordinator), await new_txn(coordinator)
+    await broker.send(producer, b"first", first_seq=0, txn=first)
+    await broker.send(producer, b"second", first_seq=1, txn=second)
+    await pool.execute("SELECT magnetar_app.grant_app_role(session_user, 'anonymous', true)")
+    for txn in (first, second):
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT magnetar_app.commit_transaction($1, $2)", txn.most_bits, txn.least_bits)
+    one_phase = coordinator_metrics.ONE_PHASE._value.get()
+    await coordinator.end(pb.EndTxnRequest(txn=second, action=pb.TXN_COMMIT))
+    assert payloads(await broker.fetch(consumer)) == [b"first", b"second"]
+    assert coordinator_metrics.ONE_PHASE._value.get() == one_phase  # not ahead of the first
+    status = "SELECT status FROM transactions WHERE txn_id = $1"
+    assert await pool.fetchval(status, second.least_bits) == pb.TXN_COMMITTED
+    # The first's own finish comes later: its marker is already written, nothing twice.
+    assert await pool.fetchval(status, first.least_bits) == pb.TXN_COMMITTING
+    await coordinator.end(pb.EndTxnRequest(txn=first, action=pb.TXN_COMMIT))
+    assert await pool.fetchval(status, first.least_bits) == pb.TXN_COMMITTED
+    assert await broker.fetch(consumer) == []

@@ -670,3 +670,95 @@ async def test_with_the_coordinator_in_the_broker(cluster, app, aclient):
         await conn.close()
     assert await app.balance("acct") == 5
     assert sorted(await _events(aclient, events, 5)) == [f"o{i}" for i in range(5)]
+
+
+def test_a_block_at_repeatable_read_is_refused_and_redelivered(cluster, app):
+    """The commit decision reads what Magnetar registered during the block, which a
+    REPEATABLE READ snapshot cannot see: refused (BadRequest naming READ COMMITTED), the
+    rows rolled back, the message redelivered."""
+    orders = f"orders-{app.tag}"
+    client = magnetar.Client(",".join(cluster.broker_urls))
+    try:
+        client.create_producer(orders).send(_order("o1", "acct", 1))
+        consumer = client.subscribe(orders, "billing", consumer_type=magnetar.ConsumerType.Shared,
+                                    initial_position=magnetar.InitialPosition.Earliest)
+        msg = consumer.receive(timeout_millis=30000)
+        with psycopg.connect(app.url) as conn:
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            with pytest.raises(magnetar.BadRequest, match="READ COMMITTED"):
+                with magnetar.pg.transaction(conn, client) as tx:
+                    conn.execute(f"INSERT INTO {app.effects} VALUES ('o1')")
+                    tx.acknowledge(msg, consumer)
+                    tx.send(f"events-{app.tag}", b"o1")
+            assert conn.execute(f"SELECT count(*) FROM {app.effects}").fetchone() == (0,)
+        again = consumer.receive(timeout_millis=30000)
+        assert again.message_id() == msg.message_id() and again.redelivery_count() == 1
+    finally:
+        client.close()
+
+
+# A worker process of the commit-order test: each block takes the next number from a
+# shared counter row (the row lock orders the blocks' COMMITs) and sends it.
+ORDERED_WORKER = """
+import asyncio, sys
+import asyncpg
+import magnetar.asyncio as aio, magnetar.pg
+
+service, app_url, counter, events, blocks = sys.argv[1:6]
+
+async def main():
+    client = aio.Client(service)
+    conn = await asyncpg.connect(app_url)
+    for _ in range(int(blocks)):
+        async with magnetar.pg.transaction(conn, client) as tx:
+            n = await conn.fetchval(f"UPDATE {counter} SET n = n + 1 RETURNING n")
+            await tx.send(events, str(n).encode())
+    await conn.close()
+    await client.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("deployment", [
+    "coordinator-process",
+    pytest.param("coordinator-in-broker", marks=pytest.mark.cluster(brokers=1, coordinator_in_broker=True)),
+])
+async def test_blocks_of_different_processes_are_delivered_in_commit_order(cluster, app, aclient, tmp_path,
+                                                                          deployment):
+    """Three processes commit blocks to one partition concurrently; each block's number is
+    its place in the SQL COMMIT order (a counter row it updates).  Consumers get the
+    numbers in that order, with no gap and none twice, whichever coordinator request
+    finished which block first (two-phase, or one phase in the hosting broker)."""
+    import sys
+
+    events, counter, processes, blocks = f"events-{app.tag}", f"counter_{app.tag}", 3, 40
+    conn = await asyncpg.connect(app.admin_url)
+    try:
+        await conn.execute(f"CREATE TABLE {counter} (n bigint NOT NULL)")
+        await conn.execute(f"INSERT INTO {counter} VALUES (0)")
+        await conn.execute(f'GRANT SELECT, UPDATE ON {counter} TO "{app.role}"')
+    finally:
+        await conn.close()
+    script = tmp_path / "worker.py"
+    script.write_text(ORDERED_WORKER)
+    service = ",".join(cluster.broker_urls)
+    procs = [await asyncio.create_subprocess_exec(
+        sys.executable, str(script), service, app.url, counter, events, str(blocks),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT) for _ in range(processes)]
+    try:
+        outputs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 120)
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
+    assert all(p.returncode == 0 for p in procs), [o.decode()[-2000:] for o, _ in outputs]
+    reader = await aclient.create_reader(events, magnetar.MessageId.earliest)
+    try:
+        got = [int((await reader.read_next(timeout_millis=30000)).data()) for _ in range(processes * blocks)]
+        with pytest.raises(magnetar.Timeout):
+            await reader.read_next(timeout_millis=1000)
+    finally:
+        await reader.close()
+    assert got == list(range(1, processes * blocks + 1))

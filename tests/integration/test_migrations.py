@@ -9,9 +9,14 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 from magnetar_storage.migrate import migrate, migration_files
 from magnetar_storage.model import metadata
 
+# Tables only: the model describes tables; a view (0015's app_commit_predecessors) is a
+# query kept in the database, checked by the tests of the service that reads it.
 _COLUMNS = """
-SELECT table_name, column_name, data_type, is_nullable, column_default IS NOT NULL AS has_default
-FROM information_schema.columns WHERE table_schema IN ('public', 'magnetar_app') AND table_name <> 'magnetar_migrations'
+SELECT c.table_name, c.column_name, c.data_type, c.is_nullable, c.column_default IS NOT NULL AS has_default
+FROM information_schema.columns c
+JOIN information_schema.tables t USING (table_schema, table_name)
+WHERE c.table_schema IN ('public', 'magnetar_app') AND c.table_name <> 'magnetar_migrations'
+  AND t.table_type = 'BASE TABLE'
 ORDER BY 1, 2
 """
 _CONSTRAINTS = """

@@ -177,3 +177,99 @@ async def test_the_mapped_role_must_own_the_transaction_and_hold_its_grants(env)
     await pool.execute("SELECT magnetar_app.revoke_app_role($1)", db_role)
     with pytest.raises(asyncpg.InsufficientPrivilegeError):
         await _commit_in_app(app_url, await _open(store))
+
+
+# ---------------------------------------------------------------- commit order (0015)
+
+OTHER = "persistent://public/default/payments-partition-0"
+
+
+async def _order(pool, txn_id: int) -> int | None:
+    return await pool.fetchval(
+        "SELECT app_commit_order FROM transactions WHERE coordinator_id = 0 AND txn_id = $1", txn_id)
+
+
+async def _sending_to(store: CoordinatorStore, *topics: str) -> int:
+    txn_id = await _open(store)
+    assert await store.add_participants(txn_id, list(topics), [], []) == pb.TXN_OPEN
+    return txn_id
+
+
+async def test_blocks_sharing_a_partition_take_their_commit_order_one_at_a_time(env):
+    pool, store, db_role, app_url = env
+    await pool.execute("SELECT magnetar_app.grant_app_role($1, 'app', true)", db_role)
+    first, second = await _sending_to(store, TOPIC, OTHER), await _sending_to(store, OTHER)
+    elsewhere = await _sending_to(store, "persistent://public/default/elsewhere")
+    conn = await asyncpg.connect(app_url)
+    try:
+        tr = conn.transaction()
+        await tr.start()
+        await conn.execute("SELECT magnetar_app.commit_transaction(0, $1)", first)
+        # The second shares OTHER: its decision waits for the first's COMMIT (its order
+        # must be the later one); a block on another partition does not wait.
+        waiting = asyncio.ensure_future(_commit_in_app(app_url, second))
+        await _commit_in_app(app_url, elsewhere)
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        assert await _status(pool, second) == pb.TXN_OPEN
+        await tr.commit()
+        await asyncio.wait_for(waiting, 10)
+    finally:
+        await conn.close()
+    assert await _order(pool, first) < await _order(pool, second)
+    # The coordinator's side: the second goes after the first on OTHER, until the first
+    # is finished; a block that shares nothing with them has nothing before it.
+    assert await store.app_predecessors(second) == [(0, first, await _order(pool, first), OTHER)]
+    assert await store.app_predecessors(elsewhere) == []
+    assert await store.app_predecessors(first) == []
+    async with store.transaction() as sql:  # the one-phase finish refuses the second
+        assert not await store.start_endings_in(sql, [(second, pb.TXN_COMMITTING, False, False)])
+    assert await store.transition(first, pb.TXN_COMMITTING, pb.TXN_COMMITTED)
+    assert await store.app_predecessors(second) == []
+    async with store.transaction() as sql:
+        assert await store.start_endings_in(sql, [(second, pb.TXN_COMMITTING, False, False)])
+
+
+async def test_a_rolled_back_block_lets_the_next_one_through_and_takes_no_order(env):
+    pool, store, db_role, app_url = env
+    await pool.execute("SELECT magnetar_app.grant_app_role($1, 'app', true)", db_role)
+    rolled, then = await _sending_to(store, TOPIC), await _sending_to(store, TOPIC)
+    acks_only = await _open(store)
+    conn = await asyncpg.connect(app_url)
+    try:
+        tr = conn.transaction()
+        await tr.start()
+        await conn.execute("SELECT magnetar_app.commit_transaction(0, $1)", rolled)
+        waiting = asyncio.ensure_future(_commit_in_app(app_url, then))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        await tr.rollback()
+        await asyncio.wait_for(waiting, 10)
+    finally:
+        await conn.close()
+    assert (await _status(pool, rolled), await _order(pool, rolled)) == (pb.TXN_OPEN, None)
+    assert await _status(pool, then) == pb.TXN_COMMITTING
+    assert await _order(pool, then) is not None
+    await _commit_in_app(app_url, acks_only)  # sent nothing: no order to keep
+    assert (await _status(pool, acks_only), await _order(pool, acks_only)) == (pb.TXN_COMMITTING, None)
+
+
+@pytest.mark.parametrize("isolation", ["repeatable_read", "serializable"])
+async def test_a_snapshot_older_than_the_block_is_refused(env, isolation):
+    # Under REPEATABLE READ the function would read the transaction's registrations as of
+    # the caller's first statement: a send registered after it would escape the grant
+    # check and the commit order.
+    pool, store, db_role, app_url = env
+    await pool.execute("SELECT magnetar_app.grant_app_role($1, 'app')", db_role)
+    txn_id = await _open(store)
+    conn = await asyncpg.connect(app_url)
+    try:
+        async with conn.transaction(isolation=isolation):
+            await conn.execute("SELECT 1")  # the application's first statement: its snapshot
+            assert await store.add_participants(txn_id, [TOPIC], [], []) == pb.TXN_OPEN
+            with pytest.raises(asyncpg.PostgresError, match="READ COMMITTED") as err:
+                await conn.execute("SELECT magnetar_app.commit_transaction(0, $1)", txn_id)
+        assert err.value.sqlstate == "MGX04"
+    finally:
+        await conn.close()
+    assert await _status(pool, txn_id) == pb.TXN_OPEN

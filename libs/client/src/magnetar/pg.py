@@ -41,6 +41,7 @@ from magnetar._transaction import Transaction
 from magnetar._types import MessageId, TransactionState
 from magnetar_protocol.errors import (
     AuthorizationError,
+    BadRequest,
     ExpiredTransactionError,
     InvalidTxnStatusError,
     MagnetarError,
@@ -62,6 +63,7 @@ _REFUSALS: dict[str, type[MagnetarError]] = {
     "MGX01": ExpiredTransactionError,
     "MGX02": InvalidTxnStatusError,
     "MGX03": TransactionNotFound,
+    "MGX04": BadRequest,  # not READ COMMITTED (migration 0015)
     "42501": AuthorizationError,
 }
 

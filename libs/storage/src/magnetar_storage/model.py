@@ -179,11 +179,16 @@ transactions = Table(
     Column("transaction_key", Text, nullable=True),
     Column("key_epoch", BigInteger, nullable=True),
     Column("expired", Boolean, nullable=False, server_default=text("false")),
+    # 0015: where an application's commit falls in the commit order of the partitions it
+    # sent to (docs/exactly-once-postgres.md "Ordering"); NULL for any other transaction.
+    Column("app_commit_order", BigInteger, nullable=True),
     PrimaryKeyConstraint("coordinator_id", "txn_id"),
     Index("transactions_unfinished", "coordinator_id", "status",
           postgresql_where=text("status = ANY (ARRAY[0, 1, 3])")),
     Index("transactions_by_key", "key_owner", "transaction_key",
           postgresql_where=text("transaction_key IS NOT NULL AND status = ANY (ARRAY[0, 1, 3])")),
+    Index("transactions_app_committing", "app_commit_order",
+          postgresql_where=text("status = 1 AND app_commit_order IS NOT NULL")),
 )
 
 txn_partitions = Table(

@@ -19,3 +19,7 @@ ONE_PHASE = Counter("magnetar_txn_one_phase",
                     "coordinator (the rest take the two-phase path)")
 LIMITED = Counter("magnetar_txn_refused_by_role_limits",
                   "New transactions refused by a per-role limit (open, or per second)")
+EARLIER_COMMITS_ENDED = Counter(
+    "magnetar_txn_app_earlier_commits_ended",
+    "Earlier application commits this coordinator ended on a shared partition before an "
+    "application commit's own markers (their own coordinator had not yet: commit order)")

@@ -119,7 +119,7 @@ RETURNING t.txn_id;
 
 -- name: get_txn
 SELECT status, timeout_ms, opened_at, deadline_at, ended_at, owner, timed_out, expired,
-       transaction_key
+       transaction_key, app_commit_order
 FROM transactions WHERE coordinator_id = $1 AND txn_id = $2;
 
 -- name: txns_participants
@@ -207,14 +207,27 @@ RETURNING t.txn_id;
 -- name: lock_committing
 -- A transaction an application's SQL transaction already moved to COMMITTING
 -- (magnetar_app.commit_transaction): locked for the one-phase end that finishes it, as
--- start_ending_unkeyed locks the ones it moves.
+-- start_ending_unkeyed locks the ones it moves.  Not one with an earlier application
+-- commit still to finish on a partition they share (migration 0015): its markers wait
+-- for that one's, the two-phase way (app_predecessors).
 WITH fence AS (
     SELECT 1 FROM coordinators WHERE coordinator_id = $1 AND fence_epoch = $2 FOR SHARE
 )
 SELECT txn_id FROM transactions
 WHERE coordinator_id = $1 AND txn_id = $3 AND status = {TXN_COMMITTING}
   AND EXISTS (SELECT 1 FROM fence)
+  AND NOT EXISTS (SELECT 1 FROM app_commit_predecessors
+                  WHERE coordinator_id = $1 AND txn_id = $3)
 FOR UPDATE;
+
+-- name: app_predecessors
+-- The earlier application commits still COMMITTING on the partitions transaction $2 sent
+-- to (none unless an application committed it: migration 0015), oldest first, with each
+-- partition they share.
+SELECT earlier_coordinator_id, earlier_txn_id, earlier_order, topic
+FROM app_commit_predecessors
+WHERE coordinator_id = $1 AND txn_id = $2
+ORDER BY earlier_order, topic;
 
 -- name: start_ending
 -- OPEN -> COMMITTING/ABORTING ($4) by compare-and-set.  A keyed transaction may only

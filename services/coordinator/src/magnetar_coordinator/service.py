@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
-from magnetar_coordinator import adoption, metrics
+from magnetar_coordinator import adoption, commitorder, metrics
 from magnetar_coordinator import statemachine as sm
 from magnetar_coordinator.local import LocalOneRequest, LocalParticipants
 from magnetar_coordinator.participants import Participants
@@ -203,7 +203,9 @@ class CoordinatorService:
         for txn_id, status in await self.store.ending():
             action = pb.TXN_COMMIT if status == sm.COMMITTING else pb.TXN_ABORT
             log.info("recovering transaction %s (%s)", TxnID(self.tcid, txn_id), sm.NAMES[status])
-            self._drive(txn_id, action)
+            # A commit an application made may have earlier ones on its partitions
+            # (checked: recovery is rare, and the query finds none for the others).
+            self._drive(txn_id, action, after_earlier=status == sm.COMMITTING)
         active = await self.store.active_count()
         if self.adopter is None:
             metrics.ACTIVE.set(active)
@@ -447,7 +449,10 @@ class CoordinatorService:
             if step is sm.Step.START and not await self._start_ending(
                     txn_id, action, timed_out, expired):
                 continue  # someone else moved it (a timeout, a duplicate request): plan again
-            await self._until_driven(txn_id, action)
+            # An application's commit (found COMMITTING, with its place in the commit
+            # order) goes after the earlier ones on its partitions.
+            await self._until_driven(txn_id, action, after_earlier=step is not sm.Step.START
+                                     and record.app_commit_order is not None)
             return
 
     async def _one_phase(self, txn_id: int, action: pb.TxnAction, timed_out: bool, expired: bool) -> bool:
@@ -534,8 +539,8 @@ class CoordinatorService:
             await held.release()
         return [first[t] == i for i, (t, *_) in enumerate(items)]
 
-    async def _until_driven(self, txn_id: int, action: pb.TxnAction) -> None:
-        task = self._drive(txn_id, action)
+    async def _until_driven(self, txn_id: int, action: pb.TxnAction, after_earlier: bool = False) -> None:
+        task = self._drive(txn_id, action, after_earlier)
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -559,16 +564,21 @@ class CoordinatorService:
             failpoint("coordinator.after_ending_durable")
         return moved
 
-    def _drive(self, txn_id: int, action: pb.TxnAction) -> asyncio.Task[Any]:
+    def _drive(self, txn_id: int, action: pb.TxnAction, after_earlier: bool = False) -> asyncio.Task[Any]:
         """One fan-out task per transaction; repeated requests wait on the same one."""
         task = self._driving.get(txn_id)
         if task is None:
-            task = asyncio.create_task(self._finish(txn_id, action))
+            task = asyncio.create_task(self._finish(txn_id, action, after_earlier))
             self._driving[txn_id] = task
             task.add_done_callback(lambda _: self._driving.pop(txn_id, None))
         return task
 
-    async def _finish(self, txn_id: int, action: pb.TxnAction) -> None:
+    async def _finish(self, txn_id: int, action: pb.TxnAction, after_earlier: bool = False) -> None:
+        """Tell every participant, then record the final status.  ``after_earlier``: an
+        application's commit, whose markers go after those of the earlier application
+        commits on its partitions (``commitorder``)."""
+        if after_earlier and action == pb.TXN_COMMIT:
+            await self._end_earlier_commits(txn_id)
         partitions, subscriptions = await self.store.participants(txn_id)
         await self.participants.end(
             TxnID(self.tcid, txn_id).to_wire(), action, partitions, subscriptions)
@@ -576,6 +586,19 @@ class CoordinatorService:
             metrics.APPEND_LOG.inc()
             metrics.ACTIVE.dec()
             (metrics.COMMITTED if action == pb.TXN_COMMIT else metrics.ABORTED).inc()
+
+    async def _end_earlier_commits(self, txn_id: int) -> None:
+        """Write the markers of every earlier application commit still COMMITTING on the
+        partitions ``txn_id`` shares with it, oldest first, each acknowledged before the
+        next (docs/exactly-once-postgres.md "Ordering").  They are decided (COMMITTING
+        rows the application's COMMIT made visible), so any coordinator may end them on a
+        partition; their own coordinators end them there again, idempotently."""
+        for earlier in commitorder.earlier_commits(await self.store.app_predecessors(txn_id)):
+            log.debug("%s goes after %s on %s", TxnID(self.tcid, txn_id),
+                      TxnID(earlier.tcid, earlier.txn_id), ", ".join(earlier.partitions))
+            await self.participants.end(TxnID(earlier.tcid, earlier.txn_id).to_wire(),
+                                        pb.TXN_COMMIT, list(earlier.partitions), [])
+            metrics.EARLIER_COMMITS_ENDED.inc()
 
     async def _guard(self, awaitable: Awaitable[T]) -> T:
         try:

@@ -35,6 +35,9 @@ class TxnRecord:
     timed_out: bool
     expired: bool
     transaction_key: str | None
+    # Its place in the commit order of its partitions when an application's SQL
+    # transaction committed it (migration 0015); None otherwise.
+    app_commit_order: int | None = None
 
 
 class TxnParticipants(NamedTuple):
@@ -318,6 +321,12 @@ class CoordinatorStore:
     async def _read_participants(self, txn_ids: list[int]) -> list[TxnParticipants]:
         found = _by_txn(txn_ids, await self.pool.fetch(Q["txns_participants"], self.tcid, txn_ids))
         return [found[txn_id] for txn_id in txn_ids]
+
+    async def app_predecessors(self, txn_id: int) -> list[tuple[int, int, int, str]]:
+        """The earlier application commits still COMMITTING on the partitions
+        ``txn_id`` sent to: (tcid, txn id, order, shared partition) rows, oldest first
+        (``commitorder.earlier_commits`` groups them)."""
+        return [tuple(r) for r in await self.pool.fetch(Q["app_predecessors"], self.tcid, txn_id)]
 
     async def ending(self) -> list[EndingTxn]:
         """This TCID's COMMITTING/ABORTING transactions (to drive on after a restart)."""
