@@ -178,8 +178,8 @@ def profile(cluster, url: str, app_url: str, messages: int) -> None:
         finally:
             await conn.close()
 
+    asyncio.run(reset_statements())  # first: the counters' statement count starts here too
     counters = asyncio.run(snapshot(url))
-    asyncio.run(reset_statements())
     cpu_before = cpu_seconds(sessions, postmaster)
     with PhaseClock() as clock:
         rate = asyncio.run(one_round(cluster.service_url, app_url, "inbox", messages, "orders-profile"))
