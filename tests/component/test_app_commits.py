@@ -9,6 +9,8 @@ import asyncio
 
 from magnetar_broker.api import txn_handlers
 from magnetar_coordinator import metrics as coordinator_metrics
+from magnetar_coordinator.service import CoordinatorService
+from magnetar_coordinator.settings import CoordinatorSettings
 from magnetar_protocol import magnetar_pb2 as pb
 from tests.component import conftest
 from tests.component.conftest import BROKER_URL, new_txn, payloads
@@ -128,3 +130,62 @@ async def test_an_app_commit_is_delivered_after_the_earlier_one_whoever_finishes
     await coordinator.end(pb.EndTxnRequest(txn=first, action=pb.TXN_COMMIT))
     assert await pool.fetchval(status, first.least_bits) == pb.TXN_COMMITTED
     assert await broker.fetch(consumer) == []
+
+
+def _count_calls(obj, name: str) -> list[object]:
+    """Record each call of ``obj.name`` (still calling it): its arguments."""
+    calls: list[object] = []
+    real = getattr(obj, name)
+
+    async def counted(*args, **kwargs):
+        calls.append((args, kwargs))
+        return await real(*args, **kwargs)
+
+    setattr(obj, name, counted)
+    return calls
+
+
+async def test_the_notification_and_the_clients_end_txn_at_once_share_one_attempt(broker, coordinator, pool):
+    # Both are told at the application's COMMIT; a second attempt would hold the
+    # broker's writers, wait for the first one's row lock and roll back, then try the
+    # OPEN compare-and-sets, all to find the transaction finished.
+    await coordinator.app_commits_loop.stop()  # the notification is sent by hand below
+    one_phase = coordinator_metrics.ONE_PHASE._value.get()
+    committed = coordinator_metrics.COMMITTED._value.get()
+    consumer, first, txn = await _committed_by_the_app(broker, coordinator, pool, 60000)
+    attempts = _count_calls(coordinator.store, "start_endings_in")
+    open_cas = _count_calls(coordinator.store, "start_ending")
+    await asyncio.gather(coordinator.end(pb.EndTxnRequest(txn=txn, action=pb.TXN_COMMIT)),
+                         coordinator._finish_app_commit(txn.least_bits))
+    assert len(attempts) == 1 and open_cas == []
+    assert coordinator_metrics.ONE_PHASE._value.get() == one_phase + 1
+    await _wait_committed(pool, committed)
+    await _check_applied(broker, pool, consumer, first)
+    # Finished: a later EndTxn (a client's retry) answers from the record.
+    await coordinator.end(pb.EndTxnRequest(txn=txn, action=pb.TXN_COMMIT))
+    assert coordinator._committing == {}
+
+
+async def test_an_app_commit_heard_of_tries_no_compare_and_set_from_open(broker, coordinator, pool):
+    # The notification (and the timeout loop) only tell of COMMITTING transactions: the
+    # one-phase end locks it as it is, and the two-phase path reads its record at once.
+    await coordinator.app_commits_loop.stop()
+    await pool.execute("SELECT magnetar_app.grant_app_role(session_user, 'anonymous', true)")
+    two_phase = CoordinatorService(
+        coordinator.store, CoordinatorSettings(database_url="postgresql://unused", coordinator_id=0,
+                                               one_phase_commit=False))
+    two_phase.ready = True  # acting for the fixture's claim (nothing is started)
+    for service in (coordinator, two_phase):
+        committed = coordinator_metrics.COMMITTED._value.get()
+        txn = await new_txn(coordinator)  # nothing sent or acknowledged: no participant to tell
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT magnetar_app.commit_transaction($1, $2)", txn.most_bits, txn.least_bits)
+        open_cas = _count_calls(coordinator.store, "start_ending")
+        moved = _count_calls(coordinator.store, "start_endings_in")
+        await service._finish_app_commit(txn.least_bits)
+        assert coordinator_metrics.COMMITTED._value.get() == committed + 1
+        assert await pool.fetchval("SELECT status FROM transactions WHERE txn_id = $1",
+                                   txn.least_bits) == pb.TXN_COMMITTED
+        assert open_cas == [] and all(kwargs.get("decided") for _, kwargs in moved)
+        del coordinator.store.start_ending, coordinator.store.start_endings_in
+    await two_phase.rpc.close()

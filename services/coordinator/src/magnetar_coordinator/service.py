@@ -82,6 +82,8 @@ class CoordinatorService:
         self._ids: list[int] = []
         self._id_lock = asyncio.Lock()
         self._driving: dict[int, asyncio.Task[Any]] = {}
+        # The commit attempt of each transaction being committed (end_txn): shared.
+        self._committing: dict[int, asyncio.Future[None]] = {}
         self._expiring: set[int] = set()
         # Work started and not awaited (recovery, loops stopped from inside themselves,
         # timeout aborts), held until done (magnetar_runtime.tasks says why).
@@ -430,13 +432,35 @@ class CoordinatorService:
         return pb.EndTxnResponse(status=sm.COMMITTED)
 
     async def end_txn(self, txn_id: int, action: pb.TxnAction, timed_out: bool = False,
-                      expired: bool = False) -> None:
-        """Drive the transaction to the end ``action`` asks for; idempotent."""
-        if await self._one_phase(txn_id, action, timed_out, expired):
+                      expired: bool = False, decided: bool = False) -> None:
+        """Drive the transaction to the end ``action`` asks for; idempotent.  Commits of
+        one transaction asked for at once share one attempt: an application's commit is
+        finished on its notification and on its client's EndTxn at the same moment, and
+        a second attempt would only wait for the first's locks to find it done.
+        ``decided``: known COMMITTING (an application's commit), so no OPEN
+        compare-and-set is tried."""
+        if action != pb.TXN_COMMIT:  # a commit is never timed out or expired
+            return await self._end_txn(txn_id, action, timed_out, expired, decided)
+        attempt = self._committing.get(txn_id)
+        if attempt is None:
+            attempt = asyncio.ensure_future(self._end_txn(txn_id, action, False, False, decided))
+            self._committing[txn_id] = attempt
+            attempt.add_done_callback(lambda done: self._attempt_done(txn_id, done))
+        await asyncio.shield(attempt)  # a cancelled caller leaves it to the others
+
+    def _attempt_done(self, txn_id: int, attempt: asyncio.Future[None]) -> None:
+        if self._committing.get(txn_id) is attempt:
+            del self._committing[txn_id]
+        if not attempt.cancelled():
+            attempt.exception()  # its callers got it; one that left is not told twice
+
+    async def _end_txn(self, txn_id: int, action: pb.TxnAction, timed_out: bool,
+                       expired: bool, decided: bool) -> None:
+        if await self._one_phase(txn_id, action, timed_out, expired, decided):
             return
         # The usual case first: an OPEN transaction, ended once.  One compare-and-set
         # instead of a read and then a write; anything else is planned from the record.
-        if await self._start_ending(txn_id, action, timed_out, expired):
+        if not decided and await self._start_ending(txn_id, action, timed_out, expired):
             await self._until_driven(txn_id, action)
             return
         while True:
@@ -455,7 +479,8 @@ class CoordinatorService:
                                      and record.app_commit_order is not None)
             return
 
-    async def _one_phase(self, txn_id: int, action: pb.TxnAction, timed_out: bool, expired: bool) -> bool:
+    async def _one_phase(self, txn_id: int, action: pb.TxnAction, timed_out: bool, expired: bool,
+                         decided: bool = False) -> bool:
         """End an OPEN transaction whose participants this process's broker all serves
         in ONE SQL transaction, shared with the other such ends queued meanwhile (group
         commit, ``_one_phase_group``).  False, with nothing changed, sends it the
@@ -468,7 +493,7 @@ class CoordinatorService:
         if plan is None:
             return False
         done = await self._guard(self._one_phase_ends.submit(
-            (txn_id, action, timed_out, expired, plan)))
+            (txn_id, action, timed_out, expired, plan, decided)))
         if done:
             metrics.APPEND_LOG.inc()
             metrics.ONE_PHASE.inc()
@@ -490,7 +515,7 @@ class CoordinatorService:
         assert self.local is not None  # _one_phase queues only then
         try:
             held = await self.local.hold(
-                [(TxnID(self.tcid, t), a == pb.TXN_COMMIT, plan) for t, a, _, _, plan in group])
+                [(TxnID(self.tcid, t), a == pb.TXN_COMMIT, plan) for t, a, _, _, plan, _ in group])
         except MagnetarError as exc:  # a participant is moving (its lease, its loading)
             log.info("one-phase ends of %d transactions go the two-phase way: %s", len(group), exc)
             held = None
@@ -503,7 +528,8 @@ class CoordinatorService:
             failpoint("coordinator.before_ending_durable")
             async with self.store.transaction() as conn:
                 if not await self.store.start_endings_in(
-                        conn, [(t, e, out, exp) for (t, _, out, exp, _), e in zip(group, endings)]):
+                        conn, [(t, e, out, exp) for (t, _, out, exp, _, _), e in zip(group, endings)],
+                        decided={t for t, *_, known in group if known}):
                     raise _TwoPhase  # not OPEN, or a key fenced: planned from its record
                 # A registration that committed before the row locks is seen here; one
                 # after them finds the transaction no longer OPEN and is refused.
@@ -629,7 +655,7 @@ class CoordinatorService:
         markers, settled acks, then COMMITTED (in one phase when this process's broker
         serves every participant, else as recovery drives one)."""
         try:
-            await self.end_txn(txn_id, pb.TXN_COMMIT)
+            await self.end_txn(txn_id, pb.TXN_COMMIT, decided=True)
         except Exception as exc:  # retried by the client's EndTxn or the timeout loop
             log.info("finishing application commit of %s: %s", TxnID(self.tcid, txn_id), exc)
 

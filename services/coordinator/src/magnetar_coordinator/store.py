@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -272,24 +272,31 @@ class CoordinatorStore:
         async with self.pool.acquire() as conn, conn.transaction():
             yield conn
 
-    async def start_endings_in(self, conn: Any, items: list[tuple[int, int, bool, bool]]) -> bool:
+    async def start_endings_in(self, conn: Any, items: list[tuple[int, int, bool, bool]],
+                               decided: Collection[int] = ()) -> bool:
         """OPEN -> COMMITTING/ABORTING of every (txn, target, timed out, expired) of
         ``items`` (distinct ids) in ``conn``'s transaction, so their rows stay locked
         until it ends: a registration racing it waits, then finds it no longer OPEN.
         A commit already COMMITTING (decided by an application's SQL transaction) is
-        locked as it is.
+        locked as it is; those of ``decided`` are known to be, so no compare-and-set
+        from OPEN is tried for them.
         Those without a key in one statement, keyed ones one at a time (their key's
         epoch checked in the statement).  False unless every one moved."""
-        ids, targets, timed_out, expired = (list(column) for column in zip(*items))
-        moved = {r["txn_id"] for r in await conn.fetch(
-            Q["start_ending_unkeyed"], self.tcid, self.fence_epoch, ids, targets, timed_out,
-            expired)}
+        tried = [item for item in items if item[0] not in decided]
+        moved: set[int] = set()
+        if tried:
+            ids, targets, timed_out, expired = (list(column) for column in zip(*tried))
+            moved = {r["txn_id"] for r in await conn.fetch(
+                Q["start_ending_unkeyed"], self.tcid, self.fence_epoch, ids, targets, timed_out,
+                expired)}
         for txn_id, target, out, exp in items:
             if txn_id in moved:
                 continue
             if target == pb.TXN_COMMITTING and await conn.fetchval(
                     Q["lock_committing"], self.tcid, self.fence_epoch, txn_id) is not None:
                 continue  # an application committed it: finished here like the rest
+            if txn_id in decided:
+                return False  # finished already (or not in one phase): planned from its record
             row = await conn.fetchrow(Q["start_ending"], self.tcid, self.fence_epoch, txn_id,
                                       target, out, exp)
             if not row["fenced_ok"]:
