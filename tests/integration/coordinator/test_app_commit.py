@@ -273,3 +273,56 @@ async def test_a_snapshot_older_than_the_block_is_refused(env, isolation):
     finally:
         await conn.close()
     assert await _status(pool, txn_id) == pb.TXN_OPEN
+
+
+async def test_a_block_that_never_commits_holds_the_next_up_until_its_deadline_only(env):
+    # An application that called commit_transaction and sits idle in its transaction
+    # holds the partition's turn; another block sharing the partition waits no longer
+    # than its own deadline and is refused naming why, never hangs.
+    pool, store, db_role, app_url = env
+    await pool.execute("SELECT magnetar_app.grant_app_role($1, 'app', true)", db_role)
+    idle = await _sending_to(store, TOPIC)
+    waiting = await _open(store, timeout_ms=800)
+    assert await store.add_participants(waiting, [TOPIC], [], []) == pb.TXN_OPEN
+    conn = await asyncpg.connect(app_url)
+    try:
+        tr = conn.transaction()
+        await tr.start()
+        await conn.execute("SELECT magnetar_app.commit_transaction(0, $1)", idle)
+        with pytest.raises(asyncpg.PostgresError, match="waiting for its turn") as err:
+            await asyncio.wait_for(_commit_in_app(app_url, waiting), 10)
+        assert err.value.sqlstate == "MGX02"
+        await tr.rollback()
+    finally:
+        await conn.close()
+    assert await _status(pool, waiting) == pb.TXN_OPEN  # it times out and aborts as usual
+
+
+async def test_a_waited_turn_leaves_the_callers_lock_timeout_as_it_was(env):
+    pool, store, db_role, app_url = env
+    await pool.execute("SELECT magnetar_app.grant_app_role($1, 'app', true)", db_role)
+    first, second = await _sending_to(store, TOPIC), await _sending_to(store, TOPIC)
+    holder, waiter = await asyncpg.connect(app_url), await asyncpg.connect(app_url)
+    try:
+        tr = holder.transaction()
+        await tr.start()
+        await holder.execute("SELECT magnetar_app.commit_transaction(0, $1)", first)
+        async with waiter.transaction():
+            await waiter.execute("SET LOCAL lock_timeout = '45s'")
+            turn = asyncio.ensure_future(waiter.execute("SELECT magnetar_app.commit_transaction(0, $1)", second))
+            await _until_waiting_on_a_lock(pool)  # the second block waits its turn
+            await tr.commit()
+            await asyncio.wait_for(turn, 10)
+            assert await waiter.fetchval("SHOW lock_timeout") == "45s"
+    finally:
+        await holder.close()
+        await waiter.close()
+    assert await _order(pool, first) < await _order(pool, second)
+
+
+async def _until_waiting_on_a_lock(pool, timeout_s: float = 10) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not await pool.fetchval("SELECT count(*) FROM pg_stat_activity "
+                                  "WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"):
+        assert asyncio.get_running_loop().time() < deadline, "nobody waits on the partition's lock"
+        await asyncio.sleep(0.01)

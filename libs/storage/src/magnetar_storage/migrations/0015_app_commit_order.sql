@@ -9,7 +9,8 @@
 -- 1. takes a transaction-scoped advisory lock per partition it sent to, in one global
 --    order (no deadlock between two such calls).  The lock is held until the COMMIT or
 --    rollback: blocks sharing a partition pass this point one at a time, so their
---    commit order is the order they took the lock;
+--    commit order is the order they took the lock.  A wait is bounded by the waiting
+--    transaction's deadline;
 -- 2. then draws `app_commit_order` from a sequence.  Under the locks, a larger number
 --    means a later COMMIT on every partition the two share; a rollback leaves a gap,
 --    which nothing needs filled.
@@ -41,6 +42,7 @@ DECLARE
     key_row record;
     denied text;
     lock_key integer;
+    lock_timeout_was text := current_setting('lock_timeout');
     sent boolean := false;
     commit_order bigint;
 BEGIN
@@ -111,7 +113,22 @@ BEGIN
         SELECT DISTINCT hashtext(topic) FROM txn_partitions
         WHERE coordinator_id = txn_most AND txn_id = txn_least ORDER BY 1
     LOOP
-        PERFORM pg_advisory_xact_lock(1296521265, lock_key);  -- 1296521265: 'MGX1'
+        -- 1296521265: 'MGX1'.  Taken at once unless another block holds it; then waited
+        -- for no longer than this transaction's deadline, so a block that never commits
+        -- (an application idle in its transaction) holds the others up until their
+        -- deadlines at worst, with an error naming why, never for ever.
+        IF NOT pg_try_advisory_xact_lock(1296521265, lock_key) THEN
+            PERFORM set_config('lock_timeout', greatest(1, ceil(1000 * extract(epoch FROM
+                txn.deadline_at - clock_timestamp())))::bigint || 'ms', true);
+            BEGIN
+                PERFORM pg_advisory_xact_lock(1296521265, lock_key);
+            EXCEPTION WHEN lock_not_available THEN
+                RAISE EXCEPTION 'transaction (%,%) timed out waiting for its turn in the commit order of its partitions: another application''s block that sent to one of them called commit_transaction and has not committed or rolled back',
+                    txn_most, txn_least USING ERRCODE = 'MGX02',
+                    HINT = 'Commit right after magnetar_app.commit_transaction; idle_in_transaction_session_timeout bounds an application that does not.';
+            END;
+            PERFORM set_config('lock_timeout', lock_timeout_was, true);
+        END IF;
         sent := true;
     END LOOP;
     IF sent THEN
