@@ -414,7 +414,7 @@ def maybe_die(point):
 class Conn(asyncpg.Connection):
     async def execute(self, query, *args, **kwargs):
         done = await super().execute(query, *args, **kwargs)
-        if query == magnetar.pg.COMMIT_SQL:
+        if query.startswith("SELECT magnetar_app.commit_transaction("):
             maybe_die("before_commit")
         return done
 

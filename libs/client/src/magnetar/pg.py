@@ -23,8 +23,9 @@ timed out, not allowed: a typed ``magnetar`` error), the SQL transaction rolls b
 the Magnetar transaction is aborted, so the messages come again.  A process that dies
 anywhere before its COMMIT leaves an OPEN transaction, aborted at its timeout.
 
-It needs Magnetar's log in the same PostgreSQL database as the rows, and a session
-connection (not pgbouncer's transaction mode: see the docs page).
+It needs Magnetar's log in the same PostgreSQL database as the rows.  It works behind
+pgbouncer in transaction mode (the block is one SQL transaction; its commit statement is
+never a server-side prepared statement), not in statement mode: see the docs page.
 """
 
 from __future__ import annotations
@@ -48,15 +49,23 @@ from magnetar_protocol.errors import (
     TransactionNotFound,
 )
 
-__all__ = ["transaction", "AsyncPgTransaction", "PgTransaction", "COMMIT_SQL"]
+__all__ = ["transaction", "AsyncPgTransaction", "PgTransaction", "commit_sql"]
 
 log = logging.getLogger("magnetar.pg")
 T = TypeVar("T")
 
-# The one statement an application's database role may run (migration 0014), in each
-# driver's placeholders.
-COMMIT_SQL = "SELECT magnetar_app.commit_transaction($1, $2)"
+# The one statement an application's database role may run (migration 0014).  Never a
+# server-side prepared statement: behind pgbouncer in transaction mode the next block may
+# run on another server connection, where a statement the driver prepared (asyncpg's
+# statement cache, psycopg's prepare_threshold) does not exist.  asyncpg: the two ids as
+# integer literals, sent by the simple query protocol (execute without arguments);
+# psycopg: execute(prepare=False).
 _COMMIT_SQL_PSYCOPG = "SELECT magnetar_app.commit_transaction(%s, %s)"
+
+
+def commit_sql(most: int, least: int) -> str:
+    """The commit statement for transaction (most, least) as asyncpg runs it."""
+    return f"SELECT magnetar_app.commit_transaction(({int(most)})::bigint, ({int(least)})::bigint)"
 
 # magnetar_app.commit_transaction's SQLSTATEs -> the client's errors.
 _REFUSALS: dict[str, type[MagnetarError]] = {
@@ -246,9 +255,9 @@ class AsyncPgTransaction:
             raise
         try:
             if self._kind == "asyncpg":
-                await self.conn.execute(COMMIT_SQL, most, least)
+                await self.conn.execute(commit_sql(most, least))
             else:
-                await self.conn.execute(_COMMIT_SQL_PSYCOPG, (most, least))
+                await self.conn.execute(_COMMIT_SQL_PSYCOPG, (most, least), prepare=False)
         except Exception as refused:
             await self._rollback(refused)
             await self._core.abort()
@@ -332,7 +341,7 @@ class PgTransaction:
             self._rollback(failure)
             raise
         try:
-            self.conn.execute(_COMMIT_SQL_PSYCOPG, (most, least))
+            self.conn.execute(_COMMIT_SQL_PSYCOPG, (most, least), prepare=False)
         except Exception as refused:
             self._rollback(refused)
             self._run(self._core.abort)
