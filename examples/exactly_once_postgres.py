@@ -2,13 +2,14 @@
 it consumes orders, adds each to its account's balance row and emits a balance event,
 all in ONE SQL transaction on its own connection, with no outbox table and no dual write.
 
+    # PG: the PostgreSQL URL `make run` prints (its port is chosen per data directory),
+    # e.g. postgresql://magnetar@127.0.0.1:26102/magnetar
     # once, as the owner of Magnetar's schema (the role magnetar-migrate ran as):
-    .venv/bin/python examples/exactly_once_postgres.py setup \\
-        --database-url postgresql://magnetar@127.0.0.1:5432/magnetar --app-role billing_app
+    .venv/bin/python examples/exactly_once_postgres.py setup --database-url "$PG" --app-role billing_app
     # some orders, then the service (as its own, unprivileged database role):
     .venv/bin/python examples/exactly_once_postgres.py produce --count 10
     .venv/bin/python examples/exactly_once_postgres.py run \\
-        --database-url postgresql://billing_app@127.0.0.1:5432/magnetar
+        --database-url "${PG/magnetar@/billing_app@}"
 
 Kill `run` at any moment and start it again: no order is added twice or lost, and each
 balance event is emitted once.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 
 import asyncpg
 
@@ -58,12 +60,13 @@ async def produce(args: argparse.Namespace) -> None:
 
 async def run(args: argparse.Namespace) -> None:
     client = aio.Client(args.service_url)
-    consumer = await client.subscribe(args.orders, "billing",
-                                      consumer_type=magnetar.ConsumerType.Shared,
-                                      initial_position=magnetar.InitialPosition.Earliest)
-    conn = await asyncpg.connect(args.database_url)
+    conn = None
     handled = 0
     try:
+        consumer = await client.subscribe(args.orders, "billing",
+                                          consumer_type=magnetar.ConsumerType.Shared,
+                                          initial_position=magnetar.InitialPosition.Earliest)
+        conn = await asyncpg.connect(args.database_url)
         while args.stop_after is None or handled < args.stop_after:
             msg = await consumer.receive()
             order = json.loads(msg.data())
@@ -78,7 +81,8 @@ async def run(args: argparse.Namespace) -> None:
             handled += 1
             print(f"{order['id']}: {order['account']} balance {balance}", flush=True)
     finally:
-        await conn.close()
+        if conn is not None:
+            await conn.close()
         await client.close()
 
 
@@ -88,7 +92,8 @@ def main() -> None:
     for name in ("setup", "produce", "run"):
         cmd = sub.add_parser(name)
         cmd.add_argument("--service-url", default="http://localhost:8080")
-        cmd.add_argument("--database-url", default="postgresql://magnetar@127.0.0.1:5432/magnetar")
+        cmd.add_argument("--database-url", default=os.environ.get("MAGNETAR_DATABASE_URL"),
+                         help="the PostgreSQL URL `make run` prints (default: $MAGNETAR_DATABASE_URL)")
         cmd.add_argument("--orders", default="orders")
         cmd.add_argument("--events", default="balance-events")
     sub.choices["setup"].add_argument("--app-role", default="billing_app")
@@ -96,6 +101,8 @@ def main() -> None:
     sub.choices["produce"].add_argument("--count", type=int, default=10)
     sub.choices["run"].add_argument("--stop-after", type=int, default=None)
     args = parser.parse_args()
+    if args.command != "produce" and not args.database_url:
+        parser.error("--database-url is required: the PostgreSQL URL `make run` prints")
     asyncio.run({"setup": setup, "produce": produce, "run": run}[args.command](args))
 
 
