@@ -8,6 +8,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from magnetar_coordinator import adoption, commitorder, metrics
@@ -493,7 +494,7 @@ class CoordinatorService:
         if plan is None:
             return False
         done = await self._guard(self._one_phase_ends.submit(
-            (txn_id, action, timed_out, expired, plan, decided)))
+            _OnePhaseEnd(txn_id, action, timed_out, expired, plan, decided)))
         if done:
             metrics.APPEND_LOG.inc()
             metrics.ONE_PHASE.inc()
@@ -501,7 +502,7 @@ class CoordinatorService:
             (metrics.COMMITTED if action == pb.TXN_COMMIT else metrics.ABORTED).inc()
         return done
 
-    async def _one_phase_group(self, items: list[tuple[Any, ...]]) -> list[bool]:
+    async def _one_phase_group(self, items: list[_OnePhaseEnd]) -> list[bool]:
         """The one SQL transaction of a group of one-phase ends: the status
         compare-and-sets (fence and key epoch checked in the statements; the rows stay
         locked to the end), the participants re-read under those locks, each
@@ -509,27 +510,27 @@ class CoordinatorService:
         lease-checked statements), the final statuses; the in-memory effects after the
         COMMIT.  Anything unexpected rolls the whole group back to the two-phase path."""
         first: dict[int, int] = {}
-        for i, (txn_id, *_) in enumerate(items):
-            first.setdefault(txn_id, i)  # a repeated id: the two-phase path answers it
+        for i, item in enumerate(items):
+            first.setdefault(item.txn_id, i)  # a repeated id: the two-phase path answers it
         group = [items[i] for i in first.values()]
         assert self.local is not None  # _one_phase queues only then
         try:
             held = await self.local.hold(
-                [(TxnID(self.tcid, t), a == pb.TXN_COMMIT, plan) for t, a, _, _, plan, _ in group])
+                [(TxnID(self.tcid, e.txn_id), e.action == pb.TXN_COMMIT, e.plan) for e in group])
         except MagnetarError as exc:  # a participant is moving (its lease, its loading)
             log.info("one-phase ends of %d transactions go the two-phase way: %s", len(group), exc)
             held = None
         if held is None:
             return [False] * len(items)
-        ids = [t for t, *_ in group]
-        endings = [sm.ending_status(a) for _, a, *_ in group]
+        ids = [e.txn_id for e in group]
+        endings = [sm.ending_status(e.action) for e in group]
         committing = False
         try:
             failpoint("coordinator.before_ending_durable")
             async with self.store.transaction() as conn:
                 if not await self.store.start_endings_in(
-                        conn, [(t, e, out, exp) for (t, _, out, exp, _, _), e in zip(group, endings)],
-                        decided={t for t, *_, known in group if known}):
+                        conn, [(e.txn_id, ending, e.timed_out, e.expired) for e, ending in zip(group, endings)],
+                        decided={e.txn_id for e in group if e.decided}):
                     raise _TwoPhase  # not OPEN, or a key fenced: planned from its record
                 # A registration that committed before the row locks is seen here; one
                 # after them finds the transaction no longer OPEN and is refused.
@@ -537,7 +538,7 @@ class CoordinatorService:
                 if not await held.write(conn, {TxnID(self.tcid, t): p for t, p in found.items()}):
                     raise _TwoPhase
                 await self.store.transitions_in(
-                    conn, ids, endings, [sm.final_status(a) for _, a, *_ in group])
+                    conn, ids, endings, [sm.final_status(e.action) for e in group])
                 failpoint("coordinator.one_phase_before_commit")
                 committing = True  # leaving the block commits
         except _TwoPhase:
@@ -563,7 +564,7 @@ class CoordinatorService:
             await held.apply()
         finally:
             await held.release()
-        return [first[t] == i for i, (t, *_) in enumerate(items)]
+        return [first[item.txn_id] == i for i, item in enumerate(items)]
 
     async def _until_driven(self, txn_id: int, action: pb.TxnAction, after_earlier: bool = False) -> None:
         task = self._drive(txn_id, action, after_earlier)
@@ -691,6 +692,18 @@ class CoordinatorService:
         live = await self.store.live_coordinators(self.ttl_s)
         return pb.LookupCoordinatorsResponse(
             coordinators=[pb.CoordinatorInfo(coordinator_id=i, url=u) for i, u in live])
+
+
+@dataclass(frozen=True)
+class _OnePhaseEnd:
+    """One end queued for a one-phase group (``_one_phase_group``)."""
+
+    txn_id: int
+    action: pb.TxnAction
+    timed_out: bool
+    expired: bool
+    plan: Any           # the hosting broker's plan of its participants (LocalParticipants)
+    decided: bool       # known COMMITTING: an application's commit, no OPEN compare-and-set
 
 
 class _TwoPhase(Exception):
