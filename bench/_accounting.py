@@ -151,3 +151,21 @@ def print_accounting(title: str, accounts: dict[str, dict]) -> None:
         if left:
             print(f"  {n}, rows left for later deletion: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in left.items()))
+
+
+async def top_statements(database_url: str, order_by: str = "calls", limit: int = 15,
+                         width: int = 100) -> list[dict]:
+    """pg_stat_statements' statements (calls, plans, exec_ms, plan_ms, query: its first
+    ``width`` characters, whitespace squeezed), this accounting's own left out, the
+    first ``limit`` by ``order_by``: "calls" or "time" (execution + planning)."""
+    order = {"calls": "calls", "time": "total_exec_time + total_plan_time"}[order_by]
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetch(
+            "SELECT /* bench-accounting */ calls, plans, total_exec_time AS exec_ms, "
+            "total_plan_time AS plan_ms, left(regexp_replace(query, '\\s+', ' ', 'g'), $2) AS query "
+            f"FROM pg_stat_statements WHERE query !~ 'bench-accounting' ORDER BY {order} DESC LIMIT $1",
+            limit, width)
+        return [dict(r) for r in rows]
+    finally:
+        await conn.close()

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import asyncpg  # noqa: E402
 from _accounting import per_transaction as accounting  # noqa: E402
-from _accounting import print_accounting, snapshot  # noqa: E402
+from _accounting import print_accounting, snapshot, top_statements  # noqa: E402
 from _common import (  # noqa: E402
     bench_cluster,
     cpu_seconds,
@@ -154,18 +154,6 @@ class PhaseClock:
             setattr(magnetar.pg._Core, name, fn)
 
 
-async def top_statements(url: str, limit: int = 12) -> list[tuple[int, float, str]]:
-    conn = await asyncpg.connect(url)
-    try:
-        rows = await conn.fetch(
-            "SELECT /* bench-accounting */ calls, total_exec_time, left(regexp_replace(query, "
-            "'\\s+', ' ', 'g'), 110) AS query FROM pg_stat_statements "
-            "WHERE query !~ 'bench-accounting' ORDER BY calls DESC LIMIT $1", limit)
-        return [(r["calls"], r["total_exec_time"], r["query"]) for r in rows]
-    finally:
-        await conn.close()
-
-
 def profile(cluster, url: str, app_url: str, messages: int) -> None:
     """One more `inbox` round, broken down by phase, process CPU and SQL counters."""
     sessions = {name: svc.pid for name, svc in cluster.services.items() if svc.pid}
@@ -199,8 +187,8 @@ def profile(cluster, url: str, app_url: str, messages: int) -> None:
         for name in cpu_after))
     print_accounting("profile", {"inbox": account})
     print("  statements by calls (calls per block, mean ms):")
-    for calls, total_ms, query in asyncio.run(top_statements(url)):
-        print(f"    {calls / blocks:6.2f}  {total_ms / max(calls, 1):6.3f}  {query}")
+    for r in asyncio.run(top_statements(url, "calls", limit=12, width=110)):
+        print(f"    {r['calls'] / blocks:6.2f}  {r['exec_ms'] / max(r['calls'], 1):6.3f}  {r['query']}")
 
 
 def main() -> None:

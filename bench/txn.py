@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _accounting import per_transaction as accounting  # noqa: E402
-from _accounting import print_accounting, snapshot  # noqa: E402
+from _accounting import print_accounting, snapshot, top_statements  # noqa: E402
 from _common import (  # noqa: E402
     bench_cluster,
     cpu_seconds,
@@ -319,8 +319,6 @@ async def print_profile(database_url: str, service_urls: dict[str, str]) -> None
     import re
     import urllib.request
 
-    import asyncpg
-
     for name, service_url in service_urls.items():
         text = await asyncio.to_thread(lambda url=service_url: urllib.request.urlopen(url + "/metrics").read().decode())
         count = re.search(r"^magnetar_batch_calls_count ([0-9.e+]+)", text, re.M)
@@ -328,20 +326,10 @@ async def print_profile(database_url: str, service_urls: dict[str, str]) -> None
         if count and float(count.group(1)):
             print(f"  {name}: {float(count.group(1)):.0f} batches carried "
                   f"{float(total.group(1)):.0f} calls")
-    conn = await asyncpg.connect(database_url)
-    try:
-        rows = await conn.fetch(
-            "SELECT calls, plans, round(total_exec_time::numeric, 1) AS ms, "
-            "round(total_plan_time::numeric, 1) AS plan_ms, left(regexp_replace(query, "
-            "'\\s+', ' ', 'g'), 90) AS query FROM pg_stat_statements "
-            "ORDER BY total_exec_time + total_plan_time DESC LIMIT 15")
-    finally:
-        await conn.close()
+    rows = await top_statements(database_url, "time", limit=15, width=90)
     print("  top statements (calls, times planned, total execution ms, total planning ms, query):")
     for r in rows:
-        print(f"  {r['calls']:>8} {r['plans']:>6} {r['ms']:>9} {r['plan_ms']:>8} {r['query']}")
-
-
+        print(f"  {r['calls']:>8} {r['plans']:>6} {r['exec_ms']:>9.1f} {r['plan_ms']:>8.1f} {r['query']}")
 
 
 def main() -> None:
